@@ -1,0 +1,48 @@
+# The two commands: `make run` and `make test`. Both install what is missing first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+APT_PACKAGES := libpq-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev pkg-config postgresql
+SWIFT ?= swift
+SWIFT_BUILD_FLAGS ?=
+
+.PHONY: help deps build run test bench clean
+
+help:
+	@echo "make run    build and run the tier on an embedded PostgreSQL in .inbox/postgres"
+	@echo "make test   start a throwaway PostgreSQL, build, run every test, stop it"
+	@echo "make bench  run the benchmarks (figures in docs/benchmarks.md)"
+	@echo "make deps   install the Debian packages the build needs"
+
+# Installs only what is missing, so a machine that has everything never touches apt.
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@command -v $(SWIFT) >/dev/null || { echo "make: the Swift toolchain is not on PATH (swift.org/install)"; exit 1; }
+
+build: deps
+	$(SWIFT) build $(SWIFT_BUILD_FLAGS) --product inbox
+
+run: build
+	$(SWIFT) run $(SWIFT_BUILD_FLAGS) inbox run
+
+# The database is stopped and removed whether the tests pass or fail; the exit code is the tests'.
+test: deps
+	$(SWIFT) build --build-tests
+	@dir=$$(scripts/test-postgres.sh start) || exit 1; \
+	trap 'scripts/test-postgres.sh stop "$$dir"' EXIT; \
+	echo "test database: $$dir"; \
+	INBOX_TEST_DATABASE_URL="postgres:///postgres?host=$$dir&user=inbox" \
+	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" \
+	$(SWIFT) test --skip-build
+
+bench: deps
+	$(SWIFT) build -c release --product inbox-bench
+	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench $(BENCH_ARGS)
+
+clean:
+	rm -rf .build

@@ -1,0 +1,77 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// One set of Swift settings for every target: Swift 6 language mode (strict concurrency is part of it).
+let swiftSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "wristler-inbox",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "inbox", targets: ["inbox"]),
+        .executable(name: "inbox-bench", targets: ["InboxBenchmarks"]),
+    ],
+    targets: [
+        // C libraries from Debian, reached through pkg-config.
+        .systemLibrary(
+            name: "CLibPQ", path: "Sources/CLibraries/CLibPQ", pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(
+            name: "COpenSSL", path: "Sources/CLibraries/COpenSSL", pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CCurl", path: "Sources/CLibraries/CCurl", pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(
+            name: "CMicroHTTPD", path: "Sources/CLibraries/CMicroHTTPD", pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]),
+        // Non-variadic entry points for the variadic C functions Swift cannot call.
+        .target(
+            name: "CShims", dependencies: ["CCurl", "CMicroHTTPD"],
+            path: "Sources/CLibraries/CShims"),
+
+        // Thin Swift wrappers: the only modules that see C pointers.
+        .target(
+            name: "PostgresClient", dependencies: ["CLibPQ"], swiftSettings: swiftSettings),
+        .target(
+            name: "Crypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+        .target(
+            name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL"],
+            swiftSettings: swiftSettings),
+
+        // The domain: events, categories, rules. No I/O.
+        .target(name: "InboxDomain", swiftSettings: swiftSettings),
+
+        // The append-only event log, its migrations and the embedded PostgreSQL.
+        .target(
+            name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "Crypto"],
+            swiftSettings: swiftSettings),
+
+        .executableTarget(
+            name: "inbox", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "LinkedLibraries"],
+            swiftSettings: swiftSettings),
+
+        .executableTarget(
+            name: "InboxBenchmarks", dependencies: ["EventLog", "PostgresClient", "InboxDomain"],
+            path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
+
+        // Tests run against a real PostgreSQL (see Makefile and Tests/README).
+        .target(
+            name: "InboxTesting", dependencies: ["PostgresClient", "EventLog"],
+            path: "Tests/InboxTesting", swiftSettings: swiftSettings),
+        .testTarget(
+            name: "PostgresClientTests", dependencies: ["PostgresClient", "EventLog", "InboxTesting"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "InboxCommandTests", dependencies: ["InboxTesting", "LinkedLibraries", "Crypto"],
+            swiftSettings: swiftSettings),
+    ]
+)

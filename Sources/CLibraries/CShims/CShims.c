@@ -1,0 +1,38 @@
+#include "CShims.h"
+
+CURLcode wristler_curl_easy_setopt_long(CURL *handle, CURLoption option, long value) {
+    return curl_easy_setopt(handle, option, value);
+}
+CURLcode wristler_curl_easy_setopt_pointer(CURL *handle, CURLoption option, void *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+CURLcode wristler_curl_easy_setopt_string(CURL *handle, CURLoption option, const char *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+CURLcode wristler_curl_easy_setopt_off_t(CURL *handle, CURLoption option, curl_off_t value) {
+    return curl_easy_setopt(handle, option, value);
+}
+CURLcode wristler_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+CURLcode wristler_curl_easy_getinfo_pointer(CURL *handle, CURLINFO info, void **value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+CURLMcode wristler_curl_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
+    return curl_multi_setopt(handle, option, value);
+}
+CURLMcode wristler_curl_multi_setopt_pointer(CURLM *handle, CURLMoption option, void *value) {
+    return curl_multi_setopt(handle, option, value);
+}
+
+struct MHD_Daemon *wristler_mhd_start_daemon(unsigned int flags, uint16_t port,
+                                             MHD_AcceptPolicyCallback accept_policy, void *accept_policy_context,
+                                             MHD_AccessHandlerCallback handler, void *handler_context,
+                                             const struct MHD_OptionItem *options) {
+    if (options == NULL) {
+        return MHD_start_daemon(flags, port, accept_policy, accept_policy_context, handler, handler_context,
+                                MHD_OPTION_END);
+    }
+    return MHD_start_daemon(flags, port, accept_policy, accept_policy_context, handler, handler_context,
+                            MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+}

@@ -1,0 +1,31 @@
+#ifndef WRISTLER_CSHIMS_H
+#define WRISTLER_CSHIMS_H
+
+// Swift cannot call C variadic functions. These are the fixed-signature doors into the ones the
+// tier uses: one per argument type that curl_easy_setopt/curl_multi_setopt/curl_easy_getinfo take,
+// and MHD_start_daemon with the options the HTTP server sets passed as an MHD_OptionItem array.
+
+#include <stdint.h>
+#include <curl/curl.h>
+#include <sys/types.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <microhttpd.h>
+
+CURLcode wristler_curl_easy_setopt_long(CURL *handle, CURLoption option, long value);
+CURLcode wristler_curl_easy_setopt_pointer(CURL *handle, CURLoption option, void *value);
+CURLcode wristler_curl_easy_setopt_string(CURL *handle, CURLoption option, const char *value);
+CURLcode wristler_curl_easy_setopt_off_t(CURL *handle, CURLoption option, curl_off_t value);
+CURLcode wristler_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value);
+CURLcode wristler_curl_easy_getinfo_pointer(CURL *handle, CURLINFO info, void **value);
+CURLMcode wristler_curl_multi_setopt_long(CURLM *handle, CURLMoption option, long value);
+CURLMcode wristler_curl_multi_setopt_pointer(CURLM *handle, CURLMoption option, void *value);
+
+/// Starts a daemon with options given as an array ending in MHD_OPTION_END
+/// (MHD_OPTION_ARRAY is the library's own non-variadic form).
+struct MHD_Daemon *wristler_mhd_start_daemon(unsigned int flags, uint16_t port,
+                                             MHD_AcceptPolicyCallback accept_policy, void *accept_policy_context,
+                                             MHD_AccessHandlerCallback handler, void *handler_context,
+                                             const struct MHD_OptionItem *options);
+
+#endif

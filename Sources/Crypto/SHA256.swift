@@ -1,0 +1,34 @@
+import COpenSSL
+import Foundation
+
+/// SHA-256 from OpenSSL's libcrypto.
+public enum SHA256 {
+    /// The digest of `bytes` as 32 bytes.
+    public static func digest(_ bytes: some Collection<UInt8>) -> [UInt8] {
+        var output = [UInt8](repeating: 0, count: Int(SHA256_DIGEST_LENGTH))
+        let input = Array(bytes)
+        input.withUnsafeBufferPointer { buffer in
+            output.withUnsafeMutableBufferPointer { out in
+                var length: UInt32 = 0
+                // EVP_Digest cannot fail for SHA-256 on valid buffers; a failure leaves zeros, which never matches.
+                _ = EVP_Digest(buffer.baseAddress, buffer.count, out.baseAddress, &length, EVP_sha256(), nil)
+            }
+        }
+        return output
+    }
+
+    /// The digest as lower-case hex, the form migration checksums are recorded in.
+    public static func hexDigest(_ bytes: some Collection<UInt8>) -> String {
+        digest(bytes).map { byte in
+            let hex = String(byte, radix: 16)
+            return byte < 16 ? "0" + hex : hex
+        }.joined()
+    }
+
+    public static func hexDigest(_ text: String) -> String { hexDigest(Array(text.utf8)) }
+}
+
+/// The OpenSSL library the process is linked with.
+public enum OpenSSLLibrary {
+    public static var version: String { String(cString: OpenSSL_version(OPENSSL_VERSION)) }
+}

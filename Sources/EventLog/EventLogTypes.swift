@@ -1,0 +1,132 @@
+import Foundation
+import InboxDomain
+
+/// An event to append. The payload is a JSON object's text; build it from a typed `EventPayload`
+/// with `init(streamId:payload:metadata:idempotencyKey:)`.
+public struct NewEvent: Sendable, Hashable {
+    public var streamId: String
+    public var type: String
+    public var schemaVersion: Int
+    public var payloadJSON: String
+    public var metadata: EventMetadata
+    /// A key that makes the append safe to retry: a second append with it returns the first event.
+    public var idempotencyKey: String?
+
+    public init(
+        streamId: String, type: String, schemaVersion: Int = 1, payloadJSON: String, metadata: EventMetadata,
+        idempotencyKey: String? = nil
+    ) {
+        self.streamId = streamId
+        self.type = type
+        self.schemaVersion = schemaVersion
+        self.payloadJSON = payloadJSON
+        self.metadata = metadata
+        self.idempotencyKey = idempotencyKey
+    }
+
+    public init<P: EventPayload>(streamId: String, payload: P, metadata: EventMetadata, idempotencyKey: String? = nil) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        self.init(
+            streamId: streamId, type: P.eventType, schemaVersion: P.schemaVersion,
+            payloadJSON: String(decoding: try encoder.encode(payload), as: UTF8.self), metadata: metadata,
+            idempotencyKey: idempotencyKey)
+    }
+}
+
+/// An event as stored in the log.
+public struct RecordedEvent: Sendable, Hashable {
+    /// The global position, unique and increasing in the order positions were handed out
+    /// (which is not always the order of commit: readers use `checkpoint`).
+    public var position: Int64
+    /// The id of the transaction that wrote it (`xid8`).
+    public var transactionId: UInt64
+    public var streamId: String
+    public var streamVersion: Int64
+    public var type: String
+    public var schemaVersion: Int
+    public var payloadJSON: String
+    public var metadataJSON: String
+    public var idempotencyKey: String?
+    public var recordedAt: Date
+
+    /// Where a reader that has consumed this event resumes.
+    public var checkpoint: Checkpoint { Checkpoint(transactionId: transactionId, position: position) }
+
+    public func metadata() throws -> EventMetadata {
+        try JSONDecoder().decode(EventMetadata.self, from: Data(metadataJSON.utf8))
+    }
+
+    /// The payload as a typed event, brought to the current schema version by the registry's upcasters.
+    public func decode<P: EventPayload>(_ type: P.Type, using registry: EventTypeRegistry) throws -> P {
+        try registry.decode(P.self, schemaVersion: schemaVersion, payload: Data(payloadJSON.utf8))
+    }
+
+    /// The payload as whatever type the registry knows for `type`.
+    public func decode(using registry: EventTypeRegistry) throws -> any EventPayload {
+        try registry.decode(type: type, schemaVersion: schemaVersion, payload: Data(payloadJSON.utf8))
+    }
+}
+
+/// The result of appending one event: the stored event, and whether this append wrote it (false
+/// when its idempotency key was already known and the original is returned).
+public struct AppendedEvent: Sendable, Hashable {
+    public var event: RecordedEvent
+    public var wasAppended: Bool
+}
+
+/// A reader's place in the log: the last (transaction id, position) it consumed. Readers consume in
+/// this order, which never skips an event that commits late (see docs/event-log.md).
+public struct Checkpoint: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    public var transactionId: UInt64
+    public var position: Int64
+
+    public init(transactionId: UInt64, position: Int64) {
+        self.transactionId = transactionId
+        self.position = position
+    }
+
+    /// Before the first event.
+    public static let start = Checkpoint(transactionId: 0, position: 0)
+
+    public static func < (lhs: Checkpoint, rhs: Checkpoint) -> Bool {
+        (lhs.transactionId, lhs.position) < (rhs.transactionId, rhs.position)
+    }
+
+    public var description: String { "\(transactionId)/\(position)" }
+}
+
+/// What a stream must look like for an append to go ahead.
+public enum ExpectedVersion: Sendable, Hashable {
+    /// Whatever version the stream is at.
+    case any
+    /// The stream has no event yet.
+    case noStream
+    /// The stream's last event has exactly this version.
+    case exactly(Int64)
+
+    var required: Int64? {
+        switch self {
+        case .any: nil
+        case .noStream: 0
+        case .exactly(let version): version
+        }
+    }
+}
+
+/// Errors of the event log that callers act on.
+public enum EventLogError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The stream was not at the expected version; nothing was written.
+    case wrongExpectedVersion(stream: String, expected: Int64, actual: Int64)
+    /// An event in the batch is not acceptable; nothing was written. `index` is its place in the batch.
+    case invalidEvent(index: Int, field: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .wrongExpectedVersion(let stream, let expected, let actual):
+            "Stream \"\(stream)\" is at version \(actual), not the expected \(expected); nothing was appended."
+        case .invalidEvent(let index, let field, let reason):
+            "Event \(index) of the batch: \(field) \(reason); nothing was appended."
+        }
+    }
+}

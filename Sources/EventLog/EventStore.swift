@@ -1,0 +1,272 @@
+import Foundation
+import InboxDomain
+import PostgresClient
+
+/// The append-only event log in PostgreSQL.
+///
+/// Guarantees (each proven by a test, see docs/event-log.md):
+/// - a batch is appended atomically, or not at all;
+/// - an event whose idempotency key is known is not written again: the original is returned;
+/// - an expected stream version that does not match writes nothing and throws `wrongExpectedVersion`;
+/// - a reader that follows checkpoints sees every committed event exactly once, in (transaction id,
+///   position) order, also when transactions commit out of position order.
+public final class EventStore: Sendable {
+    /// The channel an append NOTIFYs when it commits.
+    public static let notificationChannel = "inbox_events"
+
+    public let client: PostgresClient
+
+    public init(client: PostgresClient) {
+        self.client = client
+    }
+
+    // MARK: Append
+
+    /// Appends `events` atomically. `expectedVersions` holds streams to their current version.
+    public func append(
+        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:]
+    ) async throws -> [AppendedEvent] {
+        let request = try AppendRequest(events: events, expectedVersions: expectedVersions)
+        return try await client.withConnection { connection in try request.run(on: connection) }
+    }
+
+    /// Appends one event.
+    public func append(_ event: NewEvent, expectedVersion: ExpectedVersion = .any) async throws -> AppendedEvent {
+        let appended = try await append([event], expectedVersions: [event.streamId: expectedVersion])
+        return appended[0]
+    }
+
+    /// Appends on a connection the caller holds, inside the caller's transaction if one is open
+    /// (inline projections write their read models in that same transaction).
+    public static func append(
+        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], on connection: PostgresConnection
+    ) throws -> [AppendedEvent] {
+        try AppendRequest(events: events, expectedVersions: expectedVersions).run(on: connection)
+    }
+
+    // MARK: Read
+
+    /// Up to `limit` events after `checkpoint`, gap-safe: only transactions that can no longer be
+    /// followed by an earlier-numbered commit are returned.
+    public func read(after checkpoint: Checkpoint, limit: Int = 1000) async throws -> [RecordedEvent] {
+        try await client.withConnection { connection in try Self.read(after: checkpoint, limit: limit, on: connection) }
+    }
+
+    public static func read(after checkpoint: Checkpoint, limit: Int, on connection: PostgresConnection) throws -> [RecordedEvent] {
+        let rows = try connection.query(
+            "SELECT * FROM read_events_after($1, $2, $3)", checkpoint.transactionId, checkpoint.position, Int32(clamping: limit))
+        return try rows.map(RecordedEvent.init(row:))
+    }
+
+    /// The event at `position`, if there is one.
+    public func event(at position: Int64) async throws -> RecordedEvent? {
+        try await client.withConnection { connection in
+            try connection.query("SELECT * FROM events WHERE position = $1", position).first.map(RecordedEvent.init(row:))
+        }
+    }
+
+    /// The highest position handed out so far (0 for an empty log).
+    public func headPosition() async throws -> Int64 {
+        try await client.withConnection { connection in
+            try connection.query("SELECT coalesce(max(position), 0) FROM events").scalar(Int64.self)
+        }
+    }
+
+    /// The checkpoint just before the first event at or after `position`, so that a reader starting
+    /// there sees every event whose position is `position` or higher (and possibly some lower ones
+    /// of the same transactions).
+    public func checkpoint(beforePosition position: Int64) async throws -> Checkpoint {
+        try await client.withConnection { connection in
+            let transaction = try connection.query(
+                "SELECT min(transaction_id::text::bigint) FROM events WHERE position >= $1", position
+            ).scalar(Int64?.self)
+            guard let transaction, transaction > 0 else { return .start }
+            return Checkpoint(transactionId: UInt64(transaction - 1), position: Int64.max)
+        }
+    }
+}
+
+extension RecordedEvent {
+    init(row: PostgresRow) throws {
+        self.init(
+            position: try row.decode(Int64.self, "position"),
+            transactionId: try row.decode(UInt64.self, "transaction_id"),
+            streamId: try row.decode(String.self, "stream_id"),
+            streamVersion: try row.decode(Int64.self, "stream_version"),
+            type: try row.decode(String.self, "type"),
+            schemaVersion: Int(try row.decode(Int32.self, "schema_version")),
+            payloadJSON: try row.decode(PostgresRawJSON.self, "payload").text,
+            metadataJSON: try row.decode(PostgresRawJSON.self, "metadata").text,
+            idempotencyKey: try row.decode(String?.self, "idempotency_key"),
+            recordedAt: try row.decode(Date.self, "recorded_at"))
+    }
+}
+
+/// One append, validated and encoded once, runnable (and retryable) on a connection.
+struct AppendRequest: Sendable {
+    let events: [NewEvent]
+    let eventsJSON: String
+    let expectedJSON: String
+
+    /// How often an append is retried after losing a race on a stream version or an idempotency key.
+    static let maximumAttempts = 5
+
+    init(events: [NewEvent], expectedVersions: [String: ExpectedVersion]) throws {
+        self.events = events
+        var text = JSONText(capacity: events.count * 256 + 16)
+        text.raw(UInt8(ascii: "["))
+        for (index, event) in events.enumerated() {
+            try Self.validate(event, index: index)
+            if index > 0 { text.raw(UInt8(ascii: ",")) }
+            var first = true
+            text.raw(UInt8(ascii: "{"))
+            text.key("stream", first: &first)
+            text.string(event.streamId)
+            text.key("type", first: &first)
+            text.string(event.type)
+            text.key("schemaVersion", first: &first)
+            text.raw(String(event.schemaVersion))
+            text.key("payload", first: &first)
+            text.raw(event.payloadJSON)
+            text.key("metadata", first: &first)
+            Self.write(event.metadata, to: &text)
+            if let key = event.idempotencyKey {
+                text.key("idempotencyKey", first: &first)
+                text.string(key)
+            }
+            text.raw(UInt8(ascii: "}"))
+        }
+        text.raw(UInt8(ascii: "]"))
+        eventsJSON = text.string
+
+        var expected = JSONText()
+        var first = true
+        expected.raw(UInt8(ascii: "{"))
+        for (stream, version) in expectedVersions.sorted(by: { $0.key < $1.key }) {
+            guard let required = version.required else { continue }
+            expected.key(stream, first: &first)
+            expected.raw(String(required))
+        }
+        expected.raw(UInt8(ascii: "}"))
+        expectedJSON = expected.string
+    }
+
+    static func validate(_ event: NewEvent, index: Int) throws {
+        func refuse(_ field: String, _ reason: String) -> EventLogError {
+            .invalidEvent(index: index, field: field, reason: reason)
+        }
+        if event.streamId.isEmpty || event.streamId.utf8.count > 200 {
+            throw refuse("stream", "must be 1 to 200 bytes long")
+        }
+        let typeBytes = Array(event.type.utf8)
+        let typeIsValid =
+            !typeBytes.isEmpty && typeBytes.count <= 100 && (97...122).contains(typeBytes[0])
+            && typeBytes.allSatisfy { (97...122).contains($0) || (48...57).contains($0) || $0 == UInt8(ascii: "_") }
+        if !typeIsValid { throw refuse("type", "must be snake_case (a-z, 0-9, _), starting with a letter, at most 100 bytes") }
+        if event.schemaVersion < 1 { throw refuse("schemaVersion", "must be 1 or more") }
+        if let key = event.idempotencyKey, key.isEmpty || key.utf8.count > 200 {
+            throw refuse("idempotencyKey", "must be 1 to 200 bytes long")
+        }
+        // The payload must be one JSON object; the server parses it, this catches the common mistakes early.
+        let payload = event.payloadJSON.utf8.drop { $0 == 32 || $0 == 10 || $0 == 13 || $0 == 9 }
+        if payload.first != UInt8(ascii: "{") { throw refuse("payload", "must be a JSON object") }
+    }
+
+    static func write(_ metadata: EventMetadata, to text: inout JSONText) {
+        var first = true
+        text.raw(UInt8(ascii: "{"))
+        text.key("origin", first: &first)
+        text.string(metadata.origin.rawValue)
+        let optional: [(String, String?)] = [
+            ("appVersion", metadata.appVersion), ("actor", metadata.actor), ("correlationId", metadata.correlationId),
+            ("causationId", metadata.causationId), ("service", metadata.service),
+        ]
+        for (name, value) in optional {
+            guard let value else { continue }
+            text.key(name, first: &first)
+            text.string(value)
+        }
+        text.raw(UInt8(ascii: "}"))
+    }
+
+    var metadataTexts: [String] {
+        events.map { event in
+            var text = JSONText(capacity: 128)
+            Self.write(event.metadata, to: &text)
+            return text.string
+        }
+    }
+
+    func run(on connection: PostgresConnection) throws -> [AppendedEvent] {
+        if events.isEmpty { return [] }
+        // Inside the caller's transaction a failed statement would abort it: retry behind a savepoint.
+        let savepoint = connection.isInTransaction
+        var attempt = 1
+        while true {
+            do {
+                if savepoint { try connection.execute("SAVEPOINT inbox_append") }
+                let rows = try connection.query(
+                    "SELECT * FROM append_events($1::jsonb, $2::jsonb)", PostgresRawJSON(eventsJSON),
+                    PostgresRawJSON(expectedJSON))
+                if savepoint { try connection.execute("RELEASE SAVEPOINT inbox_append") }
+                return try decode(rows)
+            } catch let error as PostgresError {
+                if savepoint, connection.isOpen { _ = try? connection.execute("ROLLBACK TO SAVEPOINT inbox_append") }
+                if error.sqlState == "WR001" { throw Self.conflict(from: error) }
+                // A concurrent append took the same stream version or idempotency key first: the
+                // next attempt sees it (and returns the original for a known key).
+                if error.isUniqueViolation && attempt < Self.maximumAttempts {
+                    attempt += 1
+                    continue
+                }
+                throw error
+            }
+        }
+    }
+
+    private func decode(_ rows: PostgresRows) throws -> [AppendedEvent] {
+        var result: [AppendedEvent] = []
+        result.reserveCapacity(events.count)
+        var metadata: [String]?
+        for row in rows {
+            let ordinal = Int(try row.decode(Int32.self, "ordinal")) - 1
+            let appended = try row.decode(Bool.self, "appended")
+            let input = events[ordinal]
+            let payloadJSON: String
+            let metadataJSON: String
+            if appended {
+                payloadJSON = input.payloadJSON
+                if metadata == nil { metadata = metadataTexts }
+                metadataJSON = metadata![ordinal]
+            } else {
+                payloadJSON = try row.decode(PostgresRawJSON.self, "payload").text
+                metadataJSON = try row.decode(PostgresRawJSON.self, "metadata").text
+            }
+            let event = RecordedEvent(
+                position: try row.decode(Int64.self, "position"),
+                transactionId: try row.decode(UInt64.self, "transaction_id"),
+                streamId: try row.decode(String.self, "stream_id"),
+                streamVersion: try row.decode(Int64.self, "stream_version"),
+                type: try row.decode(String.self, "type"),
+                schemaVersion: Int(try row.decode(Int32.self, "schema_version")),
+                payloadJSON: payloadJSON,
+                metadataJSON: metadataJSON,
+                idempotencyKey: try row.decode(String?.self, "idempotency_key"),
+                recordedAt: try row.decode(Date.self, "recorded_at"))
+            result.append(AppendedEvent(event: event, wasAppended: appended))
+        }
+        return result
+    }
+
+    static func conflict(from error: PostgresError) -> EventLogError {
+        struct Detail: Decodable {
+            let stream: String
+            let expected: Int64
+            let actual: Int64
+        }
+        if let detail = error.detail, let parsed = try? JSONDecoder().decode(Detail.self, from: Data(detail.utf8)) {
+            return .wrongExpectedVersion(stream: parsed.stream, expected: parsed.expected, actual: parsed.actual)
+        }
+        return .wrongExpectedVersion(stream: "?", expected: -1, actual: -1)
+    }
+}

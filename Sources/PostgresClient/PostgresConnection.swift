@@ -1,0 +1,372 @@
+import CLibPQ
+import Foundation
+
+/// One libpq connection. Its calls block, so it lives on a thread of its own (see `PostgresClient`);
+/// it is not `Sendable` and must stay on the thread that opened it.
+public final class PostgresConnection {
+    private var handle: OpaquePointer?
+    public let configuration: PostgresConfiguration
+
+    /// Opens a connection, blocking until the server answers or `connect_timeout` passes.
+    public init(configuration: PostgresConfiguration, applicationName: String = "inbox") throws {
+        self.configuration = configuration
+        let parameters = configuration.connectionParameters(applicationName: applicationName)
+        let keys = parameters.map { strdup($0.0) }
+        let values = parameters.map { strdup($0.1) }
+        defer {
+            keys.forEach { free($0) }
+            values.forEach { free($0) }
+        }
+        var keyPointers: [UnsafePointer<CChar>?] = keys.map { UnsafePointer($0) } + [nil]
+        var valuePointers: [UnsafePointer<CChar>?] = values.map { UnsafePointer($0) } + [nil]
+        let connection = keyPointers.withUnsafeMutableBufferPointer { k in
+            valuePointers.withUnsafeMutableBufferPointer { v in
+                PQconnectdbParams(k.baseAddress, v.baseAddress, 1)
+            }
+        }
+        guard let connection else {
+            throw PostgresError(.connectionFailed, "libpq could not allocate a connection to \(configuration.redactedDescription).")
+        }
+        guard PQstatus(connection) == CONNECTION_OK else {
+            let message = Self.trimmed(PQerrorMessage(connection))
+            PQfinish(connection)
+            throw PostgresError(
+                .connectionFailed, "Cannot connect to PostgreSQL at \(configuration.redactedDescription): \(message)")
+        }
+        handle = connection
+        // Server notices ("relation already exists, skipping") are not errors; libpq would print
+        // them on stderr, which is the operator's log.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+        // Dates are parsed from ISO text in UTC; pin both so a server default cannot change them.
+        try execute("SET TimeZone TO 'UTC'")
+        try execute("SET DateStyle TO 'ISO, YMD'")
+    }
+
+    deinit { close() }
+
+    /// Closes the connection. Later calls throw `connectionLost`.
+    public func close() {
+        if let handle { PQfinish(handle) }
+        handle = nil
+    }
+
+    /// Whether the connection is open and usable (it becomes unusable when the server goes away).
+    public var isOpen: Bool {
+        guard let handle else { return false }
+        return PQstatus(handle) == CONNECTION_OK
+    }
+
+    /// Whether a transaction is open (or failed and not yet rolled back).
+    public var isInTransaction: Bool {
+        guard let handle else { return false }
+        let status = PQtransactionStatus(handle)
+        return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE
+    }
+
+    /// The server's process id for this session (used to cancel or terminate it).
+    public var backendPID: Int32 {
+        guard let handle else { return 0 }
+        return PQbackendPID(handle)
+    }
+
+    // MARK: Statements
+
+    /// Runs one parameterized statement and returns its rows (if any). Values travel apart from the SQL.
+    @discardableResult
+    public func query(_ sql: String, _ parameters: any PostgresEncodable...) throws -> PostgresRows {
+        try query(sql, binds: parameters.map { PostgresBind(text: $0.postgresText, type: type(of: $0).postgresType) })
+    }
+
+    /// Runs one parameterized statement with parameters given as a list.
+    @discardableResult
+    public func query(_ sql: String, binds: [PostgresBind]) throws -> PostgresRows {
+        let connection = try liveHandle()
+        let result = withParameters(binds) { types, values in
+            PQexecParams(connection, sql, Int32(binds.count), types, values, nil, nil, 0)
+        }
+        return try PostgresRows(checking: result, connection: self, sql: sql)
+    }
+
+    /// Runs SQL without parameters; it may hold several statements (migrations). Never put values in it.
+    @discardableResult
+    public func execute(_ sql: String) throws -> PostgresRows {
+        let connection = try liveHandle()
+        return try PostgresRows(checking: PQexec(connection, sql), connection: self, sql: sql)
+    }
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    public func transaction<T>(
+        isolation: TransactionIsolation = .readCommitted, _ body: (PostgresConnection) throws -> T
+    ) throws -> T {
+        try execute(isolation == .readCommitted ? "BEGIN" : "BEGIN ISOLATION LEVEL \(isolation.rawValue)")
+        let value: T
+        do {
+            value = try body(self)
+        } catch {
+            if isOpen { _ = try? execute("ROLLBACK") }
+            throw error
+        }
+        try execute("COMMIT")
+        return value
+    }
+
+    // MARK: Pipeline
+
+    /// Sends every statement before reading any answer (libpq pipeline mode), then returns the results
+    /// in order. The batch is one implicit transaction unless it holds its own BEGIN/COMMIT: when one
+    /// statement fails, the ones after it are skipped and the first error is thrown.
+    /// Keep a pipeline to a few thousand statements: it is sent in one go and read afterwards.
+    public func pipeline(_ statements: [PostgresStatement]) throws -> [PostgresRows] {
+        let connection = try liveHandle()
+        guard PQenterPipelineMode(connection) == 1 else { throw failure("cannot enter pipeline mode") }
+        defer { PQexitPipelineMode(connection) }
+        var sendError: PostgresError?
+        for statement in statements {
+            let sent = withParameters(statement.binds) { types, values in
+                PQsendQueryParams(connection, statement.sql, Int32(statement.binds.count), types, values, nil, nil, 0)
+            }
+            if sent != 1 {
+                sendError = failure("sending a pipelined statement failed")
+                break
+            }
+        }
+        guard PQpipelineSync(connection) == 1 else { throw sendError ?? failure("pipeline sync failed") }
+        var results: [PostgresRows] = []
+        var firstError: (any Error)? = sendError
+        results.reserveCapacity(statements.count)
+        while true {
+            guard let result = PQgetResult(connection) else {
+                if !isOpen { throw firstError ?? failure("the connection was lost during a pipeline") }
+                continue  // the end of one statement's results
+            }
+            let status = PQresultStatus(result)
+            if status == PGRES_PIPELINE_SYNC {
+                PQclear(result)
+                break
+            }
+            if status == PGRES_PIPELINE_ABORTED {
+                PQclear(result)
+                continue
+            }
+            do {
+                let index = results.count
+                results.append(try PostgresRows(checking: result, connection: self, sql: statements[min(index, statements.count - 1)].sql))
+            } catch {
+                if firstError == nil { firstError = error }
+            }
+        }
+        if let firstError { throw firstError }
+        return results
+    }
+
+    // MARK: COPY
+
+    /// Loads rows with `COPY ... FROM STDIN` (text format). `sql` is the COPY statement;
+    /// `write` is handed a writer and adds rows to it. Returns the number of rows the server loaded.
+    @discardableResult
+    public func copyIn(_ sql: String, _ write: (inout PostgresCopyWriter) throws -> Void) throws -> Int {
+        let connection = try liveHandle()
+        let start = PQexec(connection, sql)
+        guard PQresultStatus(start) == PGRES_COPY_IN else {
+            _ = try PostgresRows(checking: start, connection: self, sql: sql)
+            throw PostgresError(.clientFailure, "\(sql.prefix(60)) is not a COPY ... FROM STDIN statement.")
+        }
+        PQclear(start)
+        var writer = PostgresCopyWriter { [unowned self] chunk in try self.putCopyData(connection, chunk) }
+        var writeError: (any Error)?
+        do {
+            try write(&writer)
+            try writer.flush()
+        } catch {
+            writeError = error
+        }
+        let ended: Int32 =
+            writeError == nil ? PQputCopyEnd(connection, nil) : PQputCopyEnd(connection, "the client stopped the COPY")
+        guard ended == 1 else { throw failure("ending the COPY failed") }
+        var loaded = 0
+        var serverError: (any Error)?
+        while let result = PQgetResult(connection) {
+            do {
+                let rows = try PostgresRows(checking: result, connection: self, sql: sql)
+                loaded += rows.affectedRows ?? 0
+            } catch {
+                serverError = serverError ?? error
+            }
+        }
+        if let writeError { throw writeError }
+        if let serverError { throw serverError }
+        return loaded
+    }
+
+    private func putCopyData(_ connection: OpaquePointer, _ chunk: [UInt8]) throws {
+        let sent = chunk.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { PQputCopyData(connection, $0.baseAddress, Int32($0.count)) }
+        }
+        guard sent == 1 else { throw failure("sending COPY data failed") }
+    }
+
+    // MARK: LISTEN / NOTIFY
+
+    /// Subscribes this session to a channel. The name is an identifier, not a value, so it is checked
+    /// to be a plain lower-case identifier and never interpolated otherwise.
+    public func listen(_ channel: String) throws {
+        try execute("LISTEN \(try Self.checkedIdentifier(channel))")
+    }
+
+    public func unlisten(_ channel: String) throws {
+        try execute("UNLISTEN \(try Self.checkedIdentifier(channel))")
+    }
+
+    /// Sends a notification (delivered when the current transaction commits).
+    public func notify(_ channel: String, payload: String = "") throws {
+        try query("SELECT pg_notify($1, $2)", channel, payload)
+    }
+
+    /// Notifications already received, then waits up to `timeout` for more. Returns an empty list on timeout.
+    public func waitForNotifications(timeout: Duration) throws -> [PostgresNotification] {
+        let connection = try liveHandle()
+        var received = drainNotifications(connection)
+        if !received.isEmpty { return received }
+        let socket = PQsocket(connection)
+        guard socket >= 0 else { throw failure("the connection has no socket") }
+        var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+        let milliseconds = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let ready = poll(&descriptor, 1, milliseconds)
+        if ready < 0 && errno != EINTR { throw failure("poll failed: \(String(cString: strerror(errno)))") }
+        if ready > 0 {
+            guard PQconsumeInput(connection) == 1 else { throw failure("reading notifications failed") }
+            received = drainNotifications(connection)
+        }
+        return received
+    }
+
+    private func drainNotifications(_ connection: OpaquePointer) -> [PostgresNotification] {
+        var list: [PostgresNotification] = []
+        while let notify = PQnotifies(connection) {
+            let item = notify.pointee
+            list.append(
+                PostgresNotification(
+                    channel: String(cString: item.relname), payload: String(cString: item.extra), senderPID: item.be_pid))
+            PQfreemem(notify)
+        }
+        return list
+    }
+
+    static func checkedIdentifier(_ name: String) throws -> String {
+        let allowed = name.utf8.allSatisfy { c in
+            (c >= UInt8(ascii: "a") && c <= UInt8(ascii: "z")) || (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
+                || c == UInt8(ascii: "_")
+        }
+        guard allowed, !name.isEmpty, name.utf8.count < 64, let first = name.utf8.first, !(48...57).contains(first) else {
+            throw PostgresError(.invalidConfiguration, "\"\(name)\" is not a plain lower-case identifier.")
+        }
+        return name
+    }
+
+    // MARK: Internals
+
+    private func liveHandle() throws -> OpaquePointer {
+        guard let handle else { throw PostgresError(.connectionLost, "The connection is closed.") }
+        return handle
+    }
+
+    /// An error for a failed libpq call: a lost connection when the connection is gone, otherwise a client failure.
+    func failure(_ what: String, file: String = #fileID, line: Int = #line) -> PostgresError {
+        let message = handle.map { Self.trimmed(PQerrorMessage($0)) } ?? ""
+        let text = message.isEmpty ? what : "\(what): \(message)"
+        return PostgresError(isOpen ? .clientFailure : .connectionLost, text, file: file, line: line)
+    }
+
+    static func trimmed(_ message: UnsafePointer<CChar>?) -> String {
+        guard let message else { return "" }
+        return String(cString: message).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    private func withParameters<R>(
+        _ binds: [PostgresBind], _ body: (UnsafePointer<Oid>?, UnsafePointer<UnsafePointer<CChar>?>?) -> R
+    ) -> R {
+        if binds.isEmpty { return body(nil, nil) }
+        let types = binds.map { Oid($0.type.oid) }
+        // strdup keeps each C string alive for the call; freed right after.
+        let values: [UnsafeMutablePointer<CChar>?] = binds.map { bind in bind.text.flatMap { strdup($0) } }
+        defer { values.forEach { free($0) } }
+        let constValues = values.map { UnsafePointer($0) }
+        return types.withUnsafeBufferPointer { typeBuffer in
+            constValues.withUnsafeBufferPointer { valueBuffer in body(typeBuffer.baseAddress, valueBuffer.baseAddress) }
+        }
+    }
+}
+
+/// `READ COMMITTED` is PostgreSQL's default.
+public enum TransactionIsolation: String, Sendable {
+    case readCommitted = "READ COMMITTED"
+    case repeatableRead = "REPEATABLE READ"
+    case serializable = "SERIALIZABLE"
+}
+
+/// One statement of a pipeline.
+public struct PostgresStatement: Sendable {
+    public var sql: String
+    public var binds: [PostgresBind]
+    public init(_ sql: String, _ parameters: any PostgresEncodable...) {
+        self.sql = sql
+        self.binds = parameters.map { PostgresBind(text: $0.postgresText, type: type(of: $0).postgresType) }
+    }
+    public init(_ sql: String, binds: [PostgresBind]) {
+        self.sql = sql
+        self.binds = binds
+    }
+}
+
+/// A message from `NOTIFY`.
+public struct PostgresNotification: Sendable, Hashable {
+    public var channel: String
+    public var payload: String
+    public var senderPID: Int32
+}
+
+/// Encodes rows in COPY's text format and sends them in chunks of about 256 KiB.
+public struct PostgresCopyWriter {
+    private var buffer: [UInt8] = []
+    private let send: ([UInt8]) throws -> Void
+    private static let chunkSize = 256 * 1024
+
+    init(send: @escaping ([UInt8]) throws -> Void) {
+        self.send = send
+        buffer.reserveCapacity(Self.chunkSize + 4096)
+    }
+
+    /// Adds one row; nil is NULL. Tabs, newlines and backslashes inside values are escaped.
+    public mutating func write(row: [String?]) throws {
+        for (index, field) in row.enumerated() {
+            if index > 0 { buffer.append(UInt8(ascii: "\t")) }
+            guard let field else {
+                buffer.append(UInt8(ascii: "\\"))
+                buffer.append(UInt8(ascii: "N"))
+                continue
+            }
+            for byte in field.utf8 {
+                switch byte {
+                case UInt8(ascii: "\\"): buffer.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
+                case UInt8(ascii: "\t"): buffer.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+                case UInt8(ascii: "\n"): buffer.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+                case UInt8(ascii: "\r"): buffer.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+                default: buffer.append(byte)
+                }
+            }
+        }
+        buffer.append(UInt8(ascii: "\n"))
+        if buffer.count >= Self.chunkSize { try flush() }
+    }
+
+    /// Adds one row of encodable values.
+    public mutating func write(_ values: any PostgresEncodable...) throws {
+        try write(row: values.map(\.postgresText))
+    }
+
+    mutating func flush() throws {
+        guard !buffer.isEmpty else { return }
+        try send(buffer)
+        buffer.removeAll(keepingCapacity: true)
+    }
+}

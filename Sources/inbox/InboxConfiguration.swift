@@ -1,0 +1,108 @@
+import Foundation
+
+/// Everything `inbox` can be told, from the environment with flags overriding it. A bad value is
+/// refused at start with a sentence naming the variable or flag.
+struct InboxConfiguration: Sendable {
+    enum LogFormat: String, Sendable, CaseIterable {
+        case auto, json, text
+    }
+
+    /// `DATABASE_URL`: the server to use. When nil, an embedded PostgreSQL is started in `dataDirectory`.
+    var databaseURL: String?
+    /// `INBOX_DATA_DIR`: where the embedded PostgreSQL lives (`<dir>/postgres`).
+    var dataDirectory: String = ".inbox"
+    /// `INBOX_DB_POOL_SIZE`: connections per process.
+    var poolSize: Int = 10
+    /// `INBOX_MIGRATIONS_DIR`: the folder of `NNN_name.sql` files; found automatically when nil.
+    var migrationsDirectory: String?
+    /// `INBOX_POLL_INTERVAL_MS`: the longest a subscriber waits between reads without a notification.
+    var pollIntervalMilliseconds: Int = 1000
+    /// `INBOX_LOG_FORMAT`: `json` when not on a terminal under `auto`.
+    var logFormat: LogFormat = .auto
+
+    struct Invalid: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// One row of the settings table (README and `inbox help`).
+    struct Setting {
+        let variable: String
+        let flag: String
+        let defaultValue: String
+        let meaning: String
+    }
+
+    static let settings: [Setting] = [
+        Setting(variable: "DATABASE_URL", flag: "--database-url", defaultValue: "(unset: embedded PostgreSQL)",
+                meaning: "postgres://user:pass@host:port/db?sslmode=... of the server to use"),
+        Setting(variable: "INBOX_DATA_DIR", flag: "--data-dir", defaultValue: ".inbox",
+                meaning: "folder of the embedded PostgreSQL (<dir>/postgres)"),
+        Setting(variable: "INBOX_DB_POOL_SIZE", flag: "--pool-size", defaultValue: "10",
+                meaning: "database connections per process (1-500)"),
+        Setting(variable: "INBOX_MIGRATIONS_DIR", flag: "--migrations-dir", defaultValue: "(found: ./sql, beside the binary, /usr/share/inbox/sql)",
+                meaning: "folder of the NNN_name.sql migrations"),
+        Setting(variable: "INBOX_POLL_INTERVAL_MS", flag: "--poll-interval-ms", defaultValue: "1000",
+                meaning: "longest wait between two reads of the log without a NOTIFY (10-60000)"),
+        Setting(variable: "INBOX_LOG_FORMAT", flag: "--log-format", defaultValue: "auto",
+                meaning: "auto, json or text (auto: text on a terminal, JSON otherwise)"),
+    ]
+
+    /// Reads the environment, then consumes the global flags from `arguments` (leaving the rest).
+    static func load(environment: [String: String], arguments: inout [String]) throws -> InboxConfiguration {
+        var values: [String: String] = [:]
+        for setting in settings {
+            if let value = environment[setting.variable], !value.isEmpty { values[setting.variable] = value }
+        }
+        var rest: [String] = []
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            let (flag, inlineValue): (String, String?) =
+                argument.contains("=") && argument.hasPrefix("--")
+                ? (String(argument.prefix { $0 != "=" }), String(argument.drop { $0 != "=" }.dropFirst())) : (argument, nil)
+            if let setting = settings.first(where: { $0.flag == flag }) {
+                if let inlineValue {
+                    values[setting.variable] = inlineValue
+                } else {
+                    guard index + 1 < arguments.count else { throw Invalid(description: "\(flag) needs a value.") }
+                    values[setting.variable] = arguments[index + 1]
+                    index += 1
+                }
+            } else {
+                rest.append(argument)
+            }
+            index += 1
+        }
+        arguments = rest
+
+        var configuration = InboxConfiguration()
+        if let url = values["DATABASE_URL"] {
+            guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else {
+                throw Invalid(description: "DATABASE_URL (--database-url) must start with postgres:// or postgresql://.")
+            }
+            configuration.databaseURL = url
+        }
+        if let directory = values["INBOX_DATA_DIR"] { configuration.dataDirectory = directory }
+        if let text = values["INBOX_DB_POOL_SIZE"] {
+            guard let size = Int(text), (1...500).contains(size) else {
+                throw Invalid(description: "INBOX_DB_POOL_SIZE (--pool-size) must be a whole number from 1 to 500, not \"\(text)\".")
+            }
+            configuration.poolSize = size
+        }
+        configuration.migrationsDirectory = values["INBOX_MIGRATIONS_DIR"]
+        if let text = values["INBOX_POLL_INTERVAL_MS"] {
+            guard let milliseconds = Int(text), (10...60_000).contains(milliseconds) else {
+                throw Invalid(
+                    description: "INBOX_POLL_INTERVAL_MS (--poll-interval-ms) must be a whole number of milliseconds from 10 to 60000, not \"\(text)\".")
+            }
+            configuration.pollIntervalMilliseconds = milliseconds
+        }
+        if let text = values["INBOX_LOG_FORMAT"] {
+            guard let format = LogFormat(rawValue: text) else {
+                throw Invalid(description: "INBOX_LOG_FORMAT (--log-format) must be auto, json or text, not \"\(text)\".")
+            }
+            configuration.logFormat = format
+        }
+        return configuration
+    }
+}

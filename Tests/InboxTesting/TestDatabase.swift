@@ -1,0 +1,101 @@
+import EventLog
+import Foundation
+import PostgresClient
+
+/// A fresh database for one test, on the PostgreSQL that `make test` starts
+/// (`INBOX_TEST_DATABASE_URL`), migrated with the repository's `sql/`. Each test gets its own
+/// database, so tests can run in parallel and count events without seeing each other's.
+public struct TestDatabase: Sendable {
+    public let name: String
+    public let configuration: PostgresConfiguration
+    public let client: PostgresClient
+    public let store: EventStore
+    /// A `postgres://` URL of this database (for `DATABASE_URL` of an `inbox` process).
+    public let url: String
+
+    public struct Unreachable: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// The admin URL; a missing variable is a failure, never a skip.
+    public static func adminConfiguration() throws -> PostgresConfiguration {
+        guard let url = ProcessInfo.processInfo.environment["INBOX_TEST_DATABASE_URL"], !url.isEmpty else {
+            throw Unreachable(
+                description: "INBOX_TEST_DATABASE_URL is not set: run the tests with `make test`, which starts a throwaway PostgreSQL.")
+        }
+        return try PostgresConfiguration(url: url)
+    }
+
+    /// Creates and migrates a new database.
+    public static func make(migrated: Bool = true, poolSize: Int = 8) async throws -> TestDatabase {
+        let admin = try adminConfiguration()
+        let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(20)
+        do {
+            let connection = try PostgresConnection(configuration: admin)
+            try connection.execute("CREATE DATABASE \(name)")
+            connection.close()
+        } catch {
+            throw Unreachable(description: "The test PostgreSQL at \(admin.redactedDescription) cannot be reached: \(error)")
+        }
+        let configuration = admin.withDatabase(String(name))
+        let client = try PostgresClient(configuration: .init(connection: configuration, maximumConnections: poolSize))
+        if migrated {
+            try await Migrator(directory: migrationsDirectory).migrate(client: client)
+        }
+        return TestDatabase(
+            name: String(name), configuration: configuration, client: client, store: EventStore(client: client),
+            url: try url(forDatabase: String(name)))
+    }
+
+    /// The admin URL with its database name replaced (`postgres:///postgres?host=...` → `postgres:///<name>?host=...`).
+    static func url(forDatabase name: String) throws -> String {
+        guard let admin = ProcessInfo.processInfo.environment["INBOX_TEST_DATABASE_URL"],
+            var components = URLComponents(string: admin)
+        else { throw Unreachable(description: "INBOX_TEST_DATABASE_URL is not a URL.") }
+        components.path = "/" + name
+        guard let url = components.string else { throw Unreachable(description: "Cannot build a URL for database \(name).") }
+        return url
+    }
+
+    /// The repository's `sql/` folder.
+    public static var migrationsDirectory: URL {
+        if let explicit = ProcessInfo.processInfo.environment["INBOX_MIGRATIONS_DIR"] { return URL(fileURLWithPath: explicit) }
+        return packageRoot.appendingPathComponent("sql")
+    }
+
+    /// The package's root folder (found from this file's path).
+    public static var packageRoot: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    }
+
+    /// A new connection of its own (outside the pool), for tests that hold transactions open.
+    public func connect() throws -> PostgresConnection {
+        try PostgresConnection(configuration: configuration)
+    }
+
+    /// Closes the pool and drops the database.
+    public func drop() async {
+        client.close()
+        guard let admin = try? Self.adminConfiguration(), let connection = try? PostgresConnection(configuration: admin) else { return }
+        _ = try? connection.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+        connection.close()
+    }
+}
+
+/// A PostgreSQL cluster of a test's own in a temporary folder, for tests that restart or stop the
+/// server (which would disturb every other test on the shared one).
+public final class TestCluster: Sendable {
+    public let postgres: EmbeddedPostgres
+    public let directory: URL
+
+    public init() throws {
+        directory = URL(fileURLWithPath: "/tmp").appendingPathComponent("inbox-cluster-\(UUID().uuidString.prefix(8))")
+        postgres = try EmbeddedPostgres(configuration: .init(directory: directory))
+        try postgres.start()
+    }
+
+    public func tearDown() {
+        try? postgres.stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
