@@ -1,1 +1,10 @@
-print("bench")
+// inbox-bench: throughput benchmarks of the inbox tier against a real PostgreSQL.
+//
+//   inbox-bench [append] [--rounds N] [--scale X] [--json PATH]
+//
+// See docs/benchmarks.md for what each figure measures and the figures of the last run.
+
+import Foundation
+
+let exitCode = await BenchmarkCommand.run(arguments: Array(CommandLine.arguments.dropFirst()))
+exit(exitCode)

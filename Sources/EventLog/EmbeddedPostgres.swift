@@ -157,30 +157,15 @@ public final class EmbeddedPostgres: Sendable {
     /// the command's own words when it fails.
     @discardableResult
     func run(_ executable: String, _ arguments: [String], asUser user: String?) throws -> String {
-        let process = Process()
-        if let user {
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            process.arguments = ["-u", user, "--", executable] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
-        }
-        // A file, not a pipe: `pg_ctl start` leaves the server running with the inherited descriptors,
-        // and a pipe would then never reach end-of-file.
-        let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("inbox-\(UUID().uuidString).out")
-        _ = FileManager.default.createFile(atPath: outputPath.path, contents: nil)
-        defer { try? FileManager.default.removeItem(at: outputPath) }
-        let output = try FileHandle(forWritingTo: outputPath)
-        process.standardOutput = output
-        process.standardError = output
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        try? output.close()
-        let text = (try? String(contentsOf: outputPath, encoding: .utf8)) ?? ""
-        guard process.terminationStatus == 0 else {
+        let (status, text) =
+            if let user {
+                try Subprocess.run("/usr/sbin/runuser", ["-u", user, "--", executable] + arguments)
+            } else {
+                try Subprocess.run(executable, arguments)
+            }
+        guard status == 0 else {
             let name = URL(fileURLWithPath: executable).lastPathComponent
-            throw Failure("\(name) failed (exit \(process.terminationStatus)): \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
+            throw Failure("\(name) failed (exit \(status)): \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
         }
         return text
     }

@@ -3,6 +3,8 @@
 public enum JSONValue: Codable, Sendable, Hashable {
     case null
     case bool(Bool)
+    /// A whole number that fits in 64 bits, kept exact (a `Double` loses digits past 2^53).
+    case integer(Int64)
     case number(Double)
     case string(String)
     case array([JSONValue])
@@ -14,6 +16,8 @@ public enum JSONValue: Codable, Sendable, Hashable {
             self = .null
         } else if let value = try? container.decode(Bool.self) {
             self = .bool(value)
+        } else if let value = try? container.decode(Int64.self) {
+            self = .integer(value)
         } else if let value = try? container.decode(Double.self) {
             self = .number(value)
         } else if let value = try? container.decode(String.self) {
@@ -30,8 +34,9 @@ public enum JSONValue: Codable, Sendable, Hashable {
         switch self {
         case .null: try container.encodeNil()
         case .bool(let value): try container.encode(value)
+        case .integer(let value): try container.encode(value)
         case .number(let value):
-            if value.rounded() == value, abs(value) < 9e15 { try container.encode(Int64(value)) } else { try container.encode(value) }
+            if let exact = Int64(exactly: value), abs(value) < 9e15 { try container.encode(exact) } else { try container.encode(value) }
         case .string(let value): try container.encode(value)
         case .array(let value): try container.encode(value)
         case .object(let value): try container.encode(value)
@@ -48,6 +53,49 @@ public enum JSONValue: Codable, Sendable, Hashable {
             guard case .object(var members) = self else { return }
             members[key] = newValue
             self = .object(members)
+        }
+    }
+
+    /// The value as a whole number, if it is one (`3` or `3.0`).
+    public var integerValue: Int64? {
+        switch self {
+        case .integer(let value): value
+        case .number(let value): Int64(exactly: value)
+        default: nil
+        }
+    }
+
+    /// The value as a number, if it is one.
+    public var doubleValue: Double? {
+        switch self {
+        case .integer(let value): Double(value)
+        case .number(let value): value
+        default: nil
+        }
+    }
+
+    /// Numbers compare by value: `.integer(3) == .number(3)`.
+    public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): true
+        case (.bool(let a), .bool(let b)): a == b
+        case (.integer(let a), .integer(let b)): a == b
+        case (.integer, .number), (.number, .integer), (.number, .number): lhs.doubleValue == rhs.doubleValue
+        case (.string(let a), .string(let b)): a == b
+        case (.array(let a), .array(let b)): a == b
+        case (.object(let a), .object(let b)): a == b
+        default: false
+        }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .null: hasher.combine(0)
+        case .bool(let value): hasher.combine(value)
+        case .integer, .number: hasher.combine(doubleValue)
+        case .string(let value): hasher.combine(value)
+        case .array(let value): hasher.combine(value)
+        case .object(let value): hasher.combine(value)
         }
     }
 

@@ -433,3 +433,7 @@ enum PostgresArrayLiteral {
         return result
     }
 }
+
+extension Optional: PostgresArrayElement where Wrapped: PostgresArrayElement {
+    public static var postgresArrayType: PostgresDataType { Wrapped.postgresArrayType }
+}

@@ -116,8 +116,8 @@ enum EventsCommand {
             }
             var schemaVersion = 1
             if let value = members["schemaVersion"] {
-                guard case .number(let number) = value, number >= 1, number == number.rounded(), number < 1e6 else {
-                    throw UsageError(description: "\(place): \"schemaVersion\" must be a whole number of 1 or more.")
+                guard let number = value.integerValue, (1...1_000_000).contains(number) else {
+                    throw UsageError(description: "\(place): \"schemaVersion\" must be a whole number from 1 to 1000000.")
                 }
                 schemaVersion = Int(number)
             }
@@ -136,10 +136,13 @@ enum EventsCommand {
                 idempotencyKey = key
             }
             if let value = members["expectedVersion"] {
-                guard case .number(let number) = value, number >= 0, number == number.rounded() else {
+                guard let number = value.integerValue, number >= 0 else {
                     throw UsageError(description: "\(place): \"expectedVersion\" must be a whole number of 0 or more (0: a new stream).")
                 }
-                expected[stream] = number == 0 ? .noStream : .exactly(Int64(number))
+                if let earlier = expected[stream], earlier != (number == 0 ? .noStream : .exactly(number)) {
+                    throw UsageError(description: "\(place): \"expectedVersion\" differs from an earlier one for stream \"\(stream)\".")
+                }
+                expected[stream] = number == 0 ? .noStream : .exactly(number)
             }
             let payloadJSON = String(decoding: try JSONEncoder().encode(payload), as: UTF8.self)
             events.append(

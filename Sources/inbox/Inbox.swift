@@ -66,13 +66,14 @@ struct Inbox {
                 try expectNoArguments(rest, command: "run")
                 try await withDatabase(configuration, log: log, migrate: true) { database in
                     log.info("the inbox tier is running", ["database": database.description])
-                    print(
+                    FileHandle.standardOutput.write(Data(
                         """
                         The HTTP API arrives in a later release; for now the tier follows its event log.
                         Append an event from another terminal:
                           swift run inbox events append '{"stream":"conversation-1","type":"message_sent","payload":{"body":"Is it still for sale?"}}'
                         Following the log (Ctrl-C stops, and stops the embedded database):
-                        """)
+
+                        """.utf8))
                     try await EventsCommand.tail(store: database.store, from: nil, follow: true, configuration: configuration)
                 }
             default:

@@ -1,0 +1,154 @@
+import Foundation
+
+/// The benchmarks `inbox-bench` knows, by the name given as its first argument.
+/// A new benchmark is a type conforming to `Benchmark` plus a case here.
+enum BenchmarkName: String, CaseIterable, Sendable {
+    case append
+
+    var summary: String {
+        switch self {
+        case .append: "EventStore.append in batches of 1, 100 and 1,000 (and 4 appenders at once) beside the server-side insert rate"
+        }
+    }
+
+    func make(options: Options) -> any Benchmark {
+        switch self {
+        case .append: AppendBenchmark(rounds: options.rounds, scale: options.scale)
+        }
+    }
+}
+
+/// One benchmark: it gets a migrated database and returns its configurations' figures.
+protocol Benchmark: Sendable {
+    func run(on database: BenchmarkDatabase) async throws -> BenchmarkResult
+}
+
+/// One thing measured: run once per round by `runInterleaved`.
+struct BenchmarkCase: Sendable {
+    /// Stable identifier, used in the JSON (`client-batch-100`).
+    var id: String
+    /// The table's row title.
+    var title: String
+    /// What the row measures, one sentence (also in the JSON).
+    var description: String
+    var kind: ConfigurationResult.Kind
+    var batchSize: Int
+    var appenders: Int
+    var eventsPerRound: Int
+    /// Runs the configuration once; `round` is 1-based.
+    var run: @Sendable (_ round: Int) async throws -> Measurement
+}
+
+/// One run of one configuration.
+struct Measurement: Codable, Sendable {
+    var round: Int
+    var events: Int
+    var seconds: Double
+    var eventsPerSecond: Double
+    /// Time spent building the `NewEvent` values (payload JSON), summed over appenders.
+    var buildSeconds: Double?
+    /// Time spent in `EventStore.append` (round trip, server work, decoding), summed over appenders.
+    var appendSeconds: Double?
+
+    init(round: Int, events: Int, elapsed: Duration, build: Duration? = nil, append: Duration? = nil) {
+        self.round = round
+        self.events = events
+        seconds = elapsed.seconds
+        eventsPerSecond = seconds > 0 ? Double(events) / seconds : 0
+        buildSeconds = build?.seconds
+        appendSeconds = append?.seconds
+    }
+}
+
+/// The figures of one configuration over every round.
+struct ConfigurationResult: Codable, Sendable {
+    enum Kind: String, Codable, Sendable {
+        /// Through the Swift client (`EventStore.append`).
+        case client
+        /// Rows made and inserted by the server itself: the ceiling the client is compared with.
+        case serverSide
+    }
+
+    var id: String
+    var title: String
+    var description: String
+    var kind: Kind
+    var batchSize: Int
+    var appenders: Int
+    var eventsPerRound: Int
+    var rounds: [Measurement]
+    var medianEventsPerSecond: Double
+    var minimumEventsPerSecond: Double
+    var maximumEventsPerSecond: Double
+    /// The median share of the time spent building events (client configurations).
+    var medianBuildShare: Double?
+    /// `medianEventsPerSecond` divided by the server-side configuration's median.
+    var ratioToServerSide: Double?
+}
+
+/// What a benchmark returns: its configurations, and facts worth keeping beside the figures.
+struct BenchmarkResult: Codable, Sendable {
+    var benchmark: String
+    var configurations: [ConfigurationResult]
+    var notes: [String: String]
+}
+
+/// Runs every case once per round, rotating which case goes first so that no configuration always
+/// follows the same one (checkpoints and autovacuum then land on each of them in turn).
+func runInterleaved(_ cases: [BenchmarkCase], rounds: Int) async throws -> [ConfigurationResult] {
+    var measurements = Array(repeating: [Measurement](), count: cases.count)
+    for round in 1...rounds {
+        for step in 0..<cases.count {
+            try Task.checkCancellation()
+            let index = (step + round - 1) % cases.count
+            let measured = try await cases[index].run(round)
+            measurements[index].append(measured)
+            progress(
+                "round \(round)/\(rounds)  \(cases[index].title.padding(toLength: 40, withPad: " ", startingAt: 0))"
+                    + "\(formatGrouped(measured.eventsPerSecond).leftPadded(10)) events/s  (\(formatGrouped(Double(measured.events))) in "
+                    + "\(String(format: "%.2f", measured.seconds)) s)")
+        }
+    }
+    var results = zip(cases, measurements).map { benchmarkCase, rounds in
+        let rates = rounds.map(\.eventsPerSecond)
+        let buildShares = rounds.compactMap { measurement in
+            measurement.buildSeconds.map { $0 / max(measurement.seconds * Double(benchmarkCase.appenders), .leastNonzeroMagnitude) }
+        }
+        return ConfigurationResult(
+            id: benchmarkCase.id, title: benchmarkCase.title, description: benchmarkCase.description, kind: benchmarkCase.kind,
+            batchSize: benchmarkCase.batchSize, appenders: benchmarkCase.appenders, eventsPerRound: benchmarkCase.eventsPerRound,
+            rounds: rounds, medianEventsPerSecond: median(rates), minimumEventsPerSecond: rates.min() ?? 0,
+            maximumEventsPerSecond: rates.max() ?? 0, medianBuildShare: buildShares.isEmpty ? nil : median(buildShares),
+            ratioToServerSide: nil)
+    }
+    if let server = results.first(where: { $0.kind == .serverSide }), server.medianEventsPerSecond > 0 {
+        for index in results.indices where results[index].kind == .client {
+            results[index].ratioToServerSide = results[index].medianEventsPerSecond / server.medianEventsPerSecond
+        }
+    }
+    return results
+}
+
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    guard !sorted.isEmpty else { return 0 }
+    let middle = sorted.count / 2
+    return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+}
+
+/// A benchmark that could not measure what it meant to (the database answered something unexpected).
+struct BenchmarkFailure: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// A progress line on stderr, so that stdout holds only the table.
+func progress(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+extension Duration {
+    var seconds: Double {
+        let parts = components
+        return Double(parts.seconds) + Double(parts.attoseconds) * 1e-18
+    }
+}

@@ -1,0 +1,81 @@
+import EventLog
+import Foundation
+import PostgresClient
+
+/// The database a benchmark runs on: the server of `DATABASE_URL`, or an embedded PostgreSQL in a
+/// fresh folder under /tmp that is stopped and deleted afterwards, also when the benchmark fails.
+struct BenchmarkDatabase: Sendable {
+    let client: PostgresClient
+    let store: EventStore
+    /// `embedded PostgreSQL in /tmp/...` or the redacted `DATABASE_URL`.
+    let description: String
+    let isEmbedded: Bool
+
+    /// Enough connections for the concurrent configurations (4 appenders) and a spare.
+    static let poolSize = 8
+
+    /// Opens (or starts) the database, applies the migrations, runs `body` and cleans up.
+    static func with<T: Sendable>(_ body: @escaping @Sendable (BenchmarkDatabase) async throws -> T) async throws -> T {
+        let environment = ProcessInfo.processInfo.environment
+        let migrator = try Migrator(directory: try Migrator.locateDirectory(explicit: environment["INBOX_MIGRATIONS_DIR"]))
+        if let url = environment["DATABASE_URL"], !url.isEmpty {
+            let configuration = try PostgresConfiguration(url: url)
+            return try await run(
+                configuration, description: configuration.redactedDescription, isEmbedded: false, migrator: migrator, body)
+        }
+
+        let directory = try makeTemporaryDirectory()
+        var cluster: EmbeddedPostgres?
+        defer { cleanUp(cluster, directory: directory) }
+        let embedded = try EmbeddedPostgres(configuration: .init(directory: directory, database: "inbox_bench", user: "inbox"))
+        cluster = embedded
+        progress("starting an embedded PostgreSQL in \(directory.path)")
+        try embedded.start()
+        return try await run(
+            embedded.connection, description: "embedded PostgreSQL in \(directory.path)", isEmbedded: true, migrator: migrator,
+            body)
+    }
+
+    private static func run<T: Sendable>(
+        _ configuration: PostgresConfiguration, description: String, isEmbedded: Bool, migrator: Migrator,
+        _ body: @escaping @Sendable (BenchmarkDatabase) async throws -> T
+    ) async throws -> T {
+        let client = try PostgresClient(
+            configuration: .init(connection: configuration, maximumConnections: poolSize, applicationName: "inbox-bench"))
+        defer { client.close() }
+        try await migrator.migrate(client: client)
+        let database = BenchmarkDatabase(client: client, store: EventStore(client: client), description: description, isEmbedded: isEmbedded)
+        return try await body(database)
+    }
+
+    /// `/tmp/ibench-XXXXXX`: short, so the socket path stays well under the 107 bytes a Unix socket allows.
+    private static func makeTemporaryDirectory() throws -> URL {
+        var template = Array("/tmp/ibench-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { buffer -> String? in
+            guard let base = buffer.baseAddress, let path = mkdtemp(base) else { return nil }
+            return String(cString: path)
+        }
+        guard let made else {
+            throw BenchmarkFailure(description: "cannot create a temporary folder under /tmp: \(String(cString: strerror(errno)))")
+        }
+        return URL(fileURLWithPath: made, isDirectory: true)
+    }
+
+    /// Stops the cluster and deletes its folder. A cluster that will not stop is left in place (deleting
+    /// the files of a running server would leave it orphaned), and its folder is named.
+    private static func cleanUp(_ cluster: EmbeddedPostgres?, directory: URL) {
+        if let cluster {
+            do {
+                try cluster.stop()
+            } catch {
+                progress("inbox-bench: could not stop the embedded PostgreSQL in \(directory.path); it is left there: \(error)")
+                return
+            }
+        }
+        do {
+            try FileManager.default.removeItem(at: directory)
+        } catch {
+            progress("inbox-bench: could not delete \(directory.path): \(error)")
+        }
+    }
+}

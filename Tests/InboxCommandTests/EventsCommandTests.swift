@@ -1,0 +1,250 @@
+import Foundation
+import InboxTesting
+import Testing
+
+/// `inbox events append` and `inbox events tail` against a real database of the test's own.
+@Suite struct EventsCommandTests {
+    /// One event document for `events append`.
+    static func event(
+        stream: String, type: String = "message_sent", payload: String = #"{"body":"Is it still for sale?"}"#,
+        extra: String = ""
+    ) -> String {
+        #"{"stream":"\#(stream)","type":"\#(type)","payload":\#(payload)\#(extra.isEmpty ? "" : "," + extra)}"#
+    }
+
+    /// Runs `events append document` against `db` and requires it to succeed.
+    static func append(_ document: String, to db: TestDatabase, sourceLocation: SourceLocation = #_sourceLocation)
+        async throws -> [[String: Any]]
+    {
+        let result = try await InboxCLI.run(
+            ["events", "append", document], environment: InboxCLI.databaseEnvironment(db.url))
+        try #require(result.exitedNormally && result.status == 0, "stderr: \(result.stderr)", sourceLocation: sourceLocation)
+        return try result.stdoutObjects(sourceLocation: sourceLocation)
+    }
+
+    @Test func appendingOneEventPrintsOneJSONLineAppendedAtPositionOne() async throws {
+        try await withTestDatabase { db in
+            let result = try await InboxCLI.run(
+                ["events", "append", Self.event(stream: "conversation-1")], environment: InboxCLI.databaseEnvironment(db.url))
+            #expect(result.status == 0, "stderr: \(result.stderr)")
+            #expect(result.stdoutLines.count == 1, "stdout: \(result.stdout)")
+            let line = try #require(result.stdoutObjects().first)
+            #expect(line["appended"] as? Bool == true)
+            #expect(line["position"] as? Int == 1)
+            #expect(line["stream"] as? String == "conversation-1")
+            #expect(line["type"] as? String == "message_sent")
+            #expect(line["version"] as? Int == 1)
+            #expect(line["schemaVersion"] as? Int == 1)
+            #expect((line["payload"] as? [String: Any])?["body"] as? String == "Is it still for sale?")
+            let metadata = try #require(line["metadata"] as? [String: Any])
+            #expect(metadata["origin"] as? String == "api")
+            #expect(metadata["service"] as? String == "inbox-cli")
+        }
+    }
+
+    @Test func appendingTheSameIdempotencyKeyAgainReturnsTheOriginalWithoutAppending() async throws {
+        try await withTestDatabase { db in
+            let document = Self.event(stream: "conversation-1", extra: #""idempotencyKey":"send-42""#)
+            let first = try await Self.append(document, to: db)
+            let second = try await Self.append(document, to: db)
+            #expect(first.count == 1)
+            #expect(second.count == 1)
+            #expect(first.first?["appended"] as? Bool == true)
+            #expect(second.first?["appended"] as? Bool == false)
+            #expect(first.first?["position"] as? Int == 1)
+            #expect(second.first?["position"] as? Int == 1)
+            #expect(second.first?["idempotencyKey"] as? String == "send-42")
+            // Nothing new was written: the next append gets position 2.
+            let third = try await Self.append(Self.event(stream: "conversation-1"), to: db)
+            #expect(third.first?["position"] as? Int == 2)
+        }
+    }
+
+    @Test func appendingAnArrayOfThreeEventsAppendsThreeInOrder() async throws {
+        try await withTestDatabase { db in
+            let batch = "[" + (1...3).map { Self.event(stream: "conversation-\($0)", payload: #"{"n":\#($0)}"#) }
+                .joined(separator: ",") + "]"
+            let lines = try await Self.append(batch, to: db)
+            #expect(lines.count == 3)
+            #expect(lines.map { $0["appended"] as? Bool } == [true, true, true])
+            #expect(lines.map { $0["position"] as? Int } == [1, 2, 3])
+            #expect(lines.map { $0["stream"] as? String } == ["conversation-1", "conversation-2", "conversation-3"])
+            #expect(lines.map { ($0["payload"] as? [String: Any])?["n"] as? Int } == [1, 2, 3])
+        }
+    }
+
+    @Test func appendingFromStandardInputWorksLikeTheArgument() async throws {
+        try await withTestDatabase { db in
+            let result = try await InboxCLI.run(
+                ["events", "append"], environment: InboxCLI.databaseEnvironment(db.url),
+                stdin: Self.event(stream: "conversation-1") + "\n")
+            #expect(result.status == 0, "stderr: \(result.stderr)")
+            let line = try #require(result.stdoutObjects().first)
+            #expect(line["appended"] as? Bool == true)
+            #expect(line["position"] as? Int == 1)
+        }
+    }
+
+    @Test func aMismatchedExpectedVersionExitsWithOneAndAppendsNothing() async throws {
+        try await withTestDatabase { db in
+            _ = try await Self.append(Self.event(stream: "conversation-1"), to: db)
+            // A batch whose second event expects the wrong version: neither event may be written.
+            let batch = "[" + Self.event(stream: "conversation-2") + ","
+                + Self.event(stream: "conversation-1", extra: #""expectedVersion":5"#) + "]"
+            let result = try await InboxCLI.run(["events", "append", batch], environment: InboxCLI.databaseEnvironment(db.url))
+            #expect(result.exitedNormally)
+            #expect(result.status == 1, "stderr: \(result.stderr)")
+            #expect(result.stdout.isEmpty, "stdout: \(result.stdout)")
+            let errors = result.stderrLines.filter { $0.hasPrefix("inbox: ") }
+            #expect(errors.count == 1, "stderr: \(result.stderr)")
+            #expect(errors.first?.contains("nothing was appended") == true, "stderr: \(result.stderr)")
+            #expect(errors.first?.contains("conversation-1") == true)
+
+            let tail = try await InboxCLI.run(["events", "tail", "--from", "1"], environment: InboxCLI.databaseEnvironment(db.url))
+            #expect(tail.status == 0, "stderr: \(tail.stderr)")
+            #expect(try tail.stdoutObjects().map { $0["stream"] as? String } == ["conversation-1"])
+        }
+    }
+
+    @Test func aMatchingExpectedVersionAppends() async throws {
+        try await withTestDatabase { db in
+            let first = try await Self.append(Self.event(stream: "conversation-1", extra: #""expectedVersion":0"#), to: db)
+            let second = try await Self.append(Self.event(stream: "conversation-1", extra: #""expectedVersion":1"#), to: db)
+            #expect(first.first?["version"] as? Int == 1)
+            #expect(second.first?["version"] as? Int == 2)
+            #expect(second.first?["appended"] as? Bool == true)
+        }
+    }
+
+    @Test func tailFromOnePrintsEveryEventAsAJSONLineInOrder() async throws {
+        try await withTestDatabase { db in
+            let expected: [(stream: String, type: String, text: String)] = [
+                ("conversation-1", "message_sent", "Is it still for sale?"),
+                ("conversation-1", "message_read", "yes"),
+                ("listing-7", "listing_priced", "café ☕ \"quoted\""),
+                ("conversation-2", "message_sent", "line\nbreak"),
+            ]
+            let batch = try String(
+                decoding: JSONSerialization.data(
+                    withJSONObject: expected.map { ["stream": $0.stream, "type": $0.type, "payload": ["text": $0.text]] }),
+                as: UTF8.self)
+            _ = try await Self.append(batch, to: db)
+
+            let result = try await InboxCLI.run(["events", "tail", "--from", "1"], environment: InboxCLI.databaseEnvironment(db.url))
+            #expect(result.status == 0, "stderr: \(result.stderr)")
+            let lines = try result.stdoutObjects()
+            try #require(lines.count == expected.count, "stdout: \(result.stdout)")
+            for (index, (line, event)) in zip(lines, expected).enumerated() {
+                #expect(line["position"] as? Int == index + 1)
+                #expect(line["stream"] as? String == event.stream)
+                #expect(line["type"] as? String == event.type)
+                #expect((line["payload"] as? [String: Any])?["text"] as? String == event.text)
+                #expect(line["appended"] == nil, "tail lines carry no appended field")
+            }
+        }
+    }
+
+    @Test func tailFromAPositionSkipsTheEventsBeforeIt() async throws {
+        try await withTestDatabase { db in
+            let batch = "[" + (1...5).map { Self.event(stream: "s-\($0)") }.joined(separator: ",") + "]"
+            _ = try await Self.append(batch, to: db)
+            let result = try await InboxCLI.run(["events", "tail", "--from", "4"], environment: InboxCLI.databaseEnvironment(db.url))
+            #expect(result.status == 0, "stderr: \(result.stderr)")
+            #expect(try result.stdoutObjects().map { $0["position"] as? Int } == [4, 5])
+        }
+    }
+
+    @Test func tailWithoutAFlagPrintsTheLastTenEvents() async throws {
+        try await withTestDatabase { db in
+            let batch = "[" + (1...15).map { Self.event(stream: "s-\($0)", payload: #"{"n":\#($0)}"#) }.joined(separator: ",") + "]"
+            #expect(try await Self.append(batch, to: db).count == 15)
+            let result = try await InboxCLI.run(["events", "tail"], environment: InboxCLI.databaseEnvironment(db.url))
+            #expect(result.status == 0, "stderr: \(result.stderr)")
+            let lines = try result.stdoutObjects()
+            #expect(lines.map { $0["position"] as? Int } == Array(6...15))
+            #expect(lines.map { ($0["payload"] as? [String: Any])?["n"] as? Int } == Array(6...15))
+        }
+    }
+
+    @Test func tailOfAnEmptyLogPrintsNothingAndSucceeds() async throws {
+        try await withTestDatabase { db in
+            let result = try await InboxCLI.run(["events", "tail"], environment: InboxCLI.databaseEnvironment(db.url))
+            #expect(result.status == 0, "stderr: \(result.stderr)")
+            #expect(result.stdout.isEmpty)
+        }
+    }
+
+    @Test func tailFollowPrintsAnEventAppendedAfterItStartedAndStopsOnSIGTERMWithZero() async throws {
+        try await withTestDatabase { db in
+            _ = try await Self.append(Self.event(stream: "before", payload: #"{"n":1}"#), to: db)
+
+            let follower = try InboxCLI.start(
+                ["events", "tail", "--follow", "--from", "1"], environment: InboxCLI.databaseEnvironment(db.url))
+            defer { follower.cleanUp() }
+            // The event that was there before: the follower is up and has read the log.
+            _ = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"before""#) }
+
+            _ = try await Self.append(Self.event(stream: "after", payload: #"{"n":2}"#), to: db)
+            let line = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"after""#) }
+            let object = try #require(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            #expect(object["position"] as? Int == 2)
+            #expect(object["type"] as? String == "message_sent")
+            #expect((object["payload"] as? [String: Any])?["n"] as? Int == 2)
+
+            follower.send(SIGTERM)
+            let result = try await follower.waitForExit(timeout: .seconds(15))
+            #expect(result.exitedNormally, "killed by signal \(result.status)")
+            #expect(result.status == 0, "stderr: \(result.stderr)")
+            #expect(result.stdoutLines.count == 2, "each event printed once: \(result.stdout)")
+        }
+    }
+
+    @Test func tailFollowStopsOnSIGINTWithZero() async throws {
+        try await withTestDatabase { db in
+            _ = try await Self.append(Self.event(stream: "before"), to: db)
+            let follower = try InboxCLI.start(
+                ["events", "tail", "--follow", "--from", "1"], environment: InboxCLI.databaseEnvironment(db.url))
+            defer { follower.cleanUp() }
+            _ = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"before""#) }
+            follower.send(SIGINT)
+            let result = try await follower.waitForExit(timeout: .seconds(15))
+            #expect(result.exitedNormally, "killed by signal \(result.status)")
+            #expect(result.status == 0, "stderr: \(result.stderr)")
+        }
+    }
+
+    /// Bug: `inbox run` prints its banner with `print` (buffered by the C library when stdout is
+    /// not a terminal) but the events it follows with `FileHandle.standardOutput.write` (unbuffered):
+    /// under a supervisor or a pipe the banner is held back until the process exits, after the events.
+    @Test func runPrintsItsBannerBeforeTheEventsItFollows() async throws {
+        try await withTestDatabase { db in
+            _ = try await Self.append(Self.event(stream: "before"), to: db)
+            let tier = try InboxCLI.start(["run"], environment: InboxCLI.databaseEnvironment(db.url))
+            defer { tier.cleanUp() }
+            _ = try await tier.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"before""#) }
+            let whileRunning = tier.stdoutSoFar
+            tier.send(SIGTERM)
+            let result = try await tier.waitForExit(timeout: .seconds(15))
+            #expect(result.status == 0, "stderr: \(result.stderr)")
+            let banner = try #require(result.stdoutLines.firstIndex { $0.hasPrefix("Following the log") }, "stdout: \(result.stdout)")
+            let event = try #require(result.stdoutLines.firstIndex { $0.contains(#""stream":"before""#) })
+            #expect(banner < event, "stdout: \(result.stdout)")
+            #expect(whileRunning.contains("Following the log"), "stdout while running: \(whileRunning)")
+        }
+    }
+
+    /// Bug: the CLI parses the event into `JSONValue`, which holds every number as a `Double`, and
+    /// re-encodes the payload from it: an integer above 2^53 (a 64-bit id from another system) is
+    /// stored rounded, and above 9e15 written in exponent form.
+    @Test func anIntegerPayloadFieldIsStoredExactly() async throws {
+        try await withTestDatabase { db in
+            let lines = try await Self.append(
+                Self.event(stream: "listing-1", payload: #"{"externalId":1234567890123456789,"small":42}"#), to: db)
+            let tail = try await InboxCLI.run(["events", "tail", "--from", "1"], environment: InboxCLI.databaseEnvironment(db.url))
+            #expect(tail.status == 0, "stderr: \(tail.stderr)")
+            #expect(lines.first?["appended"] as? Bool == true)
+            #expect(tail.stdout.contains(#""small": 42"#) || tail.stdout.contains(#""small":42"#))
+            #expect(tail.stdout.contains("1234567890123456789"), "stdout: \(tail.stdout)")
+        }
+    }
+}

@@ -1,0 +1,167 @@
+import Foundation
+import InboxTesting
+import PostgresClient
+import Synchronization
+import Testing
+
+@Suite struct ConnectionTests {
+    @Test func aTransactionRollsBackWhenItsBodyThrows() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        struct Refused: Error {}
+        try await db.client.execute("CREATE TABLE bell (id int PRIMARY KEY)")
+        await #expect(throws: Refused.self) {
+            try await db.client.transaction { connection in
+                _ = try connection.query("INSERT INTO bell VALUES ($1)", Int32(1))
+                throw Refused()
+            }
+        }
+        try await db.client.transaction { connection in _ = try connection.query("INSERT INTO bell VALUES ($1)", Int32(2)) }
+        let ids = try await db.client.query("SELECT id FROM bell ORDER BY id") { try $0.decode(Int32.self, "id") }
+        #expect(ids == [2])
+    }
+
+    @Test func serverErrorsCarryTheirSQLState() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE devices (token text PRIMARY KEY)")
+        try await db.client.execute("INSERT INTO devices VALUES ('a')")
+        let unique = await #expect(throws: PostgresError.self) { try await db.client.execute("INSERT INTO devices VALUES ('a')") }
+        #expect(unique?.isUniqueViolation == true)
+        #expect(unique?.sqlState == "23505")
+        #expect(unique?.constraint == "devices_pkey")
+        let serialization = await #expect(throws: PostgresError.self) {
+            try await db.client.execute("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$")
+        }
+        #expect(serialization?.isSerializationFailure == true)
+        #expect(serialization?.isUniqueViolation == false)
+    }
+
+    @Test func aKilledSessionIsAConnectionErrorAndTheNextCallReconnects() async throws {
+        let db = try await TestDatabase.make(migrated: false, poolSize: 1)
+        defer { Task { await db.drop() } }
+        let pid = try await db.client.withConnection { $0.backendPID }
+        let killer = try db.connect()
+        defer { killer.close() }
+        try killer.query("SELECT pg_terminate_backend($1)", pid)
+        let lost = await #expect(throws: PostgresError.self) { try await db.client.execute("SELECT 1") }
+        #expect(lost?.isConnectionError == true)
+        let newPID = try await db.client.withConnection { $0.backendPID }
+        #expect(newPID != pid)
+        #expect(newPID != 0)
+    }
+
+    @Test func thePoolNeverOpensMoreSessionsThanItsSize() async throws {
+        let db = try await TestDatabase.make(migrated: false, poolSize: 3)
+        defer { Task { await db.drop() } }
+        let pids = try await withThrowingTaskGroup(of: Int32.self) { group in
+            for _ in 0..<12 {
+                group.addTask { try await db.client.withConnection { connection in
+                    try connection.query("SELECT pg_sleep(0.05)")
+                    return connection.backendPID
+                } }
+            }
+            var all: Set<Int32> = []
+            for try await pid in group { all.insert(pid) }
+            return all
+        }
+        #expect(pids.count <= 3)
+        #expect(pids.count >= 1)
+    }
+
+    /// Blocking libpq calls run on the connections' own threads: while as many connections as the
+    /// machine has cores (and more) sleep in the server, async work elsewhere keeps running.
+    @Test func blockingCallsLeaveTheCooperativePoolFree() async throws {
+        let db = try await TestDatabase.make(migrated: false, poolSize: 8)
+        defer { Task { await db.drop() } }
+        let ticks = Atomic<Int>(0)
+        let ticker = Task {
+            while !Task.isCancelled {
+                ticks.add(1, ordering: .relaxed)
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<8 {
+                group.addTask { try await db.client.execute("SELECT pg_sleep(1)") }
+            }
+            try await group.waitForAll()
+        }
+        ticker.cancel()
+        // Ten-millisecond ticks over a one-second wait: a starved pool would manage almost none.
+        #expect(ticks.load(ordering: .relaxed) >= 20)
+    }
+
+    @Test func aPipelineSendsEveryStatementAndReturnsResultsInOrder() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE counters (person int PRIMARY KEY, unread int NOT NULL)")
+        let results = try await db.client.withConnection { connection in
+            var statements = (1...200).map { PostgresStatement("INSERT INTO counters VALUES ($1, $2)", Int32($0), Int32($0 * 2)) }
+            statements.append(PostgresStatement("SELECT sum(unread)::bigint FROM counters"))
+            return try connection.pipeline(statements).last?.scalar(Int64.self)
+        }
+        #expect(results == Int64((1...200).reduce(0) { $0 + $1 * 2 }))
+    }
+
+    @Test func aFailingStatementInAPipelineThrowsItsErrorAndSkipsTheRest() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        let error = await #expect(throws: PostgresError.self) {
+            try await db.client.withConnection { connection in
+                _ = try connection.pipeline([
+                    PostgresStatement("INSERT INTO t VALUES (1)"), PostgresStatement("INSERT INTO t VALUES (1)"),
+                    PostgresStatement("INSERT INTO t VALUES (2)"),
+                ])
+            }
+        }
+        #expect(error?.isUniqueViolation == true)
+        // One implicit transaction: nothing of it stays.
+        let count = try await db.client.withConnection { try $0.query("SELECT count(*) FROM t").scalar(Int64.self) }
+        #expect(count == 0)
+        // The connection is usable afterwards.
+        try await db.client.execute("INSERT INTO t VALUES (3)")
+    }
+
+    @Test func copyLoadsRowsWithTabsNewlinesBackslashesAndNulls() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE messages (id int, body text)")
+        let bodies: [String?] = ["tab\there", "new\nline", "back\\slash", nil, "carriage\rreturn", "é ✓"]
+        let loaded = try await db.client.withConnection { connection in
+            try connection.copyIn("COPY messages (id, body) FROM STDIN") { writer in
+                for index in 0..<10_000 {
+                    try writer.write(row: [String(index), bodies[index % bodies.count]])
+                }
+            }
+        }
+        #expect(loaded == 10_000)
+        let back = try await db.client.query("SELECT id, body FROM messages WHERE id < 6 ORDER BY id") {
+            try $0.decode(String?.self, "body")
+        }
+        #expect(back == bodies)
+    }
+
+    @Test func listenReceivesANotifyAndTimesOutQuietly() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        let listener = try PostgresListener(configuration: db.configuration, channels: ["bell_changed"])
+        try await listener.start()
+        let quiet = try await listener.next(timeout: .milliseconds(100))
+        #expect(quiet.isEmpty)
+        try await db.client.withConnection { try $0.notify("bell_changed", payload: "person-7") }
+        var received: [PostgresNotification] = []
+        for _ in 0..<50 where received.isEmpty {
+            received = try await listener.next(timeout: .milliseconds(100))
+        }
+        #expect(received.map(\.payload) == ["person-7"])
+        #expect(received.first?.channel == "bell_changed")
+    }
+
+    @Test func aChannelNameThatIsNotAPlainIdentifierIsRefused() {
+        #expect(throws: PostgresError.self) {
+            try PostgresListener(configuration: PostgresConfiguration(url: "postgres:///x"), channels: ["bell; DROP TABLE x"])
+        }
+    }
+}
