@@ -48,7 +48,7 @@ struct AppendBenchmark: Benchmark {
                 title: "client append, batch 1,000, \(Self.concurrentAppenders) appenders",
                 description:
                     "\(Self.concurrentAppenders) tasks at once, each building and appending batches of 1,000 (pool of "
-                    + "\(BenchmarkDatabase.poolSize) connections); each appender owns a quarter of the conversations. Wall-clock rate of all of them.",
+                    + "\(BenchmarkDatabase.poolSize) connections); the conversations are split between the appenders, so none races another for a stream version. Wall-clock rate of all of them.",
                 kind: .client, batchSize: 1000, appenders: Self.concurrentAppenders,
                 eventsPerRound: concurrentPerAppender * 1000 * Self.concurrentAppenders,
                 run: { round in
@@ -198,7 +198,8 @@ struct AppendBenchmark: Benchmark {
     // MARK: Server side
 
     /// The rows the client appends, made by the server: the same bodies, types and mix, app metadata, a
-    /// fresh idempotency key per row, one correlation id per statement. Stream versions are computed
+    /// fresh idempotency key per row, one correlation id per statement. Only the stream id differs: it
+    /// carries the run's and round's prefix (the payload's conversationId does not). Stream versions are computed
     /// (not looked up): `g * 7919 mod 10000` scatters consecutive rows over 10,000 streams like the
     /// client's random choice, and is a bijection on each block of 10,000, so (stream, version) is unique.
     static let serverSideInsert = """
@@ -206,10 +207,10 @@ struct AppendBenchmark: Benchmark {
         SELECT s.stream_id, s.stream_version,
                CASE WHEN s.g % 20 = 19 THEN 'conversation_read' ELSE 'message_sent' END,
                CASE WHEN s.g % 20 = 19 THEN
-                   jsonb_build_object('conversationId', s.stream_id, 'readerId', s.author, 'side', 'seller', 'readUpTo', s.g)
+                   jsonb_build_object('conversationId', s.conversation, 'readerId', s.author, 'side', 'seller', 'readUpTo', s.g)
                ELSE
                    jsonb_build_object(
-                       'conversationId', s.stream_id, 'authorId', s.author, 'side', 'buyer',
+                       'conversationId', s.conversation, 'authorId', s.author, 'side', 'buyer',
                        'body', ($4::text[])[1 + (s.g * 31) % cardinality($4::text[])],
                        'attachmentHandles', CASE WHEN s.g % 10 = 3 THEN jsonb_build_array('att_' || left(md5(s.g::text), 22))
                                                  ELSE '[]'::jsonb END)
@@ -218,7 +219,8 @@ struct AppendBenchmark: Benchmark {
                                   'correlationId', $5::text, 'service', 'inbox'),
                gen_random_uuid()::text
         FROM (
-            SELECT g, $1::text || ((g * 7919) % 10000) AS stream_id, g / 10000 + 1 AS stream_version,
+            SELECT g, $1::text || ((g * 7919) % 10000) AS stream_id, 'conversation-' || ((g * 7919) % 10000) AS conversation,
+                   g / 10000 + 1 AS stream_version,
                    'user-' || (100000 + (g * 104729) % 900000) AS author
             FROM generate_series($2::bigint, $3::bigint) AS g
         ) s

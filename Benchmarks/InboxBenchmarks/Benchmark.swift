@@ -104,7 +104,7 @@ func runInterleaved(_ cases: [BenchmarkCase], rounds: Int) async throws -> [Conf
             let measured = try await cases[index].run(round)
             measurements[index].append(measured)
             progress(
-                "round \(round)/\(rounds)  \(cases[index].title.padding(toLength: 40, withPad: " ", startingAt: 0))"
+                "round \(round)/\(rounds)  \(cases[index].title.padding(toLength: 44, withPad: " ", startingAt: 0))"
                     + "\(formatGrouped(measured.eventsPerSecond).leftPadded(10)) events/s  (\(formatGrouped(Double(measured.events))) in "
                     + "\(String(format: "%.2f", measured.seconds)) s)")
         }

@@ -45,7 +45,7 @@ struct RunReport: Codable, Sendable {
                 let version = try connection.query("SELECT version()").scalar(String.self)
                 var settings: [String: String] = [:]
                 for row in try connection.query(
-                    "SELECT name, setting || coalesce(' ' || unit, '') AS value FROM pg_settings WHERE name = ANY($1)",
+                    "SELECT name, current_setting(name) AS value FROM pg_settings WHERE name = ANY($1)",
                     reportedSettings)
                 {
                     settings[try row.decode(String.self, "name")] = try row.decode(String.self, "value")

@@ -109,7 +109,9 @@ struct AppendRequest: Sendable {
     let expectedJSON: String
 
     /// How often an append is retried after losing a race on a stream version or an idempotency key.
-    static let maximumAttempts = 5
+    /// Each lost race means another append to the same stream committed, so the retries make
+    /// progress; many writers on one stream at once is the only way to use them up.
+    static let maximumAttempts = 32
 
     init(events: [NewEvent], expectedVersions: [String: ExpectedVersion]) throws {
         self.events = events
@@ -217,6 +219,9 @@ struct AppendRequest: Sendable {
                 // next attempt sees it (and returns the original for a known key).
                 if error.isUniqueViolation && attempt < Self.maximumAttempts {
                     attempt += 1
+                    // A little jitter keeps writers on one hot stream from colliding in lockstep.
+                    // This runs on the connection's own thread, not the cooperative pool.
+                    usleep(UInt32.random(in: 0...UInt32(min(attempt, 10) * 1000)))
                     continue
                 }
                 throw error

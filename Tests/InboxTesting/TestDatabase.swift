@@ -73,6 +73,25 @@ public struct TestDatabase: Sendable {
         try PostgresConnection(configuration: configuration)
     }
 
+    /// Waits until every committed event of this database can be read: transaction ids are shared
+    /// by every database of the cluster, so a write transaction of another test briefly holds
+    /// readers back (never makes them skip). Tests that count what a reader sees call this first.
+    public func waitUntilEventsAreReadable(timeout: Duration = .seconds(30)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let readable = try await client.withConnection { connection in
+                try connection.query(
+                    """
+                    SELECT coalesce(max(transaction_id) < pg_snapshot_xmin(pg_current_snapshot()), true) FROM events
+                    """
+                ).scalar(Bool.self)
+            }
+            if readable { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw Unreachable(description: "Events stayed unreadable for \(timeout): a transaction was left open.")
+    }
+
     /// Closes the pool and drops the database.
     public func drop() async {
         client.close()
@@ -92,6 +111,16 @@ public final class TestCluster: Sendable {
         directory = URL(fileURLWithPath: "/tmp").appendingPathComponent("inbox-cluster-\(UUID().uuidString.prefix(8))")
         postgres = try EmbeddedPostgres(configuration: .init(directory: directory))
         try postgres.start()
+    }
+
+    /// The cluster's own database, migrated, as a `TestDatabase`.
+    public func database(poolSize: Int = 8) async throws -> TestDatabase {
+        let configuration = postgres.connection
+        let client = try PostgresClient(configuration: .init(connection: configuration, maximumConnections: poolSize))
+        try await Migrator(directory: TestDatabase.migrationsDirectory).migrate(client: client)
+        return TestDatabase(
+            name: postgres.configuration.database, configuration: configuration, client: client, store: EventStore(client: client),
+            url: "postgres:///\(postgres.configuration.database)?host=\(postgres.socketDirectory.path)&user=\(postgres.configuration.user)")
     }
 
     public func tearDown() {
