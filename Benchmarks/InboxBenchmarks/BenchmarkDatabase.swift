@@ -30,7 +30,7 @@ struct BenchmarkDatabase: Sendable {
         let embedded = try EmbeddedPostgres(configuration: .init(directory: directory, database: "inbox_bench", user: "inbox"))
         cluster = embedded
         progress("starting an embedded PostgreSQL in \(directory.path)")
-        try embedded.start()
+        try await embedded.start()
         return try await run(
             embedded.connection, description: "embedded PostgreSQL in \(directory.path)", isEmbedded: true, migrator: migrator,
             body)

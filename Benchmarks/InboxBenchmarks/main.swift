@@ -1,4 +1,10 @@
+// inbox-bench: throughput benchmarks of the inbox tier against a real PostgreSQL.
+//
+//   inbox-bench [append] [--rounds N] [--scale X] [--json PATH]
+//
+// See docs/benchmarks.md for what each figure measures and the figures of the last run.
+
 import Foundation
-if ProcessInfo.processInfo.environment["IBX_PROBE"] != nil { try await Probe.run(); exit(0) }
+
 let exitCode = await BenchmarkCommand.run(arguments: Array(CommandLine.arguments.dropFirst()))
 exit(exitCode)

@@ -112,6 +112,26 @@ public final class EmbeddedPostgres: Sendable {
             ["-D", dataDirectory.path, "-m", "fast", "-w", "-t", "60", "restart"], asUser: runAs)
     }
 
+    /// `start()` on a thread of its own: initdb and pg_ctl take seconds.
+    public func start() async throws {
+        try await BlockingThread.run(name: "embedded-postgres") { try self.start() }
+    }
+
+    /// `stop()` on a thread of its own.
+    public func stop() async throws {
+        try await BlockingThread.run(name: "embedded-postgres") { try self.stop() }
+    }
+
+    /// `restart()` on a thread of its own.
+    public func restart() async throws {
+        try await BlockingThread.run(name: "embedded-postgres") { try self.restart() }
+    }
+
+    /// `createDatabaseIfMissing()` on a thread of its own.
+    public func createDatabaseIfMissing() async throws {
+        try await BlockingThread.run(name: "embedded-postgres") { try self.createDatabaseIfMissing() }
+    }
+
     /// Whether a server is running on this cluster.
     public var isRunning: Bool {
         (try? run(binDirectory.appendingPathComponent("pg_ctl").path, ["-D", dataDirectory.path, "status"], asUser: runAs)) != nil

@@ -65,6 +65,14 @@ public final class EventStore: Sendable {
         }
     }
 
+    /// The newest transaction that has committed events (0 for an empty log). A reader that has
+    /// consumed an event of this transaction has seen everything committed when it was asked.
+    public func lastCommittedTransactionId() async throws -> UInt64 {
+        try await client.withConnection { connection in
+            try connection.query("SELECT coalesce(max(transaction_id), '0')::text::bigint FROM events").scalar(Int64.self)
+        }.magnitude
+    }
+
     /// The highest position handed out so far (0 for an empty log).
     public func headPosition() async throws -> Int64 {
         try await client.withConnection { connection in

@@ -23,8 +23,11 @@ final class ConnectionWorker: @unchecked Sendable {
         self.configuration = configuration
         self.applicationName = applicationName
         self.onConnect = onConnect
-        let thread = Thread { [self] in runLoop() }
-        thread.name = name
+        // Named from inside: on Linux a name set before start does not reach the thread.
+        let thread = Thread { [self] in
+            Thread.current.name = name
+            runLoop()
+        }
         thread.stackSize = 1 << 20
         thread.start()
     }

@@ -117,6 +117,7 @@ public final class PostgresConnection {
     /// statement fails, the ones after it are skipped and the first error is thrown.
     /// Keep a pipeline to a few thousand statements: it is sent in one go and read afterwards.
     public func pipeline(_ statements: [PostgresStatement]) throws -> [PostgresRows] {
+        if statements.isEmpty { return [] }
         let connection = try liveHandle()
         guard PQenterPipelineMode(connection) == 1 else { throw failure("cannot enter pipeline mode") }
         defer { PQexitPipelineMode(connection) }
@@ -150,7 +151,8 @@ public final class PostgresConnection {
             }
             do {
                 let index = results.count
-                results.append(try PostgresRows(checking: result, connection: self, sql: statements[min(index, statements.count - 1)].sql))
+                let sql = statements[min(index, statements.count - 1)].sql
+                results.append(try PostgresRows(checking: result, connection: self, sql: sql))
             } catch {
                 if firstError == nil { firstError = error }
             }

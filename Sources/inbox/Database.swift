@@ -27,10 +27,10 @@ func withDatabase(
         let cluster = try EmbeddedPostgres(configuration: .init(directory: directory))
         if !cluster.isRunning {
             log.info("starting the embedded PostgreSQL", ["directory": directory.path])
-            try cluster.start()
+            try await cluster.start()
             startedEmbedded = true
         } else {
-            try cluster.createDatabaseIfMissing()
+            try await cluster.createDatabaseIfMissing()
         }
         embedded = cluster
         connection = cluster.connection
@@ -56,7 +56,7 @@ func withDatabase(
     client.close()
     if let embedded, startedEmbedded {
         log.info("stopping the embedded PostgreSQL", [:])
-        do { try embedded.stop() } catch { log.error("could not stop the embedded PostgreSQL", ["error": "\(error)"]) }
+        do { try await embedded.stop() } catch { log.error("could not stop the embedded PostgreSQL", ["error": "\(error)"]) }
     }
     try result.get()
 }

@@ -66,12 +66,20 @@ enum EventsCommand {
                 printLines(batch, from: first)
             }
         } else {
+            // Everything committed when the command started, even events held back for a moment
+            // by an older transaction that is still open (docs/event-log.md, gap-safe reads).
+            let target = try await store.lastCommittedTransactionId()
             var position = checkpoint
             while true {
                 let batch = try await store.read(after: position, limit: 1000)
-                guard let last = batch.last else { break }
-                printLines(batch, from: first)
-                position = last.checkpoint
+                if let last = batch.last {
+                    printLines(batch, from: first)
+                    position = last.checkpoint
+                } else if position.transactionId >= target {
+                    break
+                } else {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
             }
         }
     }

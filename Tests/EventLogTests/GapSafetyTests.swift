@@ -14,7 +14,7 @@ import Testing
 /// by every database of a cluster, and these tests hold transactions open on purpose.
 @Suite struct GapSafetyTests {
     @Test func anEventThatCommitsLateIsReadExactlyOnce() async throws {
-        let cluster = try TestCluster()
+        let cluster = try await TestCluster.make()
         defer { cluster.tearDown() }
         let db = try await cluster.database()
         defer { db.client.close() }
@@ -42,7 +42,7 @@ import Testing
     }
 
     @Test func readsBeforeAnOpenTransactionStillProgressAndNothingIsSkippedAfterIt() async throws {
-        let cluster = try TestCluster()
+        let cluster = try await TestCluster.make()
         defer { cluster.tearDown() }
         let db = try await cluster.database()
         defer { db.client.close() }
@@ -64,7 +64,7 @@ import Testing
     /// Several writers append batches of random size, some holding their transaction open for a
     /// while, while a reader follows checkpoints. At the end the reader has seen every event exactly once.
     @Test func concurrentWritersAndAFollowingReaderNeverLoseOrRepeatAnEvent() async throws {
-        let cluster = try TestCluster()
+        let cluster = try await TestCluster.make()
         defer { cluster.tearDown() }
         let db = try await cluster.database(poolSize: 10)
         defer { db.client.close() }

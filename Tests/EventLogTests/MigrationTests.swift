@@ -120,21 +120,21 @@ import Testing
         defer { try? FileManager.default.removeItem(at: directory) }
         let cluster = try EmbeddedPostgres(configuration: .init(directory: directory))
         #expect(!cluster.isRunning)
-        try cluster.start()
+        try await cluster.start()
         #expect(cluster.isRunning)
         let client = try PostgresClient(configuration: .init(connection: cluster.connection, maximumConnections: 2))
         try await Migrator(directory: TestDatabase.migrationsDirectory).migrate(client: client)
         _ = try await EventStore(client: client).append(message("conversation-1", "kept across a restart"))
         client.close()
-        try cluster.stop()
+        try await cluster.stop()
         #expect(!cluster.isRunning)
 
         // A second start finds the same cluster and its data.
-        try cluster.start()
+        try await cluster.start()
         let again = try PostgresClient(configuration: .init(connection: cluster.connection, maximumConnections: 1))
         let head = try await EventStore(client: again).headPosition()
         again.close()
-        try cluster.stop()
+        try await cluster.stop()
         #expect(head == 1)
     }
 }

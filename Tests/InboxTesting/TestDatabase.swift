@@ -31,9 +31,11 @@ public struct TestDatabase: Sendable {
         let admin = try adminConfiguration()
         let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(20)
         do {
-            let connection = try PostgresConnection(configuration: admin)
-            try connection.execute("CREATE DATABASE \(name)")
-            connection.close()
+            try await BlockingThread.run {
+                let connection = try PostgresConnection(configuration: admin)
+                try connection.execute("CREATE DATABASE \(name)")
+                connection.close()
+            }
         } catch {
             throw Unreachable(description: "The test PostgreSQL at \(admin.redactedDescription) cannot be reached: \(error)")
         }
@@ -95,9 +97,13 @@ public struct TestDatabase: Sendable {
     /// Closes the pool and drops the database.
     public func drop() async {
         client.close()
-        guard let admin = try? Self.adminConfiguration(), let connection = try? PostgresConnection(configuration: admin) else { return }
-        _ = try? connection.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
-        connection.close()
+        guard let admin = try? Self.adminConfiguration() else { return }
+        let name = self.name
+        _ = try? await BlockingThread.run {
+            let connection = try PostgresConnection(configuration: admin)
+            defer { connection.close() }
+            try connection.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+        }
     }
 }
 
@@ -107,10 +113,17 @@ public final class TestCluster: Sendable {
     public let postgres: EmbeddedPostgres
     public let directory: URL
 
-    public init() throws {
-        directory = URL(fileURLWithPath: "/tmp").appendingPathComponent("inbox-cluster-\(UUID().uuidString.prefix(8))")
-        postgres = try EmbeddedPostgres(configuration: .init(directory: directory))
-        try postgres.start()
+    private init(directory: URL, postgres: EmbeddedPostgres) {
+        self.directory = directory
+        self.postgres = postgres
+    }
+
+    /// Makes and starts a cluster (initdb and pg_ctl run on a thread of their own).
+    public static func make() async throws -> TestCluster {
+        let directory = URL(fileURLWithPath: "/tmp").appendingPathComponent("inbox-cluster-\(UUID().uuidString.prefix(8))")
+        let postgres = try EmbeddedPostgres(configuration: .init(directory: directory))
+        try await postgres.start()
+        return TestCluster(directory: directory, postgres: postgres)
     }
 
     /// The cluster's own database, migrated, as a `TestDatabase`.
@@ -123,6 +136,7 @@ public final class TestCluster: Sendable {
             url: "postgres:///\(postgres.configuration.database)?host=\(postgres.socketDirectory.path)&user=\(postgres.configuration.user)")
     }
 
+    /// Stops the server and removes the folder (blocking: it runs in a `defer`).
     public func tearDown() {
         try? postgres.stop()
         try? FileManager.default.removeItem(at: directory)

@@ -1,7 +1,6 @@
 import Foundation
 import InboxTesting
 import PostgresClient
-import Synchronization
 import Testing
 
 @Suite struct ConnectionTests {
@@ -69,27 +68,40 @@ import Testing
         #expect(pids.count >= 1)
     }
 
-    /// Blocking libpq calls run on the connections' own threads: while as many connections as the
-    /// machine has cores (and more) sleep in the server, async work elsewhere keeps running.
-    @Test func blockingCallsLeaveTheCooperativePoolFree() async throws {
+    /// Blocking libpq calls run on the connections' own threads, never on Swift's cooperative pool
+    /// (which has one thread per core): eight calls that sleep in the server are all in flight at
+    /// once on a two-core machine, as the server's own activity view shows.
+    @Test func blockingCallsRunOnConnectionThreadsNotTheCooperativePool() async throws {
         let db = try await TestDatabase.make(migrated: false, poolSize: 8)
         defer { Task { await db.drop() } }
-        let ticks = Atomic<Int>(0)
-        let ticker = Task {
-            while !Task.isCancelled {
-                ticks.add(1, ordering: .relaxed)
-                try? await Task.sleep(for: .milliseconds(10))
+        let threadName = try await db.client.withConnection { _ in Thread.current.name ?? "" }
+        #expect(threadName.hasPrefix("postgres-"))
+
+        let observer = try PostgresClient(configuration: .init(connection: db.configuration, maximumConnections: 1))
+        defer { observer.close() }
+        let sleepers = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 { group.addTask { try await db.client.execute("SELECT pg_sleep(3) AS blocking_probe") } }
+                try await group.waitForAll()
             }
         }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for _ in 0..<8 {
-                group.addTask { try await db.client.execute("SELECT pg_sleep(1)") }
+        var mostAtOnce: Int64 = 0
+        let deadline = ContinuousClock.now + .seconds(20)
+        while mostAtOnce < 8, ContinuousClock.now < deadline {
+            let active = try await observer.withConnection { connection in
+                try connection.query(
+                    """
+                    SELECT count(*) FROM pg_stat_activity
+                    WHERE datname = current_database() AND state = 'active' AND query LIKE '%blocking_probe%'
+                      AND pid <> pg_backend_pid()
+                    """
+                ).scalar(Int64.self)
             }
-            try await group.waitForAll()
+            mostAtOnce = max(mostAtOnce, active)
+            try await Task.sleep(for: .milliseconds(50))
         }
-        ticker.cancel()
-        // Ten-millisecond ticks over a one-second wait: a starved pool would manage almost none.
-        #expect(ticks.load(ordering: .relaxed) >= 20)
+        try await sleepers.value
+        #expect(mostAtOnce == 8)
     }
 
     @Test func aPipelineSendsEveryStatementAndReturnsResultsInOrder() async throws {

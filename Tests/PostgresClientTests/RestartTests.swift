@@ -7,7 +7,7 @@ import Testing
 /// Uses a cluster of its own: restarting the shared test server would disturb every other test.
 @Suite struct RestartTests {
     @Test func thePoolSurvivesAPostgresRestart() async throws {
-        let cluster = try TestCluster()
+        let cluster = try await TestCluster.make()
         defer { cluster.tearDown() }
         let client = try PostgresClient(configuration: .init(connection: cluster.postgres.connection, maximumConnections: 2))
         defer { client.close() }
@@ -17,7 +17,7 @@ import Testing
         // A call in flight when the server goes away fails with a connection error.
         let inFlight = Task { try await client.execute("SELECT pg_sleep(30)") }
         try await Task.sleep(for: .milliseconds(300))
-        try cluster.postgres.restart()
+        try await cluster.postgres.restart()
         let error = await #expect(throws: PostgresError.self) { try await inFlight.value }
         #expect(error?.isConnectionError == true)
 
