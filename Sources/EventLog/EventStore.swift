@@ -115,6 +115,8 @@ struct AppendRequest: Sendable {
     let events: [NewEvent]
     let eventsJSON: String
     let expectedJSON: String
+    /// No expected versions and no idempotency key twice: `append_new_events` can take it.
+    let fitsFastPath: Bool
 
     /// How often an append is retried after losing a race on a stream version or an idempotency key.
     /// Each lost race means another append to the same stream committed, so the retries make
@@ -159,6 +161,11 @@ struct AppendRequest: Sendable {
         }
         expected.raw(UInt8(ascii: "}"))
         expectedJSON = expected.string
+
+        var keys = Set<String>()
+        let keysAreDistinct = events.allSatisfy { event in event.idempotencyKey.map { keys.insert($0).inserted } ?? true }
+        let holdsVersions = expectedVersions.values.contains { $0.required != nil }
+        fitsFastPath = !holdsVersions && keysAreDistinct
     }
 
     static func validate(_ event: NewEvent, index: Int) throws {
@@ -211,18 +218,30 @@ struct AppendRequest: Sendable {
         if events.isEmpty { return [] }
         // Inside the caller's transaction a failed statement would abort it: retry behind a savepoint.
         let savepoint = connection.isInTransaction
+        var fastPath = fitsFastPath
         var attempt = 1
         while true {
             do {
                 if savepoint { try connection.execute("SAVEPOINT inbox_append") }
-                let rows = try connection.query(
-                    "SELECT * FROM append_events($1::jsonb, $2::jsonb)", PostgresRawJSON(eventsJSON),
-                    PostgresRawJSON(expectedJSON))
+                let appended: [AppendedEvent]
+                if fastPath {
+                    appended = try decodeNew(try connection.query("SELECT * FROM append_new_events($1::jsonb)", PostgresRawJSON(eventsJSON)))
+                } else {
+                    appended = try decode(
+                        try connection.query(
+                            "SELECT * FROM append_events($1::jsonb, $2::jsonb)", PostgresRawJSON(eventsJSON),
+                            PostgresRawJSON(expectedJSON)))
+                }
                 if savepoint { try connection.execute("RELEASE SAVEPOINT inbox_append") }
-                return try decode(rows)
+                return appended
             } catch let error as PostgresError {
                 if savepoint, connection.isOpen { _ = try? connection.execute("ROLLBACK TO SAVEPOINT inbox_append") }
                 if error.sqlState == "WR001" { throw Self.conflict(from: error) }
+                // A key of the batch is already in the log: the full path returns the originals.
+                if error.sqlState == "WR003" && fastPath {
+                    fastPath = false
+                    continue
+                }
                 // A concurrent append took the same stream version or idempotency key first: the
                 // next attempt sees it (and returns the original for a known key).
                 if error.isUniqueViolation && attempt < Self.maximumAttempts {
@@ -235,6 +254,42 @@ struct AppendRequest: Sendable {
                 throw error
             }
         }
+    }
+
+    /// The rows of `append_new_events`: every event was written. Within a stream, versions follow
+    /// the batch's order, which is how rows are matched to the events that made them.
+    private func decodeNew(_ rows: PostgresRows) throws -> [AppendedEvent] {
+        var byStream: [String: [(version: Int64, row: Int)]] = [:]
+        for index in 0..<rows.count {
+            let row = rows[index]
+            byStream[try row.decode(String.self, "stream_id"), default: []].append((try row.decode(Int64.self, "stream_version"), index))
+        }
+        for stream in byStream.keys { byStream[stream]?.sort { $0.version < $1.version } }
+        var nextInStream: [String: Int] = [:]
+        let metadata = metadataTexts
+        var result: [AppendedEvent] = []
+        result.reserveCapacity(events.count)
+        for (ordinal, input) in events.enumerated() {
+            let offset = nextInStream[input.streamId, default: 0]
+            nextInStream[input.streamId] = offset + 1
+            guard let match = byStream[input.streamId], offset < match.count else {
+                throw PostgresError(.clientFailure, "append_new_events returned no row for event \(ordinal) of the batch.")
+            }
+            let row = rows[match[offset].row]
+            let event = RecordedEvent(
+                position: try row.decode(Int64.self, "position"),
+                transactionId: try row.decode(UInt64.self, "transaction_id"),
+                streamId: input.streamId,
+                streamVersion: match[offset].version,
+                type: input.type,
+                schemaVersion: input.schemaVersion,
+                payloadJSON: input.payloadJSON,
+                metadataJSON: metadata[ordinal],
+                idempotencyKey: input.idempotencyKey,
+                recordedAt: try row.decode(Date.self, "recorded_at"))
+            result.append(AppendedEvent(event: event, wasAppended: true))
+        }
+        return result
     }
 
     private func decode(_ rows: PostgresRows) throws -> [AppendedEvent] {

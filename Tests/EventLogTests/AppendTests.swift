@@ -66,6 +66,24 @@ import Testing
         #expect(versions == [1, 2, 3, 4])
     }
 
+    /// The common path assumes every key is new; a known one makes it fall back, also inside a
+    /// caller's transaction, without writing anything twice or leaving a gap in stream versions.
+    @Test func aKnownKeyInABatchOfDistinctKeysFallsBackAndKeepsVersionsDense() async throws {
+        let db = try await TestDatabase.make()
+        defer { Task { await db.drop() } }
+        _ = try await db.store.append(message("conversation-1", "a", key: "k-a"))
+        let appended = try await db.client.transaction { connection in
+            try EventStore.append(
+                [message("conversation-1", "b", key: "k-b"), message("conversation-1", "a again", key: "k-a"),
+                 message("conversation-2", "c", key: "k-c")], on: connection)
+        }
+        #expect(appended.map(\.wasAppended) == [true, false, true])
+        #expect(appended.map(\.event.streamVersion) == [2, 1, 1])
+        #expect(try await db.count() == 3)
+        let versions = try await db.readAll().filter { $0.streamId == "conversation-1" }.map(\.streamVersion)
+        #expect(versions == [1, 2])
+    }
+
     @Test func aWrongExpectedVersionIsATypedErrorAndWritesNothing() async throws {
         let db = try await TestDatabase.make()
         defer { Task { await db.drop() } }
