@@ -63,7 +63,22 @@ struct AppendBenchmark: Benchmark {
                     + "INSERT INTO events ... SELECT ... FROM generate_series, 1,000 rows a statement, each statement its own transaction.",
                 kind: .serverSide, batchSize: Self.serverStatementRows, appenders: 1, eventsPerRound: statements * Self.serverStatementRows,
                 run: { round in
-                    try await Self.insertServerSide(client: client, prefix: Self.serverPrefix(runTag: runTag, round: round), statements: statements, round: round)
+                    try await Self.insertServerSide(
+                        client: client, prefix: Self.serverPrefix(runTag: runTag, round: round), statements: statements, sessions: 1,
+                        round: round)
+                }),
+            BenchmarkCase(
+                id: "server-side-insert-1000-x\(Self.concurrentAppenders)",
+                title: "server-side INSERT ... SELECT, 1,000 rows, \(Self.concurrentAppenders) sessions",
+                description:
+                    "The same server-side insert from \(Self.concurrentAppenders) sessions at once, the like-for-like ceiling for the "
+                    + "\(Self.concurrentAppenders)-appender row.",
+                kind: .serverSide, batchSize: Self.serverStatementRows, appenders: Self.concurrentAppenders,
+                eventsPerRound: statements * Self.serverStatementRows,
+                run: { round in
+                    try await Self.insertServerSide(
+                        client: client, prefix: Self.serverPrefix(runTag: runTag + "c", round: round), statements: statements,
+                        sessions: Self.concurrentAppenders, round: round)
                 }),
         ]
         let results = try await runInterleaved(cases, rounds: rounds)
@@ -92,7 +107,7 @@ struct AppendBenchmark: Benchmark {
             sentEvents += events.count
             _ = try await database.store.append(events)
         }
-        _ = try await Self.insertServerSide(client: database.client, prefix: Self.serverPrefix(runTag: runTag, round: 0), statements: 1, round: 0)
+        _ = try await Self.insertServerSide(client: database.client, prefix: Self.serverPrefix(runTag: runTag, round: 0), statements: 1, sessions: 1, round: 0)
 
         var notes: [String: String] = [
             "runTag": runTag,
@@ -226,21 +241,32 @@ struct AppendBenchmark: Benchmark {
         ) s
         """
 
-    private static func insertServerSide(client: PostgresClient, prefix: String, statements: Int, round: Int) async throws -> Measurement {
+    private static func insertServerSide(
+        client: PostgresClient, prefix: String, statements: Int, sessions: Int, round: Int
+    ) async throws -> Measurement {
         let clock = ContinuousClock()
         let start = clock.now
         let rows = serverStatementRows
-        for statement in 0..<statements {
-            try Task.checkCancellation()
-            let first = Int64(statement * rows)
-            let last = first + Int64(rows) - 1
-            let correlationId = UUID().uuidString.lowercased()
-            let inserted = try await client.withConnection { connection in
-                try connection.query(serverSideInsert, prefix, first, last, EventFactory.bodies, correlationId).affectedRows
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for session in 0..<sessions {
+                // Each session its own streams, so no two sessions race for a stream version.
+                let sessionPrefix = sessions == 1 ? prefix : "\(prefix)s\(session)-"
+                group.addTask {
+                    for statement in stride(from: session, to: statements, by: sessions) {
+                        try Task.checkCancellation()
+                        let first = Int64(statement * rows)
+                        let last = first + Int64(rows) - 1
+                        let correlationId = UUID().uuidString.lowercased()
+                        let inserted = try await client.withConnection { connection in
+                            try connection.query(serverSideInsert, sessionPrefix, first, last, EventFactory.bodies, correlationId).affectedRows
+                        }
+                        guard inserted == rows else {
+                            throw BenchmarkFailure(description: "the server-side INSERT wrote \(inserted ?? 0) rows, not \(rows)")
+                        }
+                    }
+                }
             }
-            guard inserted == rows else {
-                throw BenchmarkFailure(description: "the server-side INSERT wrote \(inserted ?? 0) rows, not \(rows)")
-            }
+            try await group.waitForAll()
         }
         return Measurement(round: round, events: statements * rows, elapsed: clock.now - start)
     }

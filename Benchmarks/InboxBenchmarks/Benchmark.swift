@@ -121,10 +121,13 @@ func runInterleaved(_ cases: [BenchmarkCase], rounds: Int) async throws -> [Conf
             maximumEventsPerSecond: rates.max() ?? 0, medianBuildShare: buildShares.isEmpty ? nil : median(buildShares),
             ratioToServerSide: nil)
     }
-    if let server = results.first(where: { $0.kind == .serverSide }), server.medianEventsPerSecond > 0 {
-        for index in results.indices where results[index].kind == .client {
-            results[index].ratioToServerSide = results[index].medianEventsPerSecond / server.medianEventsPerSecond
-        }
+    // Each client row is compared with the server-side row of the same concurrency (one session for
+    // one appender, several for several), falling back to the single-session row.
+    let servers = results.filter { $0.kind == .serverSide && $0.medianEventsPerSecond > 0 }
+    for index in results.indices where results[index].kind == .client {
+        let concurrent = results[index].appenders > 1
+        guard let server = servers.first(where: { ($0.appenders > 1) == concurrent }) ?? servers.first else { continue }
+        results[index].ratioToServerSide = results[index].medianEventsPerSecond / server.medianEventsPerSecond
     }
     return results
 }

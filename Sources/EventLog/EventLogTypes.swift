@@ -25,13 +25,19 @@ public struct NewEvent: Sendable, Hashable {
     }
 
     public init<P: EventPayload>(streamId: String, payload: P, metadata: EventMetadata, idempotencyKey: String? = nil) throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
         self.init(
             streamId: streamId, type: P.eventType, schemaVersion: P.schemaVersion,
-            payloadJSON: String(decoding: try encoder.encode(payload), as: UTF8.self), metadata: metadata,
+            payloadJSON: String(decoding: try Self.encoder.encode(payload), as: UTF8.self), metadata: metadata,
             idempotencyKey: idempotencyKey)
     }
+
+    /// One encoder for every payload: its options never change after this, and encoding does not
+    /// mutate it.
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return encoder
+    }()
 }
 
 /// An event as stored in the log.

@@ -115,6 +115,8 @@ struct AppendRequest: Sendable {
     let events: [NewEvent]
     let eventsJSON: String
     let expectedJSON: String
+    /// Each event's metadata as sent, which is what `RecordedEvent.metadataJSON` holds for a new event.
+    let metadataTexts: [String]
     /// No expected versions and no idempotency key twice: `append_new_events` can take it.
     let fitsFastPath: Bool
 
@@ -126,6 +128,8 @@ struct AppendRequest: Sendable {
     init(events: [NewEvent], expectedVersions: [String: ExpectedVersion]) throws {
         self.events = events
         var text = JSONText(capacity: events.count * 256 + 16)
+        var metadataTexts: [String] = []
+        metadataTexts.reserveCapacity(events.count)
         text.raw(UInt8(ascii: "["))
         for (index, event) in events.enumerated() {
             try Self.validate(event, index: index)
@@ -141,7 +145,10 @@ struct AppendRequest: Sendable {
             text.key("payload", first: &first)
             text.raw(event.payloadJSON)
             text.key("metadata", first: &first)
-            Self.write(event.metadata, to: &text)
+            var metadata = JSONText(capacity: 160)
+            Self.write(event.metadata, to: &metadata)
+            text.raw(metadata.bytes)
+            metadataTexts.append(metadata.string)
             if let key = event.idempotencyKey {
                 text.key("idempotencyKey", first: &first)
                 text.string(key)
@@ -150,6 +157,7 @@ struct AppendRequest: Sendable {
         }
         text.raw(UInt8(ascii: "]"))
         eventsJSON = text.string
+        self.metadataTexts = metadataTexts
 
         var expected = JSONText()
         var first = true
@@ -206,14 +214,6 @@ struct AppendRequest: Sendable {
         text.raw(UInt8(ascii: "}"))
     }
 
-    var metadataTexts: [String] {
-        events.map { event in
-            var text = JSONText(capacity: 128)
-            Self.write(event.metadata, to: &text)
-            return text.string
-        }
-    }
-
     func run(on connection: PostgresConnection) throws -> [AppendedEvent] {
         if events.isEmpty { return [] }
         // Inside the caller's transaction a failed statement would abort it: retry behind a savepoint.
@@ -266,64 +266,44 @@ struct AppendRequest: Sendable {
         }
         for stream in byStream.keys { byStream[stream]?.sort { $0.version < $1.version } }
         var nextInStream: [String: Int] = [:]
-        let metadata = metadataTexts
-        var result: [AppendedEvent] = []
-        result.reserveCapacity(events.count)
-        for (ordinal, input) in events.enumerated() {
+        return try events.enumerated().map { ordinal, input in
             let offset = nextInStream[input.streamId, default: 0]
             nextInStream[input.streamId] = offset + 1
             guard let match = byStream[input.streamId], offset < match.count else {
                 throw PostgresError(.clientFailure, "append_new_events returned no row for event \(ordinal) of the batch.")
             }
-            let row = rows[match[offset].row]
-            let event = RecordedEvent(
-                position: try row.decode(Int64.self, "position"),
-                transactionId: try row.decode(UInt64.self, "transaction_id"),
-                streamId: input.streamId,
-                streamVersion: match[offset].version,
-                type: input.type,
-                schemaVersion: input.schemaVersion,
-                payloadJSON: input.payloadJSON,
-                metadataJSON: metadata[ordinal],
-                idempotencyKey: input.idempotencyKey,
-                recordedAt: try row.decode(Date.self, "recorded_at"))
-            result.append(AppendedEvent(event: event, wasAppended: true))
+            return AppendedEvent(
+                event: try written(input, metadataJSON: metadataTexts[ordinal], version: match[offset].version, row: rows[match[offset].row]),
+                wasAppended: true)
         }
-        return result
     }
 
+    /// The rows of `append_events`: one per input, written now or found by its idempotency key.
     private func decode(_ rows: PostgresRows) throws -> [AppendedEvent] {
-        var result: [AppendedEvent] = []
-        result.reserveCapacity(events.count)
-        var metadata: [String]?
-        for row in rows {
+        try rows.map { row in
             let ordinal = Int(try row.decode(Int32.self, "ordinal")) - 1
-            let appended = try row.decode(Bool.self, "appended")
-            let input = events[ordinal]
-            let payloadJSON: String
-            let metadataJSON: String
-            if appended {
-                payloadJSON = input.payloadJSON
-                if metadata == nil { metadata = metadataTexts }
-                metadataJSON = metadata![ordinal]
-            } else {
-                payloadJSON = try row.decode(PostgresRawJSON.self, "payload").text
-                metadataJSON = try row.decode(PostgresRawJSON.self, "metadata").text
+            guard try row.decode(Bool.self, "appended") else {
+                return AppendedEvent(event: try RecordedEvent(row: row), wasAppended: false)
             }
-            let event = RecordedEvent(
-                position: try row.decode(Int64.self, "position"),
-                transactionId: try row.decode(UInt64.self, "transaction_id"),
-                streamId: try row.decode(String.self, "stream_id"),
-                streamVersion: try row.decode(Int64.self, "stream_version"),
-                type: try row.decode(String.self, "type"),
-                schemaVersion: Int(try row.decode(Int32.self, "schema_version")),
-                payloadJSON: payloadJSON,
-                metadataJSON: metadataJSON,
-                idempotencyKey: try row.decode(String?.self, "idempotency_key"),
-                recordedAt: try row.decode(Date.self, "recorded_at"))
-            result.append(AppendedEvent(event: event, wasAppended: appended))
+            let version = try row.decode(Int64.self, "stream_version")
+            return AppendedEvent(
+                event: try written(events[ordinal], metadataJSON: metadataTexts[ordinal], version: version, row: row), wasAppended: true)
         }
-        return result
+    }
+
+    /// An event this append wrote: what the caller gave, plus what the database assigned.
+    private func written(_ input: NewEvent, metadataJSON: String, version: Int64, row: PostgresRow) throws -> RecordedEvent {
+        RecordedEvent(
+            position: try row.decode(Int64.self, "position"),
+            transactionId: try row.decode(UInt64.self, "transaction_id"),
+            streamId: input.streamId,
+            streamVersion: version,
+            type: input.type,
+            schemaVersion: input.schemaVersion,
+            payloadJSON: input.payloadJSON,
+            metadataJSON: metadataJSON,
+            idempotencyKey: input.idempotencyKey,
+            recordedAt: try row.decode(Date.self, "recorded_at"))
     }
 
     static func conflict(from error: PostgresError) -> EventLogError {

@@ -9,6 +9,7 @@ struct JSONText {
 
     mutating func raw(_ text: String) { bytes.append(contentsOf: text.utf8) }
     mutating func raw(_ byte: UInt8) { bytes.append(byte) }
+    mutating func raw(_ other: [UInt8]) { bytes.append(contentsOf: other) }
 
     mutating func string(_ text: String) {
         bytes.append(UInt8(ascii: "\""))
