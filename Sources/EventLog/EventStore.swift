@@ -58,6 +58,16 @@ public final class EventStore: Sendable {
         return try rows.map(RecordedEvent.init(row:))
     }
 
+    /// Whether events of a later transaction than the checkpoint's have committed, readable or not.
+    /// After a read that came back short, true means some are held back by an older transaction
+    /// that is still open.
+    public func hasCommittedEvents(after checkpoint: Checkpoint) async throws -> Bool {
+        try await client.withConnection { connection in
+            try connection.query("SELECT EXISTS (SELECT 1 FROM events WHERE transaction_id > $1)", checkpoint.transactionId)
+                .scalar(Bool.self)
+        }
+    }
+
     /// The event at `position`, if there is one.
     public func event(at position: Int64) async throws -> RecordedEvent? {
         try await client.withConnection { connection in

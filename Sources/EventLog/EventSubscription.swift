@@ -51,9 +51,9 @@ extension EventStore {
             configuration: client.configuration.connection, channels: [Self.notificationChannel])
         var position = checkpoint
         var listening = false
-        // After a notification whose events are not readable yet (an older transaction is still
-        // open, see docs/event-log.md), read again soon rather than a whole poll interval later.
-        var retryAfterNotification: Duration?
+        // While events have committed behind an older transaction that is still open (see
+        // docs/event-log.md, gap-safe reads), read again soon rather than a whole poll interval later.
+        var heldBackRetry = Duration.milliseconds(10)
         while !Task.isCancelled {
             do {
                 if !listening {
@@ -63,18 +63,19 @@ extension EventStore {
                 }
                 let batch = try await read(after: position, limit: options.batchSize)
                 if let last = batch.last {
-                    retryAfterNotification = nil
                     try await consume(batch)
                     position = last.checkpoint
                     if batch.count == options.batchSize { continue }
                 }
-                let wait = retryAfterNotification.map { min($0, options.pollInterval) } ?? options.pollInterval
-                let notifications = try await listener.next(timeout: wait)
-                if !notifications.isEmpty {
-                    retryAfterNotification = .milliseconds(20)
-                } else if let retry = retryAfterNotification {
-                    retryAfterNotification = retry < options.pollInterval ? retry * 2 : nil
+                let wait: Duration
+                if try await hasCommittedEvents(after: position) {
+                    heldBackRetry = min(heldBackRetry * 2, options.pollInterval)
+                    wait = heldBackRetry
+                } else {
+                    heldBackRetry = .milliseconds(10)
+                    wait = options.pollInterval
                 }
+                _ = try await listener.next(timeout: wait)
             } catch let error as PostgresError where error.isConnectionError {
                 listening = false
                 try await Task.sleep(for: options.reconnectDelay)

@@ -61,6 +61,38 @@ import Testing
         #expect(Set((firstRead + secondRead).map(\.position)).count == 7)
     }
 
+    /// A subscriber that finds committed events held back by an older open transaction does not wait
+    /// a whole poll interval (a minute here) once that transaction ends, even though no notification
+    /// is coming (the one for the held-back event went out before it subscribed).
+    @Test func aSubscriberPicksUpHeldBackEventsSoonAfterTheOlderTransactionEnds() async throws {
+        let cluster = try await TestCluster.make()
+        defer { cluster.tearDown() }
+        let db = try await cluster.database()
+        defer { db.client.close() }
+        let slow = try db.connect()
+        defer { slow.close() }
+        try slow.execute("BEGIN")
+        _ = try EventStore.append([message("conversation-slow", "late")], on: slow)
+
+        _ = try await db.store.append(message("conversation-fast", "early"))
+
+        let stream = db.store.subscribe(after: .start, options: .init(pollInterval: .seconds(60)))
+        let received = Task { () -> [String] in
+            var streams: [String] = []
+            for try await batch in stream {
+                streams += batch.map(\.streamId)
+                if streams.count >= 2 { break }
+            }
+            return streams
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        let committed = ContinuousClock.now
+        try slow.execute("COMMIT")
+        let streams = try await received.value
+        #expect(streams == ["conversation-slow", "conversation-fast"])
+        #expect(ContinuousClock.now - committed < .seconds(15))
+    }
+
     /// Several writers append batches of random size, some holding their transaction open for a
     /// while, while a reader follows checkpoints. At the end the reader has seen every event exactly once.
     @Test func concurrentWritersAndAFollowingReaderNeverLoseOrRepeatAnEvent() async throws {
