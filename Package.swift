@@ -42,6 +42,9 @@ let package = Package(
             name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL"],
             swiftSettings: swiftSettings),
 
+        // Process lifecycle: signals today, the service group of the roles later.
+        .target(name: "Lifecycle", swiftSettings: swiftSettings),
+
         // The domain: events, categories, rules. No I/O.
         .target(name: "InboxDomain", swiftSettings: swiftSettings),
 
@@ -51,11 +54,11 @@ let package = Package(
             swiftSettings: swiftSettings),
 
         .executableTarget(
-            name: "inbox", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "LinkedLibraries"],
+            name: "inbox", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle"],
             swiftSettings: swiftSettings),
 
         .executableTarget(
-            name: "InboxBenchmarks", dependencies: ["EventLog", "PostgresClient", "InboxDomain"],
+            name: "InboxBenchmarks", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Lifecycle"],
             path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
 
         // Tests run against a real PostgreSQL (see Makefile and Tests/README).

@@ -1,4 +1,5 @@
 import Foundation
+import Lifecycle
 
 /// Parses the command line, runs the chosen benchmark on a database, prints the table and writes the JSON.
 enum BenchmarkCommand {
@@ -50,25 +51,5 @@ enum BenchmarkCommand {
         }
         print("\nJSON: \(options.resolvedJSONPath)")
         return 0
-    }
-}
-
-/// Turns SIGINT/SIGTERM into a callback instead of the default immediate exit.
-final class SignalWatcher: Sendable {
-    // Immutable after init; a DispatchSource may be used from any thread.
-    private nonisolated(unsafe) let sources: [any DispatchSourceSignal]
-
-    init(signals: [Int32], handler: @escaping @Sendable (Int32) -> Void) {
-        sources = signals.map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { handler(number) }
-            source.resume()
-            return source
-        }
-    }
-
-    func cancel() {
-        sources.forEach { $0.cancel() }
     }
 }

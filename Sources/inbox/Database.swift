@@ -1,5 +1,6 @@
 import EventLog
 import Foundation
+import Lifecycle
 import PostgresClient
 
 /// The database a command works on: the server of `DATABASE_URL`, or the embedded cluster,
@@ -59,24 +60,4 @@ func withDatabase(
         do { try await embedded.stop() } catch { log.error("could not stop the embedded PostgreSQL", ["error": "\(error)"]) }
     }
     try result.get()
-}
-
-/// Turns SIGINT/SIGTERM into a callback instead of the default immediate exit.
-final class SignalWatcher: @unchecked Sendable {
-    // Immutable after init; DispatchSource is thread-safe.
-    private let sources: [any DispatchSourceSignal]
-
-    init(signals: [Int32], handler: @escaping @Sendable (Int32) -> Void) {
-        sources = signals.map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { handler(number) }
-            source.resume()
-            return source
-        }
-    }
-
-    func cancel() {
-        sources.forEach { $0.cancel() }
-    }
 }
