@@ -38,7 +38,7 @@ test: deps
 	echo "test database: $$dir"; \
 	INBOX_TEST_DATABASE_URL="postgres:///postgres?host=$$dir&user=inbox" \
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" \
-	$(SWIFT) test --skip-build
+	$(SWIFT) test --skip-build --disable-xctest
 
 bench: deps
 	$(SWIFT) build -c release --product inbox-bench
