@@ -63,8 +63,10 @@ public final class EmbeddedPostgres: Sendable {
     }
 
     /// Creates the cluster if it does not exist, starts it if it is not running, and creates the
-    /// database. Returns once the server accepts connections.
-    public func start() throws {
+    /// database. Returns once the server accepts connections: true if this call started the
+    /// server (and so its caller should stop it), false if it was already running.
+    @discardableResult
+    public func start() throws -> Bool {
         let fileManager = FileManager.default
         try fileManager.createDirectory(at: configuration.directory, withIntermediateDirectories: true)
         if let runAs {
@@ -84,7 +86,8 @@ public final class EmbeddedPostgres: Sendable {
                 ["-D", dataDirectory.path, "-U", configuration.user, "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"],
                 asUser: runAs)
         }
-        if !isRunning {
+        let wasRunning = isRunning
+        if !wasRunning {
             try? fileManager.removeItem(at: dataDirectory.appendingPathComponent("postmaster.pid"))
             let options = [
                 "-k \(socketDirectory.path)", "-c listen_addresses=''", "-p \(configuration.port)",
@@ -95,6 +98,7 @@ public final class EmbeddedPostgres: Sendable {
                 ["-D", dataDirectory.path, "-l", logFile.path, "-o", options, "-w", "-t", "60", "start"], asUser: runAs)
         }
         try createDatabaseIfMissing()
+        return !wasRunning
     }
 
     /// Stops the server (fast shutdown: open sessions are ended, nothing committed is lost).
@@ -113,7 +117,8 @@ public final class EmbeddedPostgres: Sendable {
     }
 
     /// `start()` on a thread of its own: initdb and pg_ctl take seconds.
-    public func start() async throws {
+    @discardableResult
+    public func start() async throws -> Bool {
         try await BlockingThread.run(name: "embedded-postgres") { try self.start() }
     }
 
@@ -127,18 +132,13 @@ public final class EmbeddedPostgres: Sendable {
         try await BlockingThread.run(name: "embedded-postgres") { try self.restart() }
     }
 
-    /// `createDatabaseIfMissing()` on a thread of its own.
-    public func createDatabaseIfMissing() async throws {
-        try await BlockingThread.run(name: "embedded-postgres") { try self.createDatabaseIfMissing() }
-    }
-
     /// Whether a server is running on this cluster.
     public var isRunning: Bool {
         (try? run(binDirectory.appendingPathComponent("pg_ctl").path, ["-D", dataDirectory.path, "status"], asUser: runAs)) != nil
     }
 
     /// Creates the database if the cluster does not have it yet.
-    public func createDatabaseIfMissing() throws {
+    func createDatabaseIfMissing() throws {
         let admin = PostgresConfiguration(
             unixSocketDirectory: socketDirectory.path, port: configuration.port, user: configuration.user, database: "postgres")
         let connection = try PostgresConnection(configuration: admin)

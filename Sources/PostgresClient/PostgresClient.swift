@@ -88,7 +88,7 @@ public final class PostgresClient: Sendable {
 
     private enum Acquisition {
         case ready(ConnectionWorker)
-        case create
+        case create(number: Int)
         case wait
         case closed
     }
@@ -100,15 +100,14 @@ public final class PostgresClient: Sendable {
                 if let worker = state.idle.popLast() { return .ready(worker) }
                 if state.created < configuration.maximumConnections {
                     state.created += 1
-                    return .create
+                    return .create(number: state.created)
                 }
                 state.waiters.append(continuation)
                 return .wait
             }
             switch decision {
             case .ready(let worker): continuation.resume(returning: worker)
-            case .create:
-                let number = state.withLock { $0.created }
+            case .create(let number):
                 continuation.resume(
                     returning: ConnectionWorker(
                         configuration: configuration.connection, applicationName: configuration.applicationName,

@@ -26,13 +26,8 @@ func withDatabase(
     } else {
         let directory = URL(fileURLWithPath: configuration.dataDirectory).appendingPathComponent("postgres")
         let cluster = try EmbeddedPostgres(configuration: .init(directory: directory))
-        if !cluster.isRunning {
-            log.info("starting the embedded PostgreSQL", ["directory": directory.path])
-            try await cluster.start()
-            startedEmbedded = true
-        } else {
-            try await cluster.createDatabaseIfMissing()
-        }
+        log.info("using the embedded PostgreSQL", ["directory": directory.path])
+        startedEmbedded = try await cluster.start()
         embedded = cluster
         connection = cluster.connection
     }
