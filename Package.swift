@@ -53,8 +53,14 @@ let package = Package(
             name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "Crypto"],
             swiftSettings: swiftSettings),
 
+        // Read models derived from the log, and the drivers that keep them current.
+        .target(
+            name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto"],
+            swiftSettings: swiftSettings),
+
         .executableTarget(
-            name: "inbox", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle"],
+            name: "inbox",
+            dependencies: ["EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle"],
             swiftSettings: swiftSettings),
 
         .executableTarget(

@@ -136,3 +136,10 @@ public enum EventLogError: Error, Sendable, Hashable, CustomStringConvertible {
         }
     }
 }
+
+extension NewEvent {
+    /// An event of the catalogue, on its own stream.
+    public init<E: CatalogueEvent>(_ event: E, metadata: EventMetadata = EventMetadata(), idempotencyKey: String? = nil) throws {
+        try self.init(streamId: event.streamId, payload: event, metadata: metadata, idempotencyKey: idempotencyKey)
+    }
+}

@@ -15,9 +15,12 @@ public final class EventStore: Sendable {
     public static let notificationChannel = "inbox_events"
 
     public let client: PostgresClient
+    /// Checks every appended event before it is written; nil accepts any well-formed event.
+    public let validator: EventValidator?
 
-    public init(client: PostgresClient) {
+    public init(client: PostgresClient, validator: EventValidator? = nil) {
         self.client = client
+        self.validator = validator
     }
 
     // MARK: Append
@@ -26,7 +29,7 @@ public final class EventStore: Sendable {
     public func append(
         _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:]
     ) async throws -> [AppendedEvent] {
-        let request = try AppendRequest(events: events, expectedVersions: expectedVersions)
+        let request = try AppendRequest(events: events, expectedVersions: expectedVersions, validator: validator)
         return try await client.withConnection { connection in try request.run(on: connection) }
     }
 
@@ -39,9 +42,10 @@ public final class EventStore: Sendable {
     /// Appends on a connection the caller holds, inside the caller's transaction if one is open
     /// (inline projections write their read models in that same transaction).
     public static func append(
-        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], on connection: PostgresConnection
+        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], validator: EventValidator? = nil,
+        on connection: PostgresConnection
     ) throws -> [AppendedEvent] {
-        try AppendRequest(events: events, expectedVersions: expectedVersions).run(on: connection)
+        try AppendRequest(events: events, expectedVersions: expectedVersions, validator: validator).run(on: connection)
     }
 
     // MARK: Read
@@ -135,7 +139,7 @@ struct AppendRequest: Sendable {
     /// progress; many writers on one stream at once is the only way to use them up.
     static let maximumAttempts = 32
 
-    init(events: [NewEvent], expectedVersions: [String: ExpectedVersion]) throws {
+    init(events: [NewEvent], expectedVersions: [String: ExpectedVersion], validator: EventValidator? = nil) throws {
         self.events = events
         var text = JSONText(capacity: events.count * 256 + 16)
         var metadataTexts: [String] = []
@@ -143,6 +147,7 @@ struct AppendRequest: Sendable {
         text.raw(UInt8(ascii: "["))
         for (index, event) in events.enumerated() {
             try Self.validate(event, index: index)
+            try validator?.check(event, index: index)
             if index > 0 { text.raw(UInt8(ascii: ",")) }
             var first = true
             text.raw(UInt8(ascii: "{"))

@@ -1,17 +1,17 @@
 /// Writes JSON text directly: the append path builds one document per batch, and going through
 /// `JSONEncoder` for the envelope would cost more than the server's insert.
-struct JSONText {
-    private(set) var bytes: [UInt8] = []
+public struct JSONText {
+    public private(set) var bytes: [UInt8] = []
 
-    init(capacity: Int = 1024) { bytes.reserveCapacity(capacity) }
+    public init(capacity: Int = 1024) { bytes.reserveCapacity(capacity) }
 
-    var string: String { String(decoding: bytes, as: UTF8.self) }
+    public var string: String { String(decoding: bytes, as: UTF8.self) }
 
-    mutating func raw(_ text: String) { bytes.append(contentsOf: text.utf8) }
-    mutating func raw(_ byte: UInt8) { bytes.append(byte) }
-    mutating func raw(_ other: [UInt8]) { bytes.append(contentsOf: other) }
+    public mutating func raw(_ text: String) { bytes.append(contentsOf: text.utf8) }
+    public mutating func raw(_ byte: UInt8) { bytes.append(byte) }
+    public mutating func raw(_ other: [UInt8]) { bytes.append(contentsOf: other) }
 
-    mutating func string(_ text: String) {
+    public mutating func string(_ text: String) {
         bytes.append(UInt8(ascii: "\""))
         for byte in text.utf8 {
             switch byte {
@@ -30,7 +30,7 @@ struct JSONText {
     }
 
     /// `"key":` after a comma unless it is the first member.
-    mutating func key(_ name: String, first: inout Bool) {
+    public mutating func key(_ name: String, first: inout Bool) {
         if !first { bytes.append(UInt8(ascii: ",")) }
         first = false
         string(name)

@@ -28,6 +28,15 @@ public struct EventDecodingError: Error, Sendable, CustomStringConvertible {
     public var type: String
     public var schemaVersion: Int
     public var reason: Reason
+    /// The payload field at fault, as a dotted path (`offer.amount`), when one is.
+    public var field: String?
+
+    public init(type: String, schemaVersion: Int, reason: Reason, field: String? = nil) {
+        self.type = type
+        self.schemaVersion = schemaVersion
+        self.reason = reason
+        self.field = field
+    }
 
     public var description: String {
         switch reason {
@@ -116,7 +125,8 @@ public struct EventTypeRegistry: Sendable {
         do {
             return try entry.decode(current)
         } catch {
-            throw EventDecodingError(type: type, schemaVersion: schemaVersion, reason: .malformedPayload(Self.describe(error)))
+            throw EventDecodingError(
+                type: type, schemaVersion: schemaVersion, reason: .malformedPayload(Self.describe(error)), field: Self.field(of: error))
         }
     }
 
@@ -134,8 +144,23 @@ public struct EventTypeRegistry: Sendable {
         do {
             return try JSONDecoder().decode(P.self, from: current)
         } catch {
-            throw EventDecodingError(type: P.eventType, schemaVersion: schemaVersion, reason: .malformedPayload(Self.describe(error)))
+            throw EventDecodingError(
+                type: P.eventType, schemaVersion: schemaVersion, reason: .malformedPayload(Self.describe(error)),
+                field: Self.field(of: error))
         }
+    }
+
+    /// The dotted path of the field a decoding error is about, nil when it is about the whole payload.
+    static func field(of error: any Error) -> String? {
+        guard let error = error as? DecodingError else { return nil }
+        var path: [any CodingKey]
+        switch error {
+        case .keyNotFound(let key, let context): path = context.codingPath + [key]
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context): path = context.codingPath
+        @unknown default: return nil
+        }
+        if path.isEmpty { return nil }
+        return path.map { $0.intValue.map(String.init) ?? $0.stringValue }.joined(separator: ".")
     }
 
     /// A one-line account of a decoding error that names the field.

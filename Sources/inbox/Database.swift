@@ -1,5 +1,6 @@
 import EventLog
 import Foundation
+import InboxDomain
 import Lifecycle
 import PostgresClient
 
@@ -33,7 +34,7 @@ func withDatabase(
     }
     let client = try PostgresClient(configuration: .init(connection: connection, maximumConnections: configuration.poolSize))
     let database = Database(
-        client: client, store: EventStore(client: client), migrator: migrator, description: connection.redactedDescription)
+        client: client, store: EventStore(client: client, validator: EventValidator(registry: InboxCatalogue.registry)), migrator: migrator, description: connection.redactedDescription)
 
     let work = Task {
         if migrate {

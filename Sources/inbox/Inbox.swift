@@ -3,6 +3,7 @@ import Foundation
 import InboxDomain
 import LinkedLibraries
 import PostgresClient
+import Projections
 
 /// The `inbox` executable: one binary, several roles and operator commands.
 @main
@@ -11,12 +12,17 @@ struct Inbox {
         usage: inbox [COMMAND] [FLAGS]
 
         commands:
-          run                      migrate, then run the tier (today: follow the event log) [default]
+          run                      migrate, then run the tier (today: the projectors) [default]
           migrate                  apply the sql/NNN_name.sql migrations that are missing
+          project [--projection NAME]...
+                                   keep read models current (all, or the named ones); one node per projection
+                                   projects at a time, others wait for its lease
+          replay [--projection NAME]... [--no-swap]
+                                   rebuild read models from the whole log beside the live ones, then swap them in
           events append [JSON|-]   append one event (a JSON object) or a batch (an array); - or nothing reads stdin
           events tail [--from POSITION] [--follow]
                                    print events as JSON lines (default: the last 10; --follow waits for more)
-          status                   migrations and the head of the event log
+          status                   migrations, the head of the event log, and where each projection stands
           version                  versions of the binary and the C libraries it runs on
           help                     this text
 
@@ -61,6 +67,19 @@ struct Inbox {
                     print("migrations: \(database.migrator.migrations.count - pending.count) applied, \(pending.count) pending"
                         + (pending.isEmpty ? "" : " (\(pending.map(\.fileName).joined(separator: ", ")))"))
                     print("event log:  head position \(head)")
+                    if !pending.contains(where: { $0.version == 2 }) {
+                        for line in try await ProjectionCommands.status(database: database) { print(line) }
+                    }
+                }
+            case "project":
+                let (projections, _) = try ProjectionCommands.selected(rest, command: "project")
+                try await withDatabase(configuration, log: log, migrate: true) { database in
+                    try await ProjectionCommands.project(projections, database: database, configuration: configuration, log: log)
+                }
+            case "replay":
+                let (projections, flags) = try ProjectionCommands.selected(rest, command: "replay", extraFlags: ["--no-swap"])
+                try await withDatabase(configuration, log: log, migrate: true) { database in
+                    try await ProjectionCommands.replay(projections, swap: !flags.contains("--no-swap"), database: database, log: log)
                 }
             case "run":
                 try expectNoArguments(rest, command: "run")
@@ -68,13 +87,15 @@ struct Inbox {
                     log.info("the inbox tier is running", ["database": database.description])
                     FileHandle.standardOutput.write(Data(
                         """
-                        The HTTP API arrives in a later release; for now the tier follows its event log.
-                        Append an event from another terminal:
-                          swift run inbox events append '{"stream":"conversation-1","type":"message_sent","payload":{"body":"Is it still for sale?"}}'
-                        Following the log (Ctrl-C stops, and stops the embedded database):
+                        The HTTP API arrives in a later release; for now the tier runs its projectors.
+                        Append an event from another terminal (docs/events.md lists them all):
+                          swift run inbox events append '{"stream":"person-7-security","type":"password_changed","payload":{"personId":"7"}}'
+                        and see where the read models stand:
+                          swift run inbox status
+                        Ctrl-C stops, and stops the embedded database.
 
                         """.utf8))
-                    try await EventsCommand.tail(store: database.store, from: nil, follow: true, configuration: configuration)
+                    try await ProjectionCommands.project(InboxProjections.all, database: database, configuration: configuration, log: log)
                 }
             default:
                 fail("unknown command \"\(command)\"; `inbox help` lists the commands.", code: 2)

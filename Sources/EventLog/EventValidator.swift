@@ -1,0 +1,36 @@
+import Foundation
+import InboxDomain
+
+/// Refuses, before anything is written, events this release cannot read: a type it does not know,
+/// a schema version newer than its own, or a payload that does not have the type's shape. The
+/// error names the field (`type`, `schemaVersion`, `payload.offer.amount`).
+public struct EventValidator: Sendable {
+    public let registry: EventTypeRegistry
+
+    public init(registry: EventTypeRegistry) {
+        self.registry = registry
+    }
+
+    public func check(_ event: NewEvent, index: Int) throws {
+        guard let current = registry.currentVersion(of: event.type) else {
+            throw EventLogError.invalidEvent(
+                index: index, field: "type", reason: "\"\(event.type)\" is not an event type of the catalogue (docs/events.md)")
+        }
+        if event.schemaVersion > current {
+            throw EventLogError.invalidEvent(
+                index: index, field: "schemaVersion",
+                reason: "\(event.schemaVersion) is newer than the \(current) this release knows for \"\(event.type)\"")
+        }
+        do {
+            _ = try registry.decode(type: event.type, schemaVersion: event.schemaVersion, payload: Data(event.payloadJSON.utf8))
+        } catch let error as EventDecodingError {
+            let field = error.field.map { "payload.\($0)" } ?? "payload"
+            let reason: String
+            switch error.reason {
+            case .malformedPayload(let why): reason = "does not fit \"\(event.type)\": \(why)"
+            default: reason = error.description
+            }
+            throw EventLogError.invalidEvent(index: index, field: field, reason: reason)
+        }
+    }
+}

@@ -1,0 +1,66 @@
+/// Security events come from the identity tier. They are locked on for push: a person always hears
+/// that somebody signed in to their account.
+public struct SignedIn: CatalogueEvent, Hashable {
+    public static let eventType = "signed_in"
+    public var personId: String
+    public var signInId: String
+    /// `app:ios`, `app:android` or `web`: where the sign-in happened.
+    public var platform: String
+    /// A description people recognise ("iPhone", "Firefox on Windows").
+    public var device: String?
+    /// Approximate place, as the identity tier resolved it ("Amsterdam, NL").
+    public var location: String?
+    public var streamId: String { Streams.security(personId) }
+
+    public init(personId: String, signInId: String, platform: String, device: String? = nil, location: String? = nil) {
+        self.personId = personId
+        self.signInId = signInId
+        self.platform = platform
+        self.device = device
+        self.location = location
+    }
+}
+
+public struct PasswordChanged: CatalogueEvent, Hashable {
+    public static let eventType = "password_changed"
+    public var personId: String
+    public var streamId: String { Streams.security(personId) }
+    public init(personId: String) { self.personId = personId }
+}
+
+public struct SecondFactorEnabled: CatalogueEvent, Hashable {
+    public static let eventType = "second_factor_enabled"
+    public var personId: String
+    public var streamId: String { Streams.security(personId) }
+    public init(personId: String) { self.personId = personId }
+}
+
+public struct SecondFactorDisabled: CatalogueEvent, Hashable {
+    public static let eventType = "second_factor_disabled"
+    public var personId: String
+    public var streamId: String { Streams.security(personId) }
+    public init(personId: String) { self.personId = personId }
+}
+
+/// The account's e-mail address changed. The addresses themselves stay in the identity tier: the
+/// log cannot forget, and an address is personal data.
+public struct EmailChanged: CatalogueEvent, Hashable {
+    public static let eventType = "email_changed"
+    public var personId: String
+    public var streamId: String { Streams.security(personId) }
+    public init(personId: String) { self.personId = personId }
+}
+
+/// Wristler blocked the account: the person can no longer sign in, and shops are not reminded of
+/// their waiting messages.
+public struct AccountBlocked: CatalogueEvent, Hashable {
+    public static let eventType = "account_blocked"
+    public var personId: String
+    public var reason: String?
+    public var streamId: String { Streams.security(personId) }
+
+    public init(personId: String, reason: String? = nil) {
+        self.personId = personId
+        self.reason = reason
+    }
+}

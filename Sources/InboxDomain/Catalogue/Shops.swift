@@ -1,0 +1,49 @@
+/// A person starts working at a shop: they see its inbox (the seller side) and hear its news.
+public struct ShopMemberAdded: CatalogueEvent, Hashable {
+    public static let eventType = "shop_member_added"
+    public var shopId: String
+    public var personId: String
+    public var streamId: String { Streams.shop(shopId) }
+
+    public init(shopId: String, personId: String) {
+        self.shopId = shopId
+        self.personId = personId
+    }
+}
+
+public struct ShopMemberRemoved: CatalogueEvent, Hashable {
+    public static let eventType = "shop_member_removed"
+    public var shopId: String
+    public var personId: String
+    public var streamId: String { Streams.shop(shopId) }
+
+    public init(shopId: String, personId: String) {
+        self.shopId = shopId
+        self.personId = personId
+    }
+}
+
+/// One person blocked another: neither is notified about the other any more.
+public struct PersonBlocked: CatalogueEvent, Hashable {
+    public static let eventType = "person_blocked"
+    public var blockerId: String
+    public var blockedId: String
+    public var streamId: String { Streams.blocks(blockerId) }
+
+    public init(blockerId: String, blockedId: String) {
+        self.blockerId = blockerId
+        self.blockedId = blockedId
+    }
+}
+
+public struct PersonUnblocked: CatalogueEvent, Hashable {
+    public static let eventType = "person_unblocked"
+    public var blockerId: String
+    public var blockedId: String
+    public var streamId: String { Streams.blocks(blockerId) }
+
+    public init(blockerId: String, blockedId: String) {
+        self.blockerId = blockerId
+        self.blockedId = blockedId
+    }
+}

@@ -1,0 +1,93 @@
+import EventLog
+import Foundation
+import InboxDomain
+import PostgresClient
+
+/// Who works at which shop, who blocked whom, and which accounts Wristler blocked: what the fan-out
+/// (a shop's news goes to its people) and the reminders (not for a blocked buyer) need.
+public struct PeopleProjection: Projection {
+    public let name = "people"
+    public let version = 1
+    public let tableNames = ["shop_members", "person_blocks", "blocked_accounts"]
+    public let eventTypes: Set<String> = [
+        ShopMemberAdded.eventType, ShopMemberRemoved.eventType, PersonBlocked.eventType, PersonUnblocked.eventType,
+        AccountBlocked.eventType,
+    ]
+
+    public init() {}
+
+    public func createTables(in context: ProjectionContext) throws {
+        try context.connection.execute(
+            """
+            CREATE TABLE \(context.table("shop_members")) (
+                shop_id   text NOT NULL,
+                person_id text NOT NULL,
+                PRIMARY KEY (shop_id, person_id)
+            );
+            CREATE INDEX shop_members_person ON \(context.table("shop_members")) (person_id);
+            CREATE TABLE \(context.table("person_blocks")) (
+                blocker_id text NOT NULL,
+                blocked_id text NOT NULL,
+                PRIMARY KEY (blocker_id, blocked_id)
+            );
+            CREATE INDEX person_blocks_blocked ON \(context.table("person_blocks")) (blocked_id);
+            CREATE TABLE \(context.table("blocked_accounts")) (
+                person_id  text        PRIMARY KEY,
+                reason     text,
+                blocked_at timestamptz NOT NULL
+            );
+            """)
+    }
+
+    private struct Pair: Hashable {
+        let first: String
+        let second: String
+    }
+
+    public func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws {
+        // Each pair ends the batch present or absent, whatever it was before: the last event decides.
+        var members: [Pair: Bool] = [:]
+        var blocks: [Pair: Bool] = [:]
+        var blockedAccounts: [String: (reason: String?, at: Date)] = [:]
+        for event in events {
+            switch event.payload {
+            case let added as ShopMemberAdded: members[Pair(first: added.shopId, second: added.personId)] = true
+            case let removed as ShopMemberRemoved: members[Pair(first: removed.shopId, second: removed.personId)] = false
+            case let blocked as PersonBlocked: blocks[Pair(first: blocked.blockerId, second: blocked.blockedId)] = true
+            case let unblocked as PersonUnblocked: blocks[Pair(first: unblocked.blockerId, second: unblocked.blockedId)] = false
+            case let account as AccountBlocked:
+                if blockedAccounts[account.personId] == nil {
+                    blockedAccounts[account.personId] = (account.reason, event.record.recordedAt)
+                }
+            default: break
+            }
+        }
+        let connection = context.connection
+        try write(members, table: context.table("shop_members"), columns: ("shop_id", "person_id"), on: connection)
+        try write(blocks, table: context.table("person_blocks"), columns: ("blocker_id", "blocked_id"), on: connection)
+        if !blockedAccounts.isEmpty {
+            let ids = Array(blockedAccounts.keys)
+            try connection.query(
+                """
+                INSERT INTO \(context.table("blocked_accounts")) (person_id, reason, blocked_at)
+                SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
+                ON CONFLICT (person_id) DO NOTHING
+                """, ids, ids.map { blockedAccounts[$0]!.reason }, ids.map { blockedAccounts[$0]!.at })
+        }
+    }
+
+    private func write(_ pairs: [Pair: Bool], table: String, columns: (String, String), on connection: PostgresConnection) throws {
+        let present = pairs.filter(\.value).map(\.key)
+        let absent = pairs.filter { !$0.value }.map(\.key)
+        if !absent.isEmpty {
+            try connection.query(
+                "DELETE FROM \(table) t USING unnest($1::text[], $2::text[]) AS u(a, b) WHERE t.\(columns.0) = u.a AND t.\(columns.1) = u.b",
+                absent.map(\.first), absent.map(\.second))
+        }
+        if !present.isEmpty {
+            try connection.query(
+                "INSERT INTO \(table) (\(columns.0), \(columns.1)) SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING",
+                present.map(\.first), present.map(\.second))
+        }
+    }
+}

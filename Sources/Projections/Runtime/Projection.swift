@@ -1,0 +1,91 @@
+import EventLog
+import Foundation
+import InboxDomain
+import PostgresClient
+
+/// An event of the log with its payload decoded (and upcast) to the catalogue's current shape.
+public struct ProjectedEvent: Sendable {
+    public let record: RecordedEvent
+    public let payload: any CatalogueEvent
+
+    public init(record: RecordedEvent, payload: any CatalogueEvent) {
+        self.record = record
+        self.payload = payload
+    }
+
+    /// Decodes a recorded event through the catalogue's registry.
+    public static func decode(_ record: RecordedEvent, registry: EventTypeRegistry = InboxCatalogue.registry) throws -> ProjectedEvent {
+        let payload = try record.decode(using: registry)
+        guard let event = payload as? any CatalogueEvent else {
+            throw EventDecodingError(type: record.type, schemaVersion: record.schemaVersion, reason: .unknownType)
+        }
+        return ProjectedEvent(record: record, payload: event)
+    }
+}
+
+/// Which driver runs a projection's apply code. The code is the same for all three.
+public enum ProjectionMode: Sendable, Hashable {
+    /// Inside the appending transaction, so the writer reads its own change on the next request.
+    case inline
+    /// The async projector following the log.
+    case live
+    /// A rebuild into new tables beside the live ones. Never sends anything.
+    case replay
+}
+
+/// Where and how an apply writes: the connection (inside the driver's transaction), the schema of
+/// the tables (the live `public`, or a replay's), and the mode.
+public struct ProjectionContext {
+    public let connection: PostgresConnection
+    public let schema: String
+    public let mode: ProjectionMode
+
+    public init(connection: PostgresConnection, schema: String, mode: ProjectionMode) {
+        self.connection = connection
+        self.schema = schema
+        self.mode = mode
+    }
+
+    /// Whether the apply may cause side effects (enqueue pushes and mails). Off during replay.
+    public var sendsNotifications: Bool { mode != .replay }
+
+    /// The qualified name of one of the projection's tables in this context's schema.
+    public func table(_ name: String) -> String { "\"\(schema)\".\(name)" }
+}
+
+/// A read model derived from the event log.
+///
+/// The contract every projection keeps, which is what lets one apply code serve the inline, live
+/// and replay drivers:
+/// - `apply` is deterministic: the same events on the same tables give the same rows (times come
+///   from the events, never from the clock);
+/// - `apply` is idempotent and converges: applying an event again, or applying an event early (the
+///   inline driver runs ahead of the async one) and then the log in order, ends in the rows that
+///   applying the log once in order gives.
+public protocol Projection: Sendable {
+    /// A short snake_case name: `bell`, `threads`, `preferences`, `people`.
+    var name: String { get }
+    /// The shape of its tables. Raising it means a replay builds the new shape beside the old.
+    var version: Int { get }
+    /// Its tables, in creation order.
+    var tableNames: [String] { get }
+    /// The event types it reads.
+    var eventTypes: Set<String> { get }
+    /// Creates its tables (and their indexes) in the context's schema.
+    func createTables(in context: ProjectionContext) throws
+    /// Applies a batch of events, in log order, with few set-based statements.
+    func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws
+}
+
+/// A failure of an apply that is about the event itself (it will fail again): parked, never retried.
+public struct ProjectionError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// The projections of the tier.
+public enum InboxProjections {
+    public static let all: [any Projection] = [PeopleProjection(), PreferencesProjection(), ThreadsProjection(), BellProjection()]
+
+    public static func named(_ name: String) -> (any Projection)? { all.first { $0.name == name } }
+}

@@ -1,0 +1,112 @@
+import EventLog
+import Foundation
+import InboxDomain
+import PostgresClient
+
+/// An event a projection could not read or apply: parked with its error, counted, never retried.
+public struct DeadLetter: Sendable, Hashable {
+    public var projection: String
+    public var position: Int64
+    public var transactionId: UInt64
+    public var type: String
+    public var schemaVersion: Int
+    public var error: String
+}
+
+/// A batch of the log decoded once, for every projection that reads it.
+public struct DecodedBatch: Sendable {
+    public let records: [RecordedEvent]
+    public let events: [ProjectedEvent]
+    /// Events this release cannot read (a type or schema version from a newer release, or a stored
+    /// payload that does not decode), with the reason.
+    public let unreadable: [(record: RecordedEvent, error: String)]
+
+    public init(_ records: [RecordedEvent], registry: EventTypeRegistry = InboxCatalogue.registry) {
+        self.records = records
+        var events: [ProjectedEvent] = []
+        events.reserveCapacity(records.count)
+        var unreadable: [(RecordedEvent, String)] = []
+        for record in records {
+            do {
+                events.append(try ProjectedEvent.decode(record, registry: registry))
+            } catch {
+                unreadable.append((record, "\(error)"))
+            }
+        }
+        self.events = events
+        self.unreadable = unreadable
+    }
+
+    /// Where a reader resumes after this batch.
+    public var checkpoint: Checkpoint? { records.last?.checkpoint }
+}
+
+/// Applies a decoded batch to one projection inside the caller's transaction. A batch that fails
+/// as a whole is applied again event by event, each behind a savepoint, so that only the events
+/// that fail on their own are parked and the rest are applied.
+enum ProjectionBatchApplier {
+    struct Outcome {
+        var applied = 0
+        var parked: [DeadLetter] = []
+    }
+
+    static func apply(_ batch: DecodedBatch, to projection: any Projection, in context: ProjectionContext) throws -> Outcome {
+        var outcome = Outcome()
+        let types = projection.eventTypes
+        for (record, error) in batch.unreadable {
+            // A type this release does not know may belong to any projection of a newer release.
+            if !InboxCatalogue.isKnown(record.type) || types.contains(record.type) {
+                outcome.parked.append(deadLetter(record, projection: projection, error: error))
+            }
+        }
+        let relevant = batch.events.filter { types.contains($0.record.type) }
+        if relevant.isEmpty { return outcome }
+        let connection = context.connection
+        try connection.execute("SAVEPOINT projection_batch")
+        do {
+            try projection.apply(relevant, in: context)
+            try connection.execute("RELEASE SAVEPOINT projection_batch")
+            outcome.applied = relevant.count
+            return outcome
+        } catch let error as PostgresError where error.isConnectionError {
+            throw error
+        } catch {
+            try connection.execute("ROLLBACK TO SAVEPOINT projection_batch")
+        }
+        for event in relevant {
+            try connection.execute("SAVEPOINT projection_event")
+            do {
+                try projection.apply([event], in: context)
+                try connection.execute("RELEASE SAVEPOINT projection_event")
+                outcome.applied += 1
+            } catch let error as PostgresError where error.isConnectionError {
+                throw error
+            } catch {
+                try connection.execute("ROLLBACK TO SAVEPOINT projection_event")
+                outcome.parked.append(deadLetter(event.record, projection: projection, error: "\(error)"))
+            }
+        }
+        try connection.execute("RELEASE SAVEPOINT projection_batch")
+        return outcome
+    }
+
+    static func deadLetter(_ record: RecordedEvent, projection: any Projection, error: String) -> DeadLetter {
+        DeadLetter(
+            projection: projection.name, position: record.position, transactionId: record.transactionId, type: record.type,
+            schemaVersion: record.schemaVersion, error: error)
+    }
+
+    /// Parks dead letters in `table` (the live `projection_dead_letters`, or a replay's own).
+    static func park(_ letters: [DeadLetter], into table: String, on connection: PostgresConnection) throws {
+        if letters.isEmpty { return }
+        try connection.query(
+            """
+            INSERT INTO \(table) (projection, position, transaction_id, type, schema_version, error)
+            SELECT p, pos, x::text::xid8, t, v, e
+            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::int[], $6::text[]) AS u(p, pos, x, t, v, e)
+            ON CONFLICT (projection, position) DO UPDATE SET error = excluded.error, parked_at = clock_timestamp()
+            """,
+            letters.map(\.projection), letters.map(\.position), letters.map { Int64($0.transactionId) },
+            letters.map(\.type), letters.map { Int32($0.schemaVersion) }, letters.map(\.error))
+    }
+}

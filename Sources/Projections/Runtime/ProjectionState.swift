@@ -1,0 +1,61 @@
+import EventLog
+import Foundation
+import PostgresClient
+
+/// Where a projection's live tables stand: their version and the checkpoint they reflect.
+public struct ProjectionPosition: Sendable, Hashable {
+    public var version: Int
+    public var checkpoint: Checkpoint
+    public var eventsApplied: Int64
+}
+
+/// The rows of `projection_checkpoints`, and the setup of a projection's live tables.
+enum ProjectionState {
+    /// The schema the live tables are in; what the API reads.
+    static let liveSchema = "public"
+
+    /// Creates the live tables of `projection` if it has none yet, and returns where they stand.
+    /// Runs in its own transaction; setups of several nodes are serialized by an advisory lock.
+    static func prepareLive(_ projection: any Projection, on connection: PostgresConnection) throws -> ProjectionPosition {
+        try connection.transaction { connection in
+            try connection.query("SELECT pg_advisory_xact_lock($1, 0)", ProjectionLease.setupLockClass)
+            if let position = try read(projection.name, on: connection, lock: false) { return position }
+            try projection.createTables(in: ProjectionContext(connection: connection, schema: liveSchema, mode: .live))
+            try connection.query(
+                "INSERT INTO projection_checkpoints (projection, version) VALUES ($1, $2)", projection.name, Int32(projection.version))
+            return ProjectionPosition(version: projection.version, checkpoint: .start, eventsApplied: 0)
+        }
+    }
+
+    /// The checkpoint row, locked for the rest of the transaction when `lock` is set (a batch does
+    /// this first: it waits for a swap or another writer and then sees their result).
+    static func read(_ name: String, on connection: PostgresConnection, lock: Bool) throws -> ProjectionPosition? {
+        let rows = try connection.query(
+            """
+            SELECT version, transaction_id::text::bigint AS transaction_id, position, events_applied
+            FROM projection_checkpoints WHERE projection = $1
+            """ + (lock ? " FOR UPDATE" : ""), name)
+        guard let row = rows.first else { return nil }
+        return ProjectionPosition(
+            version: Int(try row.decode(Int32.self, "version")),
+            checkpoint: Checkpoint(transactionId: try row.decode(UInt64.self, "transaction_id"), position: try row.decode(Int64.self, "position")),
+            eventsApplied: try row.decode(Int64.self, "events_applied"))
+    }
+
+    static func advance(_ name: String, to checkpoint: Checkpoint, applied: Int, on connection: PostgresConnection) throws {
+        try connection.query(
+            """
+            UPDATE projection_checkpoints
+            SET transaction_id = $2::text::xid8, position = $3, events_applied = events_applied + $4, updated_at = clock_timestamp()
+            WHERE projection = $1
+            """, name, Int64(checkpoint.transactionId), checkpoint.position, Int64(applied))
+    }
+}
+
+/// The advisory locks of the runtime.
+enum ProjectionLease {
+    /// The first key of every projection lock (the second is `hashtext(name)`).
+    static let leaseLockClass: Int32 = 0x1B0C
+    /// Serializes the creation of live tables by several nodes.
+    static let setupLockClass: Int32 = 0x1B0D
+}

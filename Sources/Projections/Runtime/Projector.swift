@@ -1,0 +1,158 @@
+import EventLog
+import Foundation
+import InboxDomain
+import PostgresClient
+
+/// The async driver: keeps one projection's live tables current with the log.
+///
+/// Guarantees:
+/// - **Exactly once.** Each batch's read-model changes and its checkpoint commit in one
+///   transaction that first locks the checkpoint row and checks it is where this projector left
+///   it; a process killed at any point resumes from the last committed batch.
+/// - **One node at a time.** The projector holds a session advisory lock (its lease) on a session
+///   of its own, and every batch runs on that session. Another node waits for the lock and takes
+///   over when the holder's session ends, which PostgreSQL notices when the process dies.
+/// - **Gap-safe.** It reads with `read_events_after` (see docs/event-log.md) and wakes on NOTIFY or
+///   after the poll interval.
+/// - **Poison events are parked**, counted in `projection_dead_letters`, and the projector goes on.
+public final class Projector: Sendable {
+    public struct Options: Sendable {
+        public var batchSize = 1000
+        public var pollInterval: Duration = .seconds(1)
+        /// How often a node without the lease tries to take it.
+        public var leaseRetry: Duration = .milliseconds(500)
+
+        public init(batchSize: Int = 1000, pollInterval: Duration = .seconds(1), leaseRetry: Duration = .milliseconds(500)) {
+            self.batchSize = batchSize
+            self.pollInterval = pollInterval
+            self.leaseRetry = leaseRetry
+        }
+    }
+
+    /// What a projector reports as it goes, for logs and tests.
+    public enum Report: Sendable, Hashable {
+        case waitingForLease
+        case tookLease(backendPID: Int32)
+        case applied(events: Int, parked: Int, checkpoint: Checkpoint)
+        /// The live tables are of another version than this release's: `inbox replay` first (or,
+        /// for a newer version, this node is outdated). The projector waits.
+        case versionMismatch(live: Int, code: Int)
+        /// The checkpoint row was moved by somebody else (a replay's swap): resumed from there.
+        case checkpointMoved(to: Checkpoint)
+    }
+
+    public let projection: any Projection
+    private let configuration: PostgresConfiguration
+    private let options: Options
+    private let report: @Sendable (Report) -> Void
+
+    public init(
+        projection: any Projection, configuration: PostgresConfiguration, options: Options = Options(),
+        report: @escaping @Sendable (Report) -> Void = { _ in }
+    ) {
+        self.projection = projection
+        self.configuration = configuration
+        self.options = options
+        self.report = report
+    }
+
+    private enum Step: Sendable {
+        case applied(Int, [DeadLetter], Checkpoint)
+        case caughtUp(heldBack: Bool)
+        case moved(ProjectionPosition)
+    }
+
+    private struct LeaseLost: Error {}
+
+    /// Runs until the task is cancelled. Connection failures are retried; the lease is taken again.
+    public func run() async throws {
+        let session = PostgresSession(configuration: configuration, applicationName: "inbox-project-\(projection.name)")
+        let listener = try PostgresListener(
+            configuration: configuration, channels: [EventStore.notificationChannel], applicationName: "inbox-project-listener")
+        defer { session.close() }
+        let projection = self.projection
+        let batchSize = options.batchSize
+        var waitingReported = false
+        while !Task.isCancelled {
+            do {
+                let name = projection.name
+                let leasePID = try await session.run { connection -> Int32? in
+                    let taken = try connection.query(
+                        "SELECT pg_try_advisory_lock($1, hashtext($2))", ProjectionLease.leaseLockClass, name
+                    ).scalar(Bool.self)
+                    return taken ? connection.backendPID : nil
+                }
+                guard let leasePID else {
+                    if !waitingReported { report(.waitingForLease) }
+                    waitingReported = true
+                    try await Task.sleep(for: options.leaseRetry)
+                    continue
+                }
+                waitingReported = false
+                report(.tookLease(backendPID: leasePID))
+                var position = try await session.run { connection in try ProjectionState.prepareLive(projection, on: connection) }
+                try await listener.start()
+                var heldBackRetry = Duration.milliseconds(10)
+                while !Task.isCancelled {
+                    if position.version != projection.version {
+                        report(.versionMismatch(live: position.version, code: projection.version))
+                        try await Task.sleep(for: options.pollInterval)
+                        position = try await session.run { connection in
+                            guard let current = try ProjectionState.read(name, on: connection, lock: false) else { throw LeaseLost() }
+                            return current
+                        }
+                        continue
+                    }
+                    let expected = position
+                    let step = try await session.run { connection -> Step in
+                        // A new session has lost the lock the old one held: take the lease again.
+                        guard connection.backendPID == leasePID else { throw LeaseLost() }
+                        let records = try EventStore.read(after: expected.checkpoint, limit: batchSize, on: connection)
+                        guard let last = records.last else {
+                            let heldBack = try connection.query(
+                                "SELECT EXISTS (SELECT 1 FROM events WHERE transaction_id > $1::text::xid8)",
+                                Int64(expected.checkpoint.transactionId)
+                            ).scalar(Bool.self)
+                            return .caughtUp(heldBack: heldBack)
+                        }
+                        let batch = DecodedBatch(records)
+                        return try connection.transaction { connection -> Step in
+                            guard let current = try ProjectionState.read(name, on: connection, lock: true) else { throw LeaseLost() }
+                            if current.checkpoint != expected.checkpoint || current.version != expected.version {
+                                return .moved(current)
+                            }
+                            let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .live)
+                            let outcome = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
+                            try ProjectionBatchApplier.park(outcome.parked, into: "projection_dead_letters", on: connection)
+                            try ProjectionState.advance(name, to: last.checkpoint, applied: outcome.applied, on: connection)
+                            return .applied(outcome.applied, outcome.parked, last.checkpoint)
+                        }
+                    }
+                    switch step {
+                    case .applied(let count, let parked, let checkpoint):
+                        position.checkpoint = checkpoint
+                        report(.applied(events: count, parked: parked.count, checkpoint: checkpoint))
+                    case .moved(let current):
+                        position = current
+                        report(.checkpointMoved(to: current.checkpoint))
+                    case .caughtUp(let heldBack):
+                        let wait: Duration
+                        if heldBack {
+                            heldBackRetry = min(heldBackRetry * 2, options.pollInterval)
+                            wait = heldBackRetry
+                        } else {
+                            heldBackRetry = .milliseconds(10)
+                            wait = options.pollInterval
+                        }
+                        _ = try await listener.next(timeout: wait)
+                    }
+                }
+            } catch is LeaseLost {
+                continue
+            } catch let error as PostgresError where error.isConnectionError {
+                try await Task.sleep(for: options.leaseRetry)
+            }
+        }
+        throw CancellationError()
+    }
+}

@@ -1,0 +1,190 @@
+import EventLog
+import Foundation
+import InboxDomain
+import PostgresClient
+
+/// The replay driver: rebuilds projections from the whole log into new tables beside the live
+/// ones, while the live ones keep serving, then swaps them in in one transaction.
+///
+/// - Each projection gets a schema of its own (`replay_<name>`) with its tables at this release's
+///   version, filled by the same apply code as the live projector, in `.replay` mode, which never
+///   enqueues a notification.
+/// - The log is read once for all the projections being replayed; each batch and the replay's
+///   checkpoint commit together, so a replay that is stopped can be started again (it starts over).
+/// - `swap()` locks the live checkpoint rows (waiting for any batch of the async projector and any
+///   inline writer), applies what is left, moves the live tables out and the new ones in, and
+///   sets the live checkpoint to the replay's, all in one transaction. The old tables are dropped
+///   after it commits.
+public final class Replayer: Sendable {
+    public struct Progress: Sendable {
+        public var eventsDone: Int64
+        public var eventsTotal: Int64
+        public var elapsed: Duration
+
+        public var eventsPerSecond: Double {
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            return seconds > 0 ? Double(eventsDone) / seconds : 0
+        }
+
+        /// Estimated time left at the rate so far.
+        public var remaining: Duration? {
+            let rate = eventsPerSecond
+            guard rate > 0, eventsTotal > eventsDone else { return nil }
+            return .milliseconds(Int64(Double(eventsTotal - eventsDone) / rate * 1000))
+        }
+    }
+
+    public let client: PostgresClient
+    public let projections: [any Projection]
+    public let batchSize: Int
+
+    public init(client: PostgresClient, projections: [any Projection], batchSize: Int = 5000) {
+        self.client = client
+        self.projections = projections.sorted { $0.name < $1.name }
+        self.batchSize = batchSize
+    }
+
+    public static func schemaName(for projection: any Projection) -> String { "replay_\(projection.name)" }
+
+    /// Creates empty new tables for every projection, dropping what an earlier replay left.
+    public func prepare() async throws {
+        let projections = self.projections
+        try await client.transaction { connection in
+            for projection in projections {
+                let schema = Self.schemaName(for: projection)
+                try connection.execute("DROP SCHEMA IF EXISTS \"\(schema)\" CASCADE")
+                try connection.execute("CREATE SCHEMA \"\(schema)\"")
+                let context = ProjectionContext(connection: connection, schema: schema, mode: .replay)
+                try projection.createTables(in: context)
+                try connection.execute(
+                    """
+                    CREATE TABLE "\(schema)".dead_letters (LIKE projection_dead_letters INCLUDING ALL)
+                    """)
+                try connection.query(
+                    """
+                    INSERT INTO projection_replays (projection, version, schema_name) VALUES ($1, $2, $3)
+                    ON CONFLICT (projection) DO UPDATE SET version = excluded.version, schema_name = excluded.schema_name,
+                        transaction_id = '0', position = 0, events_applied = 0, started_at = clock_timestamp()
+                    """, projection.name, Int32(projection.version), schema)
+            }
+        }
+    }
+
+    /// Applies the log to the new tables until what is left is less than one batch. Calls
+    /// `progress` after every batch.
+    public func catchUp(progress: @Sendable (Progress) -> Void = { _ in }) async throws {
+        let started = ContinuousClock.now
+        let total = try await client.withConnection { connection in
+            try connection.query("SELECT count(*) FROM events").scalar(Int64.self)
+        }
+        var done: Int64 = 0
+        var checkpoint = try await replayCheckpoint()
+        while true {
+            let from = checkpoint
+            let (count, next) = try await client.withConnection { [self] connection in
+                try connection.transaction { connection in try self.applyNext(after: from, on: connection) }
+            }
+            done += Int64(count)
+            checkpoint = next
+            progress(Progress(eventsDone: done, eventsTotal: max(total, done), elapsed: ContinuousClock.now - started))
+            if count < batchSize { return }
+        }
+    }
+
+    /// Swaps the new tables in, after applying whatever the log gained since `catchUp`.
+    public func swap() async throws {
+        let projections = self.projections
+        let checkpoint = try await replayCheckpoint()
+        try await client.withConnection { [self] connection in
+            try connection.transaction { connection in
+                for projection in projections {
+                    _ = try ProjectionState.read(projection.name, on: connection, lock: true)
+                }
+                var position = checkpoint
+                while true {
+                    let (count, next) = try self.applyNext(after: position, on: connection)
+                    position = next
+                    if count < self.batchSize { break }
+                }
+                for projection in projections {
+                    let schema = Self.schemaName(for: projection)
+                    let retired = "retired_\(projection.name)"
+                    try connection.execute("DROP SCHEMA IF EXISTS \"\(retired)\" CASCADE")
+                    try connection.execute("CREATE SCHEMA \"\(retired)\"")
+                    for table in projection.tableNames {
+                        let live = try connection.query("SELECT to_regclass($1) IS NOT NULL", "public.\(table)").scalar(Bool.self)
+                        if live { try connection.execute("ALTER TABLE public.\(table) SET SCHEMA \"\(retired)\"") }
+                        try connection.execute("ALTER TABLE \"\(schema)\".\(table) SET SCHEMA public")
+                    }
+                    try connection.query("DELETE FROM projection_dead_letters WHERE projection = $1", projection.name)
+                    try connection.execute(
+                        """
+                        INSERT INTO projection_dead_letters SELECT * FROM "\(schema)".dead_letters
+                        """)
+                    try connection.query(
+                        """
+                        INSERT INTO projection_checkpoints (projection, version, transaction_id, position, events_applied)
+                        SELECT projection, version, transaction_id, position, events_applied FROM projection_replays WHERE projection = $1
+                        ON CONFLICT (projection) DO UPDATE SET version = excluded.version, transaction_id = excluded.transaction_id,
+                            position = excluded.position, events_applied = excluded.events_applied, updated_at = clock_timestamp()
+                        """, projection.name)
+                    try connection.query("DELETE FROM projection_replays WHERE projection = $1", projection.name)
+                }
+            }
+            for projection in projections {
+                try connection.execute("DROP SCHEMA IF EXISTS \"retired_\(projection.name)\" CASCADE")
+                try connection.execute("DROP SCHEMA IF EXISTS \"\(Self.schemaName(for: projection))\" CASCADE")
+            }
+        }
+    }
+
+    /// Drops the new tables without swapping.
+    public func abandon() async throws {
+        let projections = self.projections
+        try await client.transaction { connection in
+            for projection in projections {
+                try connection.execute("DROP SCHEMA IF EXISTS \"\(Self.schemaName(for: projection))\" CASCADE")
+                try connection.query("DELETE FROM projection_replays WHERE projection = $1", projection.name)
+            }
+        }
+    }
+
+    /// Where the replay stands (the same for every projection it rebuilds).
+    public func replayCheckpoint() async throws -> Checkpoint {
+        let names = projections.map(\.name)
+        return try await client.withConnection { connection in
+            let rows = try connection.query(
+                "SELECT transaction_id::text::bigint AS transaction_id, position FROM projection_replays WHERE projection = ANY($1)", names)
+            guard rows.count == names.count else {
+                throw ProjectionError("No replay is prepared for \(names.joined(separator: ", ")).")
+            }
+            let checkpoints = try rows.map { row in
+                Checkpoint(transactionId: try row.decode(UInt64.self, "transaction_id"), position: try row.decode(Int64.self, "position"))
+            }
+            guard let first = checkpoints.first, checkpoints.allSatisfy({ $0 == first }) else {
+                throw ProjectionError("The replays of \(names.joined(separator: ", ")) stand at different places; prepare them again.")
+            }
+            return first
+        }
+    }
+
+    /// Reads one batch after `checkpoint` and applies it to every new table set, with the replay
+    /// checkpoint, in the caller's transaction. Returns how many events it read and where it ended.
+    private func applyNext(after checkpoint: Checkpoint, on connection: PostgresConnection) throws -> (Int, Checkpoint) {
+        let records = try EventStore.read(after: checkpoint, limit: batchSize, on: connection)
+        guard let last = records.last else { return (0, checkpoint) }
+        let batch = DecodedBatch(records)
+        for projection in projections {
+            let schema = Self.schemaName(for: projection)
+            let context = ProjectionContext(connection: connection, schema: schema, mode: .replay)
+            let outcome = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
+            try ProjectionBatchApplier.park(outcome.parked, into: "\"\(schema)\".dead_letters", on: connection)
+            try connection.query(
+                """
+                UPDATE projection_replays SET transaction_id = $2::text::xid8, position = $3, events_applied = events_applied + $4
+                WHERE projection = $1
+                """, projection.name, Int64(last.checkpoint.transactionId), last.checkpoint.position, Int64(outcome.applied))
+        }
+        return (records.count, last.checkpoint)
+    }
+}
