@@ -58,6 +58,11 @@ let package = Package(
             name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto"],
             swiftSettings: swiftSettings),
 
+        // Plausible, deterministic event streams for tests and benchmarks.
+        .target(
+            name: "InboxSimulation", dependencies: ["EventLog", "InboxDomain", "Projections"],
+            swiftSettings: swiftSettings),
+
         .executableTarget(
             name: "inbox",
             dependencies: ["EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle"],
@@ -69,7 +74,7 @@ let package = Package(
 
         // Tests run against a real PostgreSQL (see Makefile and Tests/README).
         .target(
-            name: "InboxTesting", dependencies: ["PostgresClient", "EventLog"],
+            name: "InboxTesting", dependencies: ["PostgresClient", "EventLog", "Projections"],
             path: "Tests/InboxTesting", swiftSettings: swiftSettings),
         .testTarget(
             name: "PostgresClientTests", dependencies: ["PostgresClient", "EventLog", "InboxTesting"],
@@ -80,7 +85,12 @@ let package = Package(
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "InboxCommandTests", dependencies: ["InboxTesting", "LinkedLibraries", "Crypto"],
+            name: "ProjectionTests",
+            dependencies: ["Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "InboxCommandTests",
+            dependencies: ["InboxTesting", "LinkedLibraries", "Crypto", "InboxSimulation", "Projections", "EventLog", "PostgresClient"],
             swiftSettings: swiftSettings),
     ]
 )

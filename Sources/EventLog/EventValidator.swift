@@ -1,9 +1,10 @@
 import Foundation
 import InboxDomain
 
-/// Refuses, before anything is written, events this release cannot read: a type it does not know,
-/// a schema version newer than its own, or a payload that does not have the type's shape. The
-/// error names the field (`type`, `schemaVersion`, `payload.offer.amount`).
+/// Refuses, before anything is written, events this release cannot read or that break a rule of
+/// the catalogue: a type it does not know, a schema version newer than its own, a payload that
+/// does not have the type's shape or breaks one of its rules, or a stream other than the event's
+/// own. The error names the field (`type`, `schemaVersion`, `payload.offer.amount`, `stream`).
 public struct EventValidator: Sendable {
     public let registry: EventTypeRegistry
 
@@ -21,8 +22,9 @@ public struct EventValidator: Sendable {
                 index: index, field: "schemaVersion",
                 reason: "\(event.schemaVersion) is newer than the \(current) this release knows for \"\(event.type)\"")
         }
+        let payload: any EventPayload
         do {
-            _ = try registry.decode(type: event.type, schemaVersion: event.schemaVersion, payload: Data(event.payloadJSON.utf8))
+            payload = try registry.decode(type: event.type, schemaVersion: event.schemaVersion, payload: Data(event.payloadJSON.utf8))
         } catch let error as EventDecodingError {
             let field = error.field.map { "payload.\($0)" } ?? "payload"
             let reason: String
@@ -31,6 +33,14 @@ public struct EventValidator: Sendable {
             default: reason = error.description
             }
             throw EventLogError.invalidEvent(index: index, field: field, reason: reason)
+        }
+        guard let typed = payload as? any CatalogueEvent else { return }
+        if let problem = typed.problem {
+            throw EventLogError.invalidEvent(index: index, field: "payload.\(problem.field)", reason: problem.reason)
+        }
+        if typed.streamId != event.streamId {
+            throw EventLogError.invalidEvent(
+                index: index, field: "stream", reason: "must be \"\(typed.streamId)\" for this \(event.type), not \"\(event.streamId)\"")
         }
     }
 }

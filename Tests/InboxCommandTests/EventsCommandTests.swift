@@ -4,16 +4,19 @@ import Testing
 
 /// `inbox events append` and `inbox events tail` against a real database of the test's own.
 @Suite struct EventsCommandTests {
-    /// One event document for `events append`: an event of the catalogue (`password_changed`, whose
-    /// payload needs only `personId`; the validation lets other fields through) with `payload`'s
-    /// fields added.
+    /// One event document for `events append`: an event of the catalogue (`password_changed` by
+    /// default, whose payload needs only `personId`; the validation lets other fields through) of
+    /// person `person`, on that person's security stream, with `payload`'s fields added.
     static func event(
-        stream: String, type: String = "password_changed", payload: String = #"{"body":"Is it still for sale?"}"#,
+        person: String, type: String = "password_changed", payload: String = #"{"body":"Is it still for sale?"}"#,
         extra: String = ""
     ) -> String {
-        let fields = payload == "{}" ? #"{"personId":"7"}"# : #"{"personId":"7","# + payload.dropFirst()
-        return #"{"stream":"\#(stream)","type":"\#(type)","payload":\#(fields)\#(extra.isEmpty ? "" : "," + extra)}"#
+        let fields = payload == "{}" ? #"{"personId":"\#(person)"}"# : #"{"personId":"\#(person)","# + payload.dropFirst()
+        return #"{"stream":"\#(stream(person))","type":"\#(type)","payload":\#(fields)\#(extra.isEmpty ? "" : "," + extra)}"#
     }
+
+    /// The stream of a person's security events.
+    static func stream(_ person: String) -> String { "person-\(person)-security" }
 
     /// Runs `events append document` against `db` and requires it to succeed.
     static func append(_ document: String, to db: TestDatabase, sourceLocation: SourceLocation = #_sourceLocation)
@@ -28,13 +31,13 @@ import Testing
     @Test func appendingOneEventPrintsOneJSONLineAppendedAtPositionOne() async throws {
         try await withTestDatabase { db in
             let result = try await InboxCLI.run(
-                ["events", "append", Self.event(stream: "conversation-1")], environment: InboxCLI.databaseEnvironment(db.url))
+                ["events", "append", Self.event(person: "conversation-1")], environment: InboxCLI.databaseEnvironment(db.url))
             #expect(result.status == 0, "stderr: \(result.stderr)")
             #expect(result.stdoutLines.count == 1, "stdout: \(result.stdout)")
             let line = try #require(result.stdoutObjects().first)
             #expect(line["appended"] as? Bool == true)
             #expect(line["position"] as? Int == 1)
-            #expect(line["stream"] as? String == "conversation-1")
+            #expect(line["stream"] as? String == Self.stream("conversation-1"))
             #expect(line["type"] as? String == "password_changed")
             #expect(line["version"] as? Int == 1)
             #expect(line["schemaVersion"] as? Int == 1)
@@ -47,7 +50,7 @@ import Testing
 
     @Test func appendingTheSameIdempotencyKeyAgainReturnsTheOriginalWithoutAppending() async throws {
         try await withTestDatabase { db in
-            let document = Self.event(stream: "conversation-1", extra: #""idempotencyKey":"send-42""#)
+            let document = Self.event(person: "conversation-1", extra: #""idempotencyKey":"send-42""#)
             let first = try await Self.append(document, to: db)
             let second = try await Self.append(document, to: db)
             #expect(first.count == 1)
@@ -59,7 +62,7 @@ import Testing
             #expect(second.first?["idempotencyKey"] as? String == "send-42")
             // Nothing new was written: the next event is the stream's second. (Positions may skip
             // numbers, as sequences do; versions within a stream do not.)
-            let third = try await Self.append(Self.event(stream: "conversation-1"), to: db)
+            let third = try await Self.append(Self.event(person: "conversation-1"), to: db)
             #expect(third.first?["version"] as? Int == 2)
             #expect((third.first?["position"] as? Int ?? 0) > 1)
         }
@@ -67,13 +70,13 @@ import Testing
 
     @Test func appendingAnArrayOfThreeEventsAppendsThreeInOrder() async throws {
         try await withTestDatabase { db in
-            let batch = "[" + (1...3).map { Self.event(stream: "conversation-\($0)", payload: #"{"n":\#($0)}"#) }
+            let batch = "[" + (1...3).map { Self.event(person: "conversation-\($0)", payload: #"{"n":\#($0)}"#) }
                 .joined(separator: ",") + "]"
             let lines = try await Self.append(batch, to: db)
             #expect(lines.count == 3)
             #expect(lines.map { $0["appended"] as? Bool } == [true, true, true])
             #expect(lines.map { $0["position"] as? Int } == [1, 2, 3])
-            #expect(lines.map { $0["stream"] as? String } == ["conversation-1", "conversation-2", "conversation-3"])
+            #expect(lines.map { $0["stream"] as? String } == ["conversation-1", "conversation-2", "conversation-3"].map(Self.stream))
             #expect(lines.map { ($0["payload"] as? [String: Any])?["n"] as? Int } == [1, 2, 3])
         }
     }
@@ -82,7 +85,7 @@ import Testing
         try await withTestDatabase { db in
             let result = try await InboxCLI.run(
                 ["events", "append"], environment: InboxCLI.databaseEnvironment(db.url),
-                stdin: Self.event(stream: "conversation-1") + "\n")
+                stdin: Self.event(person: "conversation-1") + "\n")
             #expect(result.status == 0, "stderr: \(result.stderr)")
             let line = try #require(result.stdoutObjects().first)
             #expect(line["appended"] as? Bool == true)
@@ -92,10 +95,10 @@ import Testing
 
     @Test func aMismatchedExpectedVersionExitsWithOneAndAppendsNothing() async throws {
         try await withTestDatabase { db in
-            _ = try await Self.append(Self.event(stream: "conversation-1"), to: db)
+            _ = try await Self.append(Self.event(person: "conversation-1"), to: db)
             // A batch whose second event expects the wrong version: neither event may be written.
-            let batch = "[" + Self.event(stream: "conversation-2") + ","
-                + Self.event(stream: "conversation-1", extra: #""expectedVersion":5"#) + "]"
+            let batch = "[" + Self.event(person: "conversation-2") + ","
+                + Self.event(person: "conversation-1", extra: #""expectedVersion":5"#) + "]"
             let result = try await InboxCLI.run(["events", "append", batch], environment: InboxCLI.databaseEnvironment(db.url))
             #expect(result.exitedNormally)
             #expect(result.status == 1, "stderr: \(result.stderr)")
@@ -107,14 +110,14 @@ import Testing
 
             let tail = try await InboxCLI.run(["events", "tail", "--from", "1"], environment: InboxCLI.databaseEnvironment(db.url))
             #expect(tail.status == 0, "stderr: \(tail.stderr)")
-            #expect(try tail.stdoutObjects().map { $0["stream"] as? String } == ["conversation-1"])
+            #expect(try tail.stdoutObjects().map { $0["stream"] as? String } == [Self.stream("conversation-1")])
         }
     }
 
     @Test func aMatchingExpectedVersionAppends() async throws {
         try await withTestDatabase { db in
-            let first = try await Self.append(Self.event(stream: "conversation-1", extra: #""expectedVersion":0"#), to: db)
-            let second = try await Self.append(Self.event(stream: "conversation-1", extra: #""expectedVersion":1"#), to: db)
+            let first = try await Self.append(Self.event(person: "conversation-1", extra: #""expectedVersion":0"#), to: db)
+            let second = try await Self.append(Self.event(person: "conversation-1", extra: #""expectedVersion":1"#), to: db)
             #expect(first.first?["version"] as? Int == 1)
             #expect(second.first?["version"] as? Int == 2)
             #expect(second.first?["appended"] as? Bool == true)
@@ -124,14 +127,16 @@ import Testing
     @Test func tailFromOnePrintsEveryEventAsAJSONLineInOrder() async throws {
         try await withTestDatabase { db in
             let expected: [(stream: String, type: String, text: String)] = [
-                ("person-7-security", "password_changed", "Is it still for sale?"),
-                ("person-7-security", "email_changed", "yes"),
-                ("person-8-security", "second_factor_enabled", "café ☕ \"quoted\""),
-                ("person-7-security", "password_changed", "line\nbreak"),
+                ("7", "password_changed", "Is it still for sale?"),
+                ("7", "email_changed", "yes"),
+                ("8", "second_factor_enabled", "café ☕ \"quoted\""),
+                ("7", "password_changed", "line\nbreak"),
             ]
             let batch = try String(
                 decoding: JSONSerialization.data(
-                    withJSONObject: expected.map { ["stream": $0.stream, "type": $0.type, "payload": ["personId": "7", "text": $0.text]] }),
+                    withJSONObject: expected.map {
+                        ["stream": Self.stream($0.stream), "type": $0.type, "payload": ["personId": $0.stream, "text": $0.text]]
+                    }),
                 as: UTF8.self)
             _ = try await Self.append(batch, to: db)
 
@@ -141,7 +146,7 @@ import Testing
             try #require(lines.count == expected.count, "stdout: \(result.stdout)")
             for (index, (line, event)) in zip(lines, expected).enumerated() {
                 #expect(line["position"] as? Int == index + 1)
-                #expect(line["stream"] as? String == event.stream)
+                #expect(line["stream"] as? String == Self.stream(event.stream))
                 #expect(line["type"] as? String == event.type)
                 #expect((line["payload"] as? [String: Any])?["text"] as? String == event.text)
                 #expect(line["appended"] == nil, "tail lines carry no appended field")
@@ -151,7 +156,7 @@ import Testing
 
     @Test func tailFromAPositionSkipsTheEventsBeforeIt() async throws {
         try await withTestDatabase { db in
-            let batch = "[" + (1...5).map { Self.event(stream: "s-\($0)") }.joined(separator: ",") + "]"
+            let batch = "[" + (1...5).map { Self.event(person: "s-\($0)") }.joined(separator: ",") + "]"
             _ = try await Self.append(batch, to: db)
             let result = try await InboxCLI.run(["events", "tail", "--from", "4"], environment: InboxCLI.databaseEnvironment(db.url))
             #expect(result.status == 0, "stderr: \(result.stderr)")
@@ -161,7 +166,7 @@ import Testing
 
     @Test func tailWithoutAFlagPrintsTheLastTenEvents() async throws {
         try await withTestDatabase { db in
-            let batch = "[" + (1...15).map { Self.event(stream: "s-\($0)", payload: #"{"n":\#($0)}"#) }.joined(separator: ",") + "]"
+            let batch = "[" + (1...15).map { Self.event(person: "s-\($0)", payload: #"{"n":\#($0)}"#) }.joined(separator: ",") + "]"
             #expect(try await Self.append(batch, to: db).count == 15)
             let result = try await InboxCLI.run(["events", "tail"], environment: InboxCLI.databaseEnvironment(db.url))
             #expect(result.status == 0, "stderr: \(result.stderr)")
@@ -181,16 +186,16 @@ import Testing
 
     @Test func tailFollowPrintsAnEventAppendedAfterItStartedAndStopsOnSIGTERMWithZero() async throws {
         try await withTestDatabase { db in
-            _ = try await Self.append(Self.event(stream: "before", payload: #"{"n":1}"#), to: db)
+            _ = try await Self.append(Self.event(person: "before", payload: #"{"n":1}"#), to: db)
 
             let follower = try InboxCLI.start(
                 ["events", "tail", "--follow", "--from", "1"], environment: InboxCLI.databaseEnvironment(db.url))
             defer { follower.cleanUp() }
             // The event that was there before: the follower is up and has read the log.
-            _ = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"before""#) }
+            _ = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"person-before-security""#) }
 
-            _ = try await Self.append(Self.event(stream: "after", payload: #"{"n":2}"#), to: db)
-            let line = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"after""#) }
+            _ = try await Self.append(Self.event(person: "after", payload: #"{"n":2}"#), to: db)
+            let line = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"person-after-security""#) }
             let object = try #require(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
             #expect(object["position"] as? Int == 2)
             #expect(object["type"] as? String == "password_changed")
@@ -206,11 +211,11 @@ import Testing
 
     @Test func tailFollowStopsOnSIGINTWithZero() async throws {
         try await withTestDatabase { db in
-            _ = try await Self.append(Self.event(stream: "before"), to: db)
+            _ = try await Self.append(Self.event(person: "before"), to: db)
             let follower = try InboxCLI.start(
                 ["events", "tail", "--follow", "--from", "1"], environment: InboxCLI.databaseEnvironment(db.url))
             defer { follower.cleanUp() }
-            _ = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"before""#) }
+            _ = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"person-before-security""#) }
             follower.send(SIGINT)
             let result = try await follower.waitForExit(timeout: .seconds(15))
             #expect(result.exitedNormally, "killed by signal \(result.status)")
@@ -222,7 +227,7 @@ import Testing
     /// not a terminal): under a supervisor or a pipe the banner was held back until the process exited.
     @Test func runPrintsItsBannerWhileRunningAndProjectsTheLog() async throws {
         try await withTestDatabase { db in
-            _ = try await Self.append(Self.event(stream: "person-7-security"), to: db)
+            _ = try await Self.append(Self.event(person: "7"), to: db)
             let tier = try InboxCLI.start(["run"], environment: InboxCLI.databaseEnvironment(db.url))
             defer { tier.cleanUp() }
             _ = try await tier.waitForStdoutLine(timeout: .seconds(15)) { $0.contains("runs its projectors") }
@@ -249,7 +254,7 @@ import Testing
     @Test func anIntegerPayloadFieldIsStoredExactly() async throws {
         try await withTestDatabase { db in
             let lines = try await Self.append(
-                Self.event(stream: "listing-1", payload: #"{"externalId":1234567890123456789,"small":42}"#), to: db)
+                Self.event(person: "listing-1", payload: #"{"externalId":1234567890123456789,"small":42}"#), to: db)
             let tail = try await InboxCLI.run(["events", "tail", "--from", "1"], environment: InboxCLI.databaseEnvironment(db.url))
             #expect(tail.status == 0, "stderr: \(tail.stderr)")
             #expect(lines.first?["appended"] as? Bool == true)

@@ -2,6 +2,13 @@
 public protocol CatalogueEvent: EventPayload {
     /// The stream the event belongs to; events of one stream are ordered by their stream version.
     var streamId: String { get }
+    /// What is wrong with a payload that has the right shape but breaks a rule of the catalogue
+    /// (a locked switch turned off, a date that is not one): the field and why. Nil when valid.
+    var problem: (field: String, reason: String)? { get }
+}
+
+extension CatalogueEvent {
+    public var problem: (field: String, reason: String)? { nil }
 }
 
 /// Which side of a conversation somebody is on. The same person is the buyer in one thread and

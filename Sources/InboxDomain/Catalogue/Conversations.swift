@@ -29,6 +29,24 @@ public struct ConversationStarted: CatalogueEvent, Hashable {
         self.watchId = watchId
         self.orderId = orderId
     }
+
+    /// `kind` may be left out: a conversation is about a watch unless it says otherwise.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        conversationId = try container.decode(String.self, forKey: .conversationId)
+        kind = try container.decodeIfPresent(ConversationKind.self, forKey: .kind) ?? .watch
+        buyerId = try container.decode(String.self, forKey: .buyerId)
+        shopId = try container.decodeIfPresent(String.self, forKey: .shopId)
+        watchId = try container.decodeIfPresent(String.self, forKey: .watchId)
+        orderId = try container.decodeIfPresent(String.self, forKey: .orderId)
+    }
+
+    public var problem: (field: String, reason: String)? {
+        if kind == .watch && (shopId == nil || watchId == nil) {
+            return (shopId == nil ? "shopId" : "watchId", "is required for a conversation about a watch")
+        }
+        return nil
+    }
 }
 
 /// A message in a conversation. `offer` is set when the message makes an offer.
@@ -55,6 +73,24 @@ public struct MessageSent: CatalogueEvent, Hashable {
         self.body = body
         self.attachmentHandles = attachmentHandles
         self.offer = offer
+    }
+
+    /// `attachmentHandles` may be left out for a message without attachments.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        conversationId = try container.decode(String.self, forKey: .conversationId)
+        messageId = try container.decode(String.self, forKey: .messageId)
+        authorSide = try container.decode(AuthorSide.self, forKey: .authorSide)
+        authorId = try container.decode(String.self, forKey: .authorId)
+        body = try container.decode(String.self, forKey: .body)
+        attachmentHandles = try container.decodeIfPresent([String].self, forKey: .attachmentHandles) ?? []
+        offer = try container.decodeIfPresent(Money.self, forKey: .offer)
+    }
+
+    public var problem: (field: String, reason: String)? {
+        if body.isEmpty && attachmentHandles.isEmpty { return ("body", "is empty and the message has no attachment") }
+        if let offer, offer.amount <= 0 { return ("offer.amount", "must be more than 0") }
+        return nil
     }
 }
 

@@ -1,6 +1,8 @@
+import Foundation
+
 /// A person switched one channel of one category on or off in the notification preferences.
-/// Refused at the API for the locked channels (security and orders push) and for saved searches
-/// (governed per search); a stored one of those is ignored by the decision.
+/// Refused at append for the locked channels (security and orders push cannot be turned off) and
+/// for saved searches (governed per search).
 public struct NotificationPreferenceChanged: CatalogueEvent, Hashable {
     public static let eventType = "notification_preference_changed"
     public var personId: String
@@ -14,6 +16,16 @@ public struct NotificationPreferenceChanged: CatalogueEvent, Hashable {
         self.category = category
         self.channel = channel
         self.enabled = enabled
+    }
+
+    public var problem: (field: String, reason: String)? {
+        if PreferenceRules.isManagedPerSearch(category) {
+            return ("category", "saved_searches has no switch of its own: each saved search has its interval and push")
+        }
+        if PreferenceRules.isLocked(category, channel) && !enabled {
+            return ("enabled", "\(category.rawValue) \(channel.rawValue) is locked on and cannot be turned off")
+        }
+        return nil
     }
 }
 
@@ -68,9 +80,23 @@ public struct LegacyNotificationImported: CatalogueEvent, Hashable {
     public var event: String
     /// The ids the entry's screen needs, all strings.
     public var ids: [String: String]
+    /// When the entry was made, ISO 8601 (`2024-05-01T10:00:00Z`).
     public var createdAt: String
     public var read: Bool
     public var streamId: String { Streams.bell(personId) }
+
+    /// `createdAt` as a date, nil when it is not an ISO 8601 time.
+    public var createdDate: Date? {
+        if let date = try? Date(createdAt, strategy: .iso8601) { return date }
+        return try? Date(createdAt, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+    }
+
+    public var problem: (field: String, reason: String)? {
+        if createdDate == nil { return ("createdAt", "is not an ISO 8601 time such as 2024-05-01T10:00:00Z") }
+        let isSnakeCase = !event.isEmpty && event.unicodeScalars.allSatisfy { ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_" }
+        if !isSnakeCase { return ("event", "must be snake_case (a-z, 0-9, _)") }
+        return nil
+    }
 
     public init(
         personId: String, notificationId: String, category: NotificationCategory, event: String, ids: [String: String],

@@ -23,7 +23,8 @@ public struct ShopMemberRemoved: CatalogueEvent, Hashable {
     }
 }
 
-/// One person blocked another: neither is notified about the other any more.
+/// One person blocked another. The tier that records the block also closes their conversations
+/// (`conversation_closed_by_block`), which is what stops notifications between them.
 public struct PersonBlocked: CatalogueEvent, Hashable {
     public static let eventType = "person_blocked"
     public var blockerId: String

@@ -328,14 +328,23 @@ public struct BellProjection: Projection {
                 """, inserts.map(\.id), inserts.map(\.personId), inserts.map(\.category), inserts.map(\.event),
                 inserts.map { PostgresRawJSON($0.idsJSON) }, inserts.map(\.createdAt), inserts.map(\.readAt), inserts.map(\.sourcePosition))
         }
-        let people = counters.filter { $0.value.unread != 0 || $0.value.total != 0 }.map(\.key)
+        // Everybody who got an entry has a counter row, whatever the batch nets out to, so the rows
+        // do not depend on where the log is cut into batches.
+        for id in created { if let entry = entries[id], counters[entry.personId] == nil { counters[entry.personId] = Counter() } }
+        let people = Array(counters.keys)
         if !people.isEmpty {
+            // Rows first, then the changes: a negative change inserted as a new row would fail the
+            // counters' checks before the conflict with the existing row is noticed.
             try connection.query(
                 """
-                INSERT INTO \(context.table("bell_counters")) AS t (person_id, unread_count, total_count)
-                SELECT * FROM unnest($1::text[], $2::int[], $3::int[])
-                ON CONFLICT (person_id) DO UPDATE
-                SET unread_count = t.unread_count + excluded.unread_count, total_count = t.total_count + excluded.total_count
+                INSERT INTO \(context.table("bell_counters")) (person_id, unread_count, total_count)
+                SELECT p, 0, 0 FROM unnest($1::text[]) AS p ON CONFLICT (person_id) DO NOTHING
+                """, people)
+            try connection.query(
+                """
+                UPDATE \(context.table("bell_counters")) t
+                SET unread_count = t.unread_count + u.unread, total_count = t.total_count + u.total
+                FROM unnest($1::text[], $2::int[], $3::int[]) AS u(person, unread, total) WHERE t.person_id = u.person
                 """, people, people.map { counters[$0]!.unread }, people.map { counters[$0]!.total })
         }
     }

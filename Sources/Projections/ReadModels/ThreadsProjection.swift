@@ -117,6 +117,8 @@ public struct ThreadsProjection: Projection {
         var readThroughSeq: Int64 = 0
         var archived = false
         var unreadBefore = false
+        /// Whether the row was in the table before this batch.
+        var existed = false
         var unread: Bool { lastIncomingSeq > readThroughSeq }
     }
 
@@ -209,15 +211,18 @@ public struct ThreadsProjection: Projection {
                 }
             case let e as MessageSent:
                 var thread = try conversation(e.conversationId, for: event)
-                if knownMessages[e.messageId] != nil { continue }
                 let seq = event.record.streamVersion
                 let at = event.record.recordedAt
-                knownMessages[e.messageId] = (e.conversationId, seq)
-                newMessages.append(
-                    Message(
-                        id: e.messageId, conversationId: e.conversationId, seq: seq, authorSide: e.authorSide.rawValue,
-                        authorId: e.authorId, body: e.body, attachmentHandles: e.attachmentHandles, offer: e.offer, sentAt: at))
-                thread.messageCount += 1
+                // A message applied before (inline, ahead of this projector) is not stored or counted
+                // again, but what it does to the thread is: an event applied since may have undone it.
+                if knownMessages[e.messageId] == nil {
+                    knownMessages[e.messageId] = (e.conversationId, seq)
+                    newMessages.append(
+                        Message(
+                            id: e.messageId, conversationId: e.conversationId, seq: seq, authorSide: e.authorSide.rawValue,
+                            authorId: e.authorId, body: e.body, attachmentHandles: e.attachmentHandles, offer: e.offer, sentAt: at))
+                    thread.messageCount += 1
+                }
                 if seq > thread.lastMessageSeq {
                     thread.lastMessageSeq = seq
                     thread.lastMessageId = e.messageId
@@ -321,17 +326,25 @@ public struct ThreadsProjection: Projection {
                     archived = excluded.archived
                 """, s.map(\.conversationId), s.map(\.side), s.map(\.ownerId), s.map(\.lastActivityAt), s.map(\.lastIncomingSeq),
                 s.map(\.readThroughSeq), s.map(\.archived))
+            // Every owner of a thread has a counter row from the thread's start, whatever the batch
+            // nets out to, so the rows do not depend on where the log is cut into batches.
             var deltas: [OwnerSide: Int32] = [:]
-            for side in s where side.unread != side.unreadBefore {
-                deltas[OwnerSide(ownerId: side.ownerId, side: side.side), default: 0] += side.unread ? 1 : -1
+            for side in s where side.unread != side.unreadBefore || !side.existed {
+                deltas[OwnerSide(ownerId: side.ownerId, side: side.side), default: 0] += side.unread == side.unreadBefore ? 0 : side.unread ? 1 : -1
             }
             let keys = Array(deltas.keys)
             if !keys.isEmpty {
+                // Rows first, then the changes (see BellProjection: checks come before conflicts).
                 try connection.query(
                     """
-                    INSERT INTO \(context.table("unread_conversations")) AS t (owner_id, side, unread_count)
-                    SELECT * FROM unnest($1::text[], $2::text[], $3::int[])
-                    ON CONFLICT (owner_id, side) DO UPDATE SET unread_count = t.unread_count + excluded.unread_count
+                    INSERT INTO \(context.table("unread_conversations")) (owner_id, side, unread_count)
+                    SELECT o, s, 0 FROM unnest($1::text[], $2::text[]) AS u(o, s) ON CONFLICT (owner_id, side) DO NOTHING
+                    """, keys.map(\.ownerId), keys.map(\.side))
+                try connection.query(
+                    """
+                    UPDATE \(context.table("unread_conversations")) t SET unread_count = t.unread_count + u.delta
+                    FROM unnest($1::text[], $2::text[], $3::int[]) AS u(owner, side, delta)
+                    WHERE t.owner_id = u.owner AND t.side = u.side
                     """, keys.map(\.ownerId), keys.map(\.side), keys.map { deltas[$0]! })
             }
         }
@@ -383,6 +396,7 @@ public struct ThreadsProjection: Projection {
             side.readThroughSeq = try row.decode(Int64.self, "read_through_seq")
             side.archived = try row.decode(Bool.self, "archived")
             side.unreadBefore = side.unread
+            side.existed = true
             result[SideKey(conversationId: side.conversationId, side: side.side)] = side
         }
         return result

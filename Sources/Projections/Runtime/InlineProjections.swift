@@ -6,57 +6,113 @@ import PostgresClient
 /// The inline driver: appends events and applies them to the live read models in the same
 /// transaction, so the person who wrote reads their own change on the next request.
 ///
-/// Inline is a head start, not the record: the async projector applies the same events again when
-/// it reaches them, which the projections' idempotence makes harmless, and which is what keeps the
-/// live tables equal to a replay. An inline apply that fails is rolled back on its own and left to
-/// the async projector (which parks the event if it fails there too); the append still commits.
-/// An inline apply locks the projection's checkpoint row, so it never interleaves with a batch of
-/// the async projector or a replay's swap.
+/// It applies events exactly as the async projector would apply them next, and moves the
+/// projection's checkpoint past them in the same transaction, so the async projector does not apply
+/// them again. That is only possible when this transaction is next in the log: no older
+/// transaction is still writing (`pg_snapshot_xmin` is this transaction's own id), and the events
+/// committed before it are few enough to apply first (at most `catchUpLimit`). Otherwise the
+/// projection is left to the async projector, which reaches the events within its poll interval.
+///
+/// For each projection the driver first locks its checkpoint row, which serializes it with the
+/// async projector's batches, other inline writers and a replay's swap.
 public struct InlineProjections: Sendable {
     public let projections: [any Projection]
     public let validator: EventValidator?
+    /// How many events committed before this transaction an inline apply brings in first.
+    public let catchUpLimit: Int
 
-    public init(projections: [any Projection] = InboxProjections.all, validator: EventValidator? = EventValidator(registry: InboxCatalogue.registry)) {
+    public init(
+        projections: [any Projection] = InboxProjections.all,
+        validator: EventValidator? = EventValidator(registry: InboxCatalogue.registry), catchUpLimit: Int = 500
+    ) {
         self.projections = projections
         self.validator = validator
+        self.catchUpLimit = catchUpLimit
+    }
+
+    /// What happened to each projection the events concern.
+    public struct Outcome: Sendable, Hashable {
+        /// Projections that now include the events.
+        public var applied: [String] = []
+        /// Projections left to the async projector (an older transaction was still writing, the
+        /// projection was too far behind, or its live tables are of another version).
+        public var deferred: [String] = []
     }
 
     /// Appends `events` and projects the new ones inline, in one transaction on `connection`.
+    @discardableResult
     public func append(
         _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], on connection: PostgresConnection
     ) throws -> [AppendedEvent] {
+        try appendReporting(events, expectedVersions: expectedVersions, on: connection).appended
+    }
+
+    /// `append`, saying which projections include the events when it returns.
+    public func appendReporting(
+        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], on connection: PostgresConnection
+    ) throws -> (appended: [AppendedEvent], outcome: Outcome) {
         try connection.transaction { connection in
             let appended = try EventStore.append(events, expectedVersions: expectedVersions, validator: validator, on: connection)
-            try project(appended.filter(\.wasAppended).map(\.event), on: connection)
-            return appended
+            let outcome = try project(appended.filter(\.wasAppended).map(\.event), on: connection)
+            return (appended, outcome)
         }
     }
 
-    /// Applies events just appended in the caller's open transaction.
-    public func project(_ records: [RecordedEvent], on connection: PostgresConnection) throws {
-        if records.isEmpty { return }
-        let batch = DecodedBatch(records)
-        // In name order, the same order a replay's swap locks them in.
+    /// Applies events this open transaction has just appended.
+    public func project(_ records: [RecordedEvent], on connection: PostgresConnection) throws -> Outcome {
+        var outcome = Outcome()
+        if records.isEmpty { return outcome }
+        let own = DecodedBatch(records.sorted { $0.checkpoint < $1.checkpoint })
+        guard let last = own.checkpoint else { return outcome }
+        // In name order, the order a replay's swap locks them in.
         for projection in projections.sorted(by: { $0.name < $1.name }) {
-            let relevant = batch.events.filter { projection.eventTypes.contains($0.record.type) }
-            if relevant.isEmpty { continue }
+            let types = projection.eventTypes
+            guard own.records.contains(where: { types.contains($0.type) }) else { continue }
             try connection.execute("SAVEPOINT inline_projection")
             do {
-                guard let live = try ProjectionState.read(projection.name, on: connection, lock: true),
-                    live.version == projection.version
-                else {
+                if try applyInOrder(own, ending: last, to: projection, on: connection) {
                     try connection.execute("RELEASE SAVEPOINT inline_projection")
-                    continue
+                    outcome.applied.append(projection.name)
+                } else {
+                    try connection.execute("ROLLBACK TO SAVEPOINT inline_projection")
+                    try connection.execute("RELEASE SAVEPOINT inline_projection")
+                    outcome.deferred.append(projection.name)
                 }
-                try projection.apply(
-                    relevant, in: ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .inline))
-                try connection.execute("RELEASE SAVEPOINT inline_projection")
             } catch let error as PostgresError where error.isConnectionError {
                 throw error
             } catch {
                 try connection.execute("ROLLBACK TO SAVEPOINT inline_projection")
                 try connection.execute("RELEASE SAVEPOINT inline_projection")
+                outcome.deferred.append(projection.name)
             }
         }
+        return outcome
+    }
+
+    /// Brings `projection` up to this transaction and applies its events; false when it cannot
+    /// do so in log order.
+    private func applyInOrder(
+        _ own: DecodedBatch, ending last: Checkpoint, to projection: any Projection, on connection: PostgresConnection
+    ) throws -> Bool {
+        guard let live = try ProjectionState.read(projection.name, on: connection, lock: true), live.version == projection.version else {
+            return false
+        }
+        let isNext = try connection.query("SELECT pg_snapshot_xmin(pg_current_snapshot()) = pg_current_xact_id()").scalar(Bool.self)
+        guard isNext else { return false }
+        let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .inline)
+        var checkpoint = live.checkpoint
+        var applied = 0
+        // Everything committed before this transaction (its own events are not readable to itself:
+        // their transaction id is the snapshot's xmin).
+        let pending = try EventStore.read(after: checkpoint, limit: catchUpLimit + 1, on: connection)
+        if pending.count > catchUpLimit { return false }
+        for batch in [DecodedBatch(pending), own] where !batch.records.isEmpty {
+            let result = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
+            try ProjectionBatchApplier.park(result.parked, into: "projection_dead_letters", on: connection)
+            applied += result.applied
+            checkpoint = batch.checkpoint ?? checkpoint
+        }
+        try ProjectionState.advance(projection.name, to: last, applied: applied, on: connection)
+        return true
     }
 }

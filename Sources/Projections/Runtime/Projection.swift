@@ -59,9 +59,9 @@ public struct ProjectionContext {
 /// and replay drivers:
 /// - `apply` is deterministic: the same events on the same tables give the same rows (times come
 ///   from the events, never from the clock);
-/// - `apply` is idempotent and converges: applying an event again, or applying an event early (the
-///   inline driver runs ahead of the async one) and then the log in order, ends in the rows that
-///   applying the log once in order gives.
+/// - the result does not depend on where the log is cut into batches;
+/// - `apply` is idempotent: applying an event again changes nothing (the drivers never do, but a
+///   projection that tolerates it cannot be doubled by a mistake in one).
 public protocol Projection: Sendable {
     /// A short snake_case name: `bell`, `threads`, `preferences`, `people`.
     var name: String { get }

@@ -1,0 +1,61 @@
+import Foundation
+import PostgresClient
+
+/// One entry of a person's bell.
+public struct BellEntry: Sendable, Hashable {
+    public var id: String
+    public var category: String
+    public var event: String
+    public var ids: [String: String]
+    public var createdAt: Date
+    public var readAt: Date?
+    public var isRead: Bool { readAt != nil }
+}
+
+/// Reads a person's bell from the live tables: newest first, in keyset pages, and the maintained
+/// unread count (never counted at read time).
+public enum BellReader {
+    /// A page of `person`'s bell after `cursor`. `unread` narrows it to unread (true) or read (false)
+    /// entries. Entries added while somebody walks the pages are newer than every cursor, so a walk
+    /// neither skips nor repeats an entry.
+    public static func page(
+        person: String, unread: Bool? = nil, after cursor: KeysetCursor? = nil, limit: Int, on connection: PostgresConnection
+    ) throws -> KeysetPage<BellEntry> {
+        let limit = max(1, limit)
+        let filter = unread.map { $0 ? "AND read_at IS NULL" : "AND read_at IS NOT NULL" } ?? ""
+        let rows = try connection.query(
+            """
+            SELECT notification_id, category, event, ids, created_at, read_at,
+                (extract(epoch FROM created_at) * 1000000)::bigint AS created_us
+            FROM bell_entries
+            WHERE person_id = $1 \(filter)
+              AND ($2::bigint IS NULL
+                   OR (created_at, notification_id) < (timestamptz 'epoch' + $2::bigint * interval '1 microsecond', $3::text))
+            ORDER BY created_at DESC, notification_id DESC
+            LIMIT $4
+            """, person, cursor?.key, cursor?.id, Int64(limit + 1))
+        var entries: [BellEntry] = []
+        var keys: [Int64] = []
+        for row in rows {
+            let idsText = try row.decode(PostgresRawJSON.self, "ids").text
+            let ids = (try? JSONDecoder().decode([String: String].self, from: Data(idsText.utf8))) ?? [:]
+            entries.append(
+                BellEntry(
+                    id: try row.decode(String.self, "notification_id"), category: try row.decode(String.self, "category"),
+                    event: try row.decode(String.self, "event"), ids: ids, createdAt: try row.decode(Date.self, "created_at"),
+                    readAt: try row.decode(Date?.self, "read_at")))
+            keys.append(try row.decode(Int64.self, "created_us"))
+        }
+        var next: KeysetCursor?
+        if entries.count > limit {
+            entries.removeLast()
+            next = KeysetCursor(key: keys[limit - 1], id: entries[limit - 1].id)
+        }
+        return KeysetPage(rows: entries, next: next)
+    }
+
+    /// The person's unread count, as maintained by the bell projection.
+    public static func unreadCount(person: String, on connection: PostgresConnection) throws -> Int {
+        Int(try connection.query("SELECT unread_count FROM bell_counters WHERE person_id = $1", person).first?.decode(Int32.self, "unread_count") ?? 0)
+    }
+}

@@ -1,0 +1,42 @@
+import Foundation
+
+/// A place in a list that is walked newest first: the sort key of the last row handed out and its
+/// id. Opaque to clients (base64url), exact (microseconds, not a floating-point date), and checked
+/// when it comes back: a garbled cursor is an error, never a silent first page.
+public struct KeysetCursor: Sendable, Hashable {
+    /// The sort key: microseconds since 1970 for times, or a sequence number.
+    public var key: Int64
+    public var id: String
+
+    public init(key: Int64, id: String) {
+        self.key = key
+        self.id = id
+    }
+
+    public struct Malformed: Error, Sendable, CustomStringConvertible {
+        public var description: String { "The cursor is not one this server handed out." }
+    }
+
+    /// The opaque text handed to clients.
+    public var token: String {
+        Data("v1|\(key)|\(id)".utf8).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    public init(token: String) throws {
+        var base64 = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        guard token.utf8.count <= 512, !token.contains("+"), !token.contains("/") else { throw Malformed() }
+        while base64.utf8.count % 4 != 0 { base64 += "=" }
+        guard let data = Data(base64Encoded: base64), let text = String(data: data, encoding: .utf8) else { throw Malformed() }
+        let parts = text.split(separator: "|", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == "v1", let key = Int64(parts[1]), !parts[2].isEmpty else { throw Malformed() }
+        self.init(key: key, id: String(parts[2]))
+    }
+}
+
+/// One page of a keyset-paged list, and the cursor of the next (nil on the last page).
+public struct KeysetPage<Row: Sendable>: Sendable {
+    public var rows: [Row]
+    public var next: KeysetCursor?
+}

@@ -1,0 +1,125 @@
+import EventLog
+import Foundation
+import InboxDomain
+import InboxTesting
+import PostgresClient
+import Projections
+import Testing
+
+/// The async projector, the inline driver and the dead letters.
+@Suite struct ProjectorTests {
+    static let started = ConversationStarted(conversationId: "c1", buyerId: "buyer", shopId: "shop", watchId: "w1")
+
+    @Test func anEventThatFailsToApplyIsParkedWithItsErrorAndTheProjectorGoesOn() async throws {
+        try await withTestDatabase { db in
+            try await db.withProjectors {
+                try await db.append(PasswordChanged(personId: "p1"))
+                // Valid for the catalogue, but about a conversation nobody started.
+                try await db.append(ConversationRead(conversationId: "nowhere", side: .buyer, personId: "p1", upToMessageId: "m0"))
+                try await db.append(Self.started, MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "s", body: "Yes"))
+                try await db.waitUntilProjected()
+            }
+            let letters = try await db.client.query("SELECT projection, type, error FROM projection_dead_letters") { row in
+                (try row.decode(String.self, "projection"), try row.decode(String.self, "type"), try row.decode(String.self, "error"))
+            }
+            #expect(letters.count == 1)
+            #expect(letters.first?.0 == "threads")
+            #expect(letters.first?.1 == "conversation_read")
+            #expect(letters.first?.2.contains("conversation nowhere was never started") == true, "\(letters)")
+            // What came after it was applied.
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages WHERE message_id = 'm1'", Int.self) == 1)
+            #expect(try await db.scalar("SELECT unread_count FROM bell_counters WHERE person_id = 'buyer'", Int32.self) == 1)
+        }
+    }
+
+    @Test func anEventOfATypeFromANewerReleaseIsParkedByEveryProjectionAndCounted() async throws {
+        try await withTestDatabase { db in
+            // Written by a newer release: this one's validator would refuse it, the log does not.
+            let newer = NewEvent(streamId: "watch-9", type: "watch_auctioned", payloadJSON: #"{"watchId":"9"}"#, metadata: EventMetadata())
+            try await db.withProjectors {
+                _ = try await db.store.append(newer)
+                try await db.append(PasswordChanged(personId: "p1"))
+                try await db.waitUntilProjected()
+            }
+            let parked = try await db.client.query("SELECT projection FROM projection_dead_letters WHERE type = 'watch_auctioned' ORDER BY 1") {
+                try $0.decode(String.self, "projection")
+            }
+            #expect(parked == InboxProjections.all.map(\.name).sorted())
+            #expect(try await db.scalar("SELECT count(*)::int FROM bell_entries WHERE person_id = 'p1'", Int.self) == 1)
+        }
+    }
+
+    /// On a cluster of its own: the inline driver applies only when no older transaction of the
+    /// cluster is writing (transaction ids are cluster-wide), which other tests' writes would break.
+    @Test func anInlineAppendIsReadableAtOnceAndMovesTheCheckpointSoTheProjectorDoesNotApplyItAgain() async throws {
+        let cluster = try await TestCluster.make()
+        defer { cluster.tearDown() }
+        let db = try await cluster.database()
+        // The projectors create the live tables and apply what came before; then they stop.
+        try await db.append(Self.started)
+        try await db.withProjectors { try await db.waitUntilProjected() }
+        try await db.append(MessageSent(conversationId: "c1", messageId: "m0", authorSide: .buyer, authorId: "buyer", body: "Hello"))
+
+        let events = try [
+            NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .buyer, authorId: "buyer", body: "Still for sale?")),
+            NewEvent(MessageSent(conversationId: "c1", messageId: "m2", authorSide: .seller, authorId: "seller", body: "Yes")),
+        ]
+        let outcome = try await db.client.withConnection { connection in
+            try InlineProjections().appendReporting(events, on: connection).outcome
+        }
+        #expect(outcome.applied == ["bell", "threads"], "deferred: \(outcome.deferred)")
+        // Read-your-writes, with the event appended before it (m0) brought in first.
+        #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 3)
+        let unread = try await db.client.withConnection { connection in
+            try ThreadReader.unreadConversations(owner: "buyer", side: .buyer, on: connection)
+        }
+        #expect(unread == 1)
+        #expect(try await db.scalar("SELECT unread_count FROM bell_counters WHERE person_id = 'buyer'", Int32.self) == 1)
+
+        try await db.withProjectors { try await db.waitUntilProjected() }
+        #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 3)
+        #expect(try await db.scalar("SELECT count(*)::int FROM bell_entries", Int.self) == 1)
+        #expect(try await db.scalar("SELECT count(*)::int FROM notification_outbox", Int.self) == 3, "two of the shop's news, one of the buyer's")
+        #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
+        let comparison = try await db.compareWithReplay()
+        #expect(comparison.allSatisfy { $0.differing == 0 }, "\(comparison.filter { $0.differing != 0 })")
+        db.client.close()
+    }
+
+    @Test func anInlineAppendBehindAnOlderWritingTransactionIsLeftToTheProjector() async throws {
+        let cluster = try await TestCluster.make()
+        defer { cluster.tearDown() }
+        let db = try await cluster.database()
+        try await db.append(Self.started)
+        try await db.withProjectors { try await db.waitUntilProjected() }
+        // An older transaction has appended and not committed.
+        let older = try db.connect()
+        defer { older.close() }
+        try older.execute("BEGIN")
+        _ = try EventStore.append([try NewEvent(PasswordChanged(personId: "p1"))], on: older)
+
+        let message = try NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "s", body: "Yes"))
+        let outcome = try await db.client.withConnection { connection in
+            try InlineProjections().appendReporting([message], on: connection).outcome
+        }
+        #expect(outcome.applied.isEmpty)
+        #expect(outcome.deferred == ["bell", "threads"])
+        #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 0)
+
+        try older.execute("COMMIT")
+        try await db.withProjectors { try await db.waitUntilProjected() }
+        #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 1)
+        #expect(try await db.scalar("SELECT count(*)::int FROM bell_entries", Int.self) == 2)
+        db.client.close()
+    }
+
+    @Test func theLiveTablesAreCreatedByTheFirstProjectorAndRecordTheirVersion() async throws {
+        try await withTestDatabase { db in
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            let versions = try await db.client.query("SELECT projection, version FROM projection_checkpoints ORDER BY 1") {
+                "\(try $0.decode(String.self, "projection"))=\(try $0.decode(Int32.self, "version"))"
+            }
+            #expect(versions == InboxProjections.all.sorted { $0.name < $1.name }.map { "\($0.name)=\($0.version)" })
+        }
+    }
+}

@@ -1,0 +1,60 @@
+import EventLog
+import Foundation
+import InboxDomain
+import InboxSimulation
+import InboxTesting
+import PostgresClient
+import Projections
+
+func withTestDatabase(_ body: (TestDatabase) async throws -> Void) async throws {
+    let db = try await TestDatabase.make()
+    do {
+        try await body(db)
+    } catch {
+        await db.drop()
+        throw error
+    }
+    // INBOX_KEEP_TEST_DATABASES=1 keeps them to look into after a failure.
+    if ProcessInfo.processInfo.environment["INBOX_KEEP_TEST_DATABASES"] == nil { await db.drop() } else { print("kept database \(db.name)") }
+}
+
+extension TestDatabase {
+    /// Appends `count` events of `simulation` in batches of `batchSize`, one batch after another
+    /// (so the simulation's predicted positions hold). Every `inlineEvery`-th batch goes through the
+    /// inline driver, as the API's writes do. Returns how many projections took a batch inline.
+    @discardableResult
+    func appendSimulated(
+        _ simulation: inout MarketplaceSimulation, count: Int, batchSize: Int = 100, inlineEvery: Int? = nil
+    ) async throws -> Int {
+        var appended = 0
+        var inlineApplied = 0
+        var batchNumber = 0
+        while appended < count {
+            let batch = simulation.events(min(batchSize, count - appended))
+            batchNumber += 1
+            if let inlineEvery, batchNumber % inlineEvery == 0 {
+                inlineApplied += try await client.withConnection { connection in
+                    try InlineProjections().appendReporting(batch, on: connection).outcome.applied.count
+                }
+            } else {
+                _ = try await store.append(batch)
+            }
+            appended += batch.count
+        }
+        return inlineApplied
+    }
+
+    func append(_ events: any CatalogueEvent...) async throws {
+        _ = try await store.append(try events.map(newEvent))
+    }
+
+    func scalar<T: PostgresDecodable & Sendable>(_ sql: String, _ type: T.Type = T.self) async throws -> T {
+        try await client.withConnection { connection in try connection.query(sql).scalar(T.self) }
+    }
+}
+
+/// A catalogue event of any type as an event to append.
+func newEvent(_ event: any CatalogueEvent) throws -> NewEvent {
+    func make<E: CatalogueEvent>(_ e: E) throws -> NewEvent { try NewEvent(e) }
+    return try make(event)
+}
