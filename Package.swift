@@ -69,7 +69,8 @@ let package = Package(
             swiftSettings: swiftSettings),
 
         .executableTarget(
-            name: "InboxBenchmarks", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Lifecycle"],
+            name: "InboxBenchmarks",
+            dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation"],
             path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
 
         // Tests run against a real PostgreSQL (see Makefile and Tests/README).
@@ -90,7 +91,9 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxCommandTests",
-            dependencies: ["InboxTesting", "LinkedLibraries", "Crypto", "InboxSimulation", "Projections", "EventLog", "PostgresClient"],
+            dependencies: [
+                "InboxTesting", "LinkedLibraries", "Crypto", "InboxSimulation", "Projections", "EventLog", "PostgresClient", "InboxDomain",
+            ],
             swiftSettings: swiftSettings),
     ]
 )

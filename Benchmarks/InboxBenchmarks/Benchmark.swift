@@ -4,16 +4,19 @@ import Foundation
 /// A new benchmark is a type conforming to `Benchmark` plus a case here.
 enum BenchmarkName: String, CaseIterable, Sendable {
     case append
+    case projection
 
     var summary: String {
         switch self {
         case .append: "EventStore.append in batches of 1, 100 and 1,000 (and 4 appenders at once) beside the server-side insert rate"
+        case .projection: "replay and async catch-up of the read models over 1,000,000 events and 100,000 people, beside the server-side insert rate"
         }
     }
 
     func make(options: Options) -> any Benchmark {
         switch self {
         case .append: AppendBenchmark(rounds: options.rounds, scale: options.scale)
+        case .projection: ProjectionBenchmark(rounds: options.rounds, scale: options.scale)
         }
     }
 }

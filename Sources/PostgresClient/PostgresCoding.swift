@@ -202,19 +202,44 @@ extension Date: PostgresEncodable, PostgresDecodable {
 
 enum PostgresTimestamp {
     static func format(_ date: Date) -> String {
-        let totalMicros = (date.timeIntervalSince1970 * 1_000_000).rounded()
-        var seconds = Int(floor(totalMicros / 1_000_000))
-        let micros = Int(totalMicros - Double(seconds) * 1_000_000)
+        let totalMicros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
+        var seconds = totalMicros / 1_000_000
+        var micros = totalMicros % 1_000_000
+        if micros < 0 {
+            micros += 1_000_000
+            seconds -= 1
+        }
         var parts = tm()
         var time = time_t(seconds)
         gmtime_r(&time, &parts)
-        seconds = Int(parts.tm_sec)
-        func pad(_ value: Int, _ width: Int) -> String {
-            let text = String(value)
-            return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+        let year = Int(parts.tm_year) + 1900
+        guard (1...9999).contains(year) else {
+            // Outside four digits: PostgreSQL reads the year as written.
+            return "\(year)-\(parts.tm_mon + 1)-\(parts.tm_mday)T\(parts.tm_hour):\(parts.tm_min):\(parts.tm_sec).\(micros)Z"
         }
-        return "\(pad(Int(parts.tm_year) + 1900, 4))-\(pad(Int(parts.tm_mon) + 1, 2))-\(pad(Int(parts.tm_mday), 2))T"
-            + "\(pad(Int(parts.tm_hour), 2)):\(pad(Int(parts.tm_min), 2)):\(pad(seconds, 2)).\(pad(micros, 6))Z"
+        var bytes = [UInt8](repeating: 0, count: 27)
+        func put(_ value: Int, _ width: Int, at start: Int) {
+            var value = value
+            for index in stride(from: start + width - 1, through: start, by: -1) {
+                bytes[index] = UInt8(48 + value % 10)
+                value /= 10
+            }
+        }
+        put(year, 4, at: 0)
+        bytes[4] = UInt8(ascii: "-")
+        put(Int(parts.tm_mon) + 1, 2, at: 5)
+        bytes[7] = UInt8(ascii: "-")
+        put(Int(parts.tm_mday), 2, at: 8)
+        bytes[10] = UInt8(ascii: "T")
+        put(Int(parts.tm_hour), 2, at: 11)
+        bytes[13] = UInt8(ascii: ":")
+        put(Int(parts.tm_min), 2, at: 14)
+        bytes[16] = UInt8(ascii: ":")
+        put(Int(parts.tm_sec), 2, at: 17)
+        bytes[19] = UInt8(ascii: ".")
+        put(Int(micros), 6, at: 20)
+        bytes[26] = UInt8(ascii: "Z")
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Parses PostgreSQL's ISO output: `2026-11-29 11:23:03.123456+00` (offset optional, `T` accepted).
@@ -339,22 +364,26 @@ extension Date: PostgresArrayElement { public static var postgresArrayType: Post
 extension PostgresRawJSON: PostgresArrayElement { public static var postgresArrayType: PostgresDataType { .jsonbArray } }
 
 extension Array: PostgresEncodable where Element: PostgresArrayElement {
+    /// `{"a","b\"c",NULL}`, built as bytes: projections send arrays of thousands of values.
     public var postgresText: String? {
-        var text = "{"
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count * 24 + 2)
+        bytes.append(UInt8(ascii: "{"))
         for (offset, element) in enumerated() {
-            if offset > 0 { text += "," }
+            if offset > 0 { bytes.append(UInt8(ascii: ",")) }
             guard let item = element.postgresText else {
-                text += "NULL"
+                bytes.append(contentsOf: "NULL".utf8)
                 continue
             }
-            text += "\""
-            for character in item.unicodeScalars {
-                if character == "\"" || character == "\\" { text += "\\" }
-                text.unicodeScalars.append(character)
+            bytes.append(UInt8(ascii: "\""))
+            for byte in item.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { bytes.append(UInt8(ascii: "\\")) }
+                bytes.append(byte)
             }
-            text += "\""
+            bytes.append(UInt8(ascii: "\""))
         }
-        return text + "}"
+        bytes.append(UInt8(ascii: "}"))
+        return String(decoding: bytes, as: UTF8.self)
     }
     public static var postgresType: PostgresDataType { Element.postgresArrayType }
 }

@@ -110,8 +110,10 @@ enum ProjectionCommands {
                          WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position)) AS behind,
                         (SELECT count(*) FROM projection_dead_letters d WHERE d.projection = c.projection) AS parked,
                         (SELECT pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+                            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                             AND l.classid = 6924 AND l.objid = hashtext(c.projection)::oid LIMIT 1) AS holder,
-                        (SELECT r.events_applied FROM projection_replays r WHERE r.projection = c.projection) AS replaying
+                        (SELECT r.events_applied FROM projection_replays r WHERE r.projection = c.projection) AS replaying,
+                        (SELECT r.schema_name FROM projection_replays r WHERE r.projection = c.projection) AS replay_schema
                     FROM projection_checkpoints c WHERE c.projection = $1
                     """, name
                 ).first
@@ -124,12 +126,17 @@ enum ProjectionCommands {
                 let parked = try row.decode(Int64.self, "parked")
                 let holder = try row.decode(Int32?.self, "holder")
                 let replaying = try row.decode(Int64?.self, "replaying")
+                let replaySchema = try row.decode(String?.self, "replay_schema")
                 var line = "projection \(name): version \(version)"
                 if version != projection.version { line += " (this release builds \(projection.version): replay it)" }
                 line += ", at position \(try row.decode(Int64.self, "position")), \(behind) event\(behind == 1 ? "" : "s") behind"
                 line += ", \(parked) parked"
                 line += holder.map { ", projected by backend \($0)" } ?? ", no projector running"
-                if let replaying { line += ", replay in progress (\(replaying) events applied)" }
+                if let replaying, let replaySchema {
+                    // A replay that is running, was stopped, or was built with --no-swap: its row stays
+                    // until a replay swaps (or `inbox replay` starts again, which drops it).
+                    line += ", a replay stands in schema \(replaySchema) (\(replaying) event\(replaying == 1 ? "" : "s") applied, not swapped in)"
+                }
                 lines.append(line)
             }
             return lines

@@ -181,6 +181,29 @@ final class RunningInbox: Sendable {
         }
     }
 
+    /// Waits for the first stderr line that satisfies `matches`, failing after `timeout` (or when the
+    /// process exits before writing it).
+    func waitForStderrLine(
+        timeout: Duration = .seconds(15), where matches: (String) -> Bool
+    ) async throws -> String {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            // Only complete lines: the last one may still be half written.
+            let text = stderrSoFar
+            let complete = text.hasSuffix("\n") ? text : String(text[..<(text.lastIndex(of: "\n") ?? text.startIndex)])
+            if let line = InboxResult.lines(complete).first(where: matches) { return line }
+            if !process.isRunning {
+                throw InboxCLI.Failure(
+                    description: "\(commandLine) exited (status \(process.terminationStatus)) before writing the line to stderr; "
+                        + "stderr: \(text)")
+            }
+            if ContinuousClock.now >= deadline {
+                throw InboxCLI.Failure(description: "\(commandLine) did not write the line to stderr within \(timeout); stderr: \(text)")
+            }
+            try await Task.sleep(for: .milliseconds(25))
+        }
+    }
+
     /// Sends `signal` to the process.
     func send(_ signal: Int32) {
         if process.isRunning { kill(process.processIdentifier, signal) }

@@ -47,7 +47,6 @@ public struct BellProjection: Projection {
                 read_at         timestamptz,
                 source_position bigint      NOT NULL
             );
-            CREATE INDEX bell_entries_person ON \(context.table("bell_entries")) (person_id, created_at DESC, notification_id DESC);
             CREATE TABLE \(context.table("bell_counters")) (
                 person_id    text    PRIMARY KEY,
                 unread_count integer NOT NULL CHECK (unread_count >= 0),
@@ -71,6 +70,13 @@ public struct BellProjection: Projection {
                 person_id       text    NOT NULL,
                 deleted         boolean NOT NULL DEFAULT false
             );
+            """)
+    }
+
+    public func createIndexes(in context: ProjectionContext) throws {
+        try context.connection.execute(
+            """
+            CREATE INDEX IF NOT EXISTS bell_entries_person ON \(context.table("bell_entries")) (person_id, created_at DESC, notification_id DESC);
             """)
     }
 
@@ -153,11 +159,9 @@ public struct BellProjection: Projection {
             facts.fold(event.payload)
             if notifications.isEmpty { continue }
             planned.append((event, notifications))
-            for notification in notifications where notification.isInBell {
-                if case .person(let person) = notification.audience {
-                    entryIds.insert(Self.entryId(for: notification, event: event, person: person))
-                }
-            }
+            // A derived id is new by construction (its event is applied once); a legacy entry keeps
+            // the id it is given, which an import might send twice.
+            if let legacy = event.payload as? LegacyNotificationImported { entryIds.insert(legacy.notificationId) }
         }
 
         var entries = try loadEntries(ids: entryIds, readAllUpTo: readAllUpTo, deleteAllUpTo: deleteAllUpTo, context: context)
@@ -294,8 +298,6 @@ public struct BellProjection: Projection {
         for id in created {
             guard let entry = entries[id], !entry.deleted else { continue }
             inserts.append(entry)
-            counters[entry.personId, default: Counter()].total += 1
-            if entry.readAt == nil { counters[entry.personId, default: Counter()].unread += 1 }
         }
         for entry in entries.values where entry.existed {
             if entry.deleted {
@@ -319,14 +321,23 @@ public struct BellProjection: Projection {
                 """, reads.map(\.id), reads.map { $0.readAt! })
         }
         if !inserts.isEmpty {
-            try connection.query(
+            // Counted by what the table took: an entry already there (an event applied twice by
+            // mistake) is neither written nor counted again.
+            let inserted = try connection.query(
                 """
                 INSERT INTO \(context.table("bell_entries"))
                     (notification_id, person_id, category, event, ids, created_at, read_at, source_position)
                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[],
                     $7::timestamptz[], $8::bigint[])
+                ON CONFLICT (notification_id) DO NOTHING
+                RETURNING person_id, read_at IS NULL AS unread
                 """, inserts.map(\.id), inserts.map(\.personId), inserts.map(\.category), inserts.map(\.event),
                 inserts.map { PostgresRawJSON($0.idsJSON) }, inserts.map(\.createdAt), inserts.map(\.readAt), inserts.map(\.sourcePosition))
+            for row in inserted {
+                let person = try row.decode(String.self, at: 0)
+                counters[person, default: Counter()].total += 1
+                if try row.decode(Bool.self, at: 1) { counters[person, default: Counter()].unread += 1 }
+            }
         }
         // Everybody who got an entry has a counter row, whatever the batch nets out to, so the rows
         // do not depend on where the log is cut into batches.

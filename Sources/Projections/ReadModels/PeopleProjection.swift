@@ -24,18 +24,24 @@ public struct PeopleProjection: Projection {
                 person_id text NOT NULL,
                 PRIMARY KEY (shop_id, person_id)
             );
-            CREATE INDEX shop_members_person ON \(context.table("shop_members")) (person_id);
             CREATE TABLE \(context.table("person_blocks")) (
                 blocker_id text NOT NULL,
                 blocked_id text NOT NULL,
                 PRIMARY KEY (blocker_id, blocked_id)
             );
-            CREATE INDEX person_blocks_blocked ON \(context.table("person_blocks")) (blocked_id);
             CREATE TABLE \(context.table("blocked_accounts")) (
                 person_id  text        PRIMARY KEY,
                 reason     text,
                 blocked_at timestamptz NOT NULL
             );
+            """)
+    }
+
+    public func createIndexes(in context: ProjectionContext) throws {
+        try context.connection.execute(
+            """
+            CREATE INDEX IF NOT EXISTS shop_members_person ON \(context.table("shop_members")) (person_id);
+            CREATE INDEX IF NOT EXISTS person_blocks_blocked ON \(context.table("person_blocks")) (blocked_id);
             """)
     }
 

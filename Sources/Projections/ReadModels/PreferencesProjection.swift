@@ -43,7 +43,13 @@ public struct PreferencesProjection: Projection {
                 deleted         boolean     NOT NULL DEFAULT false,
                 position        bigint      NOT NULL
             );
-            CREATE INDEX saved_searches_person ON \(context.table("saved_searches")) (person_id, created_at, saved_search_id)
+            """)
+    }
+
+    public func createIndexes(in context: ProjectionContext) throws {
+        try context.connection.execute(
+            """
+            CREATE INDEX IF NOT EXISTS saved_searches_person ON \(context.table("saved_searches")) (person_id, created_at, saved_search_id)
                 WHERE NOT deleted;
             """)
     }

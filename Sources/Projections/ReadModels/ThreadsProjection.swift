@@ -48,7 +48,6 @@ public struct ThreadsProjection: Projection {
                 no_reply_needed   boolean     NOT NULL DEFAULT false,
                 led_to_order      boolean     NOT NULL DEFAULT false
             );
-            CREATE INDEX conversations_watch ON \(context.table("conversations")) (watch_id);
             CREATE TABLE \(context.table("thread_sides")) (
                 conversation_id   text        NOT NULL,
                 side              text        NOT NULL,
@@ -60,8 +59,6 @@ public struct ThreadsProjection: Projection {
                 unread            boolean     GENERATED ALWAYS AS (last_incoming_seq > read_through_seq) STORED,
                 PRIMARY KEY (conversation_id, side)
             );
-            CREATE INDEX thread_sides_list ON \(context.table("thread_sides"))
-                (owner_id, side, last_activity_at DESC, conversation_id DESC);
             CREATE TABLE \(context.table("messages")) (
                 message_id         text        PRIMARY KEY,
                 conversation_id    text        NOT NULL,
@@ -69,11 +66,10 @@ public struct ThreadsProjection: Projection {
                 author_side        text        NOT NULL,
                 author_id          text        NOT NULL,
                 body               text        NOT NULL,
-                attachment_handles text[]      NOT NULL,
+                attachment_handles jsonb       NOT NULL,
                 offer_amount       bigint,
                 offer_currency     text,
-                sent_at            timestamptz NOT NULL,
-                UNIQUE (conversation_id, seq)
+                sent_at            timestamptz NOT NULL
             );
             CREATE TABLE \(context.table("unread_conversations")) (
                 owner_id     text    NOT NULL,
@@ -86,6 +82,16 @@ public struct ThreadsProjection: Projection {
                 shop_id  text NOT NULL,
                 status   text NOT NULL
             );
+            """)
+    }
+
+    public func createIndexes(in context: ProjectionContext) throws {
+        try context.connection.execute(
+            """
+            CREATE INDEX IF NOT EXISTS conversations_watch ON \(context.table("conversations")) (watch_id);
+            CREATE INDEX IF NOT EXISTS thread_sides_list ON \(context.table("thread_sides"))
+                (owner_id, side, last_activity_at DESC, conversation_id DESC);
+            CREATE UNIQUE INDEX IF NOT EXISTS messages_conversation_seq ON \(context.table("messages")) (conversation_id, seq);
             """)
     }
 
@@ -305,8 +311,7 @@ public struct ThreadsProjection: Projection {
                 """
                 INSERT INTO \(context.table("messages")) (message_id, conversation_id, seq, author_side, author_id, body,
                     attachment_handles, offer_amount, offer_currency, sent_at)
-                SELECT u.id, u.conversation, u.seq, u.side, u.author, u.body,
-                    coalesce((SELECT array_agg(h) FROM jsonb_array_elements_text(u.handles) AS h), '{}'), u.amount, u.currency, u.sent
+                SELECT u.id, u.conversation, u.seq, u.side, u.author, u.body, u.handles, u.amount, u.currency, u.sent
                 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::bigint[],
                     $9::text[], $10::timestamptz[]) AS u(id, conversation, seq, side, author, body, handles, amount, currency, sent)
                 """, m.map(\.id), m.map(\.conversationId), m.map(\.seq), m.map(\.authorSide), m.map(\.authorId), m.map(\.body),

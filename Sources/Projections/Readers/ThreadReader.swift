@@ -98,7 +98,7 @@ public enum ThreadReader {
                 ThreadMessage(
                     id: try row.decode(String.self, "message_id"), seq: try row.decode(Int64.self, "seq"),
                     authorSide: try row.decode(String.self, "author_side"), authorId: try row.decode(String.self, "author_id"),
-                    body: try row.decode(String.self, "body"), attachmentHandles: try row.decode([String].self, "attachment_handles"),
+                    body: try row.decode(String.self, "body"), attachmentHandles: try Self.strings(row.decode(PostgresRawJSON.self, "attachment_handles")),
                     offer: amount.flatMap { amount in currency.map { Money(amount: amount, currency: $0) } },
                     sentAt: try row.decode(Date.self, "sent_at")))
         }
@@ -108,6 +108,10 @@ public enum ThreadReader {
             next = KeysetCursor(key: messages[limit - 1].seq, id: messages[limit - 1].id)
         }
         return KeysetPage(rows: messages, next: next)
+    }
+
+    static func strings(_ json: PostgresRawJSON) throws -> [String] {
+        try JSONDecoder().decode([String].self, from: Data(json.text.utf8))
     }
 
     /// The number of `owner`'s conversations on `side` with unread messages (`meta.unread`).

@@ -71,8 +71,11 @@ public protocol Projection: Sendable {
     var tableNames: [String] { get }
     /// The event types it reads.
     var eventTypes: Set<String> { get }
-    /// Creates its tables (and their indexes) in the context's schema.
+    /// Creates its tables, with their primary keys, in the context's schema.
     func createTables(in context: ProjectionContext) throws
+    /// Creates the other indexes of its tables (`IF NOT EXISTS`). A replay builds them once after
+    /// filling the tables, which is much cheaper than keeping them up to date row by row.
+    func createIndexes(in context: ProjectionContext) throws
     /// Applies a batch of events, in log order, with few set-based statements.
     func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws
 }

@@ -21,12 +21,15 @@ public struct DecodedBatch: Sendable {
     /// payload that does not decode), with the reason.
     public let unreadable: [(record: RecordedEvent, error: String)]
 
-    public init(_ records: [RecordedEvent], registry: EventTypeRegistry = InboxCatalogue.registry) {
+    /// Decodes `records`; with `types`, only those of these types (and those of types this release
+    /// does not know, which are parked), for a reader that needs no others.
+    public init(_ records: [RecordedEvent], types: Set<String>? = nil, registry: EventTypeRegistry = InboxCatalogue.registry) {
         self.records = records
         var events: [ProjectedEvent] = []
         events.reserveCapacity(records.count)
         var unreadable: [(RecordedEvent, String)] = []
         for record in records {
+            if let types, !types.contains(record.type), registry.isKnown(record.type) { continue }
             do {
                 events.append(try ProjectedEvent.decode(record, registry: registry))
             } catch {

@@ -20,7 +20,9 @@ enum ProjectionState {
         try connection.transaction { connection in
             try connection.query("SELECT pg_advisory_xact_lock($1, 0)", ProjectionLease.setupLockClass)
             if let position = try read(projection.name, on: connection, lock: false) { return position }
-            try projection.createTables(in: ProjectionContext(connection: connection, schema: liveSchema, mode: .live))
+            let context = ProjectionContext(connection: connection, schema: liveSchema, mode: .live)
+            try projection.createTables(in: context)
+            try projection.createIndexes(in: context)
             try connection.query(
                 "INSERT INTO projection_checkpoints (projection, version) VALUES ($1, $2)", projection.name, Int32(projection.version))
             return ProjectionPosition(version: projection.version, checkpoint: .start, eventsApplied: 0)

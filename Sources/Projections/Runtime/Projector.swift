@@ -17,13 +17,20 @@ import PostgresClient
 /// - **Poison events are parked**, counted in `projection_dead_letters`, and the projector goes on.
 public final class Projector: Sendable {
     public struct Options: Sendable {
+        /// Events per batch when the projector is keeping up. While it is behind (a read comes back
+        /// full) the batch doubles, up to `maximumBatchSize`, and falls back when it has caught up.
         public var batchSize = 1000
+        public var maximumBatchSize = 10_000
         public var pollInterval: Duration = .seconds(1)
         /// How often a node without the lease tries to take it.
         public var leaseRetry: Duration = .milliseconds(500)
 
-        public init(batchSize: Int = 1000, pollInterval: Duration = .seconds(1), leaseRetry: Duration = .milliseconds(500)) {
-            self.batchSize = batchSize
+        public init(
+            batchSize: Int = 1000, maximumBatchSize: Int = 10_000, pollInterval: Duration = .seconds(1),
+            leaseRetry: Duration = .milliseconds(500)
+        ) {
+            self.batchSize = max(1, batchSize)
+            self.maximumBatchSize = max(self.batchSize, maximumBatchSize)
             self.pollInterval = pollInterval
             self.leaseRetry = leaseRetry
         }
@@ -57,7 +64,7 @@ public final class Projector: Sendable {
     }
 
     private enum Step: Sendable {
-        case applied(Int, [DeadLetter], Checkpoint)
+        case applied(Int, [DeadLetter], Checkpoint, full: Bool)
         case caughtUp(heldBack: Bool)
         case moved(ProjectionPosition)
     }
@@ -71,7 +78,6 @@ public final class Projector: Sendable {
             configuration: configuration, channels: [EventStore.notificationChannel], applicationName: "inbox-project-listener")
         defer { session.close() }
         let projection = self.projection
-        let batchSize = options.batchSize
         var waitingReported = false
         while !Task.isCancelled {
             do {
@@ -93,6 +99,7 @@ public final class Projector: Sendable {
                 var position = try await session.run { connection in try ProjectionState.prepareLive(projection, on: connection) }
                 try await listener.start()
                 var heldBackRetry = Duration.milliseconds(10)
+                var batchSize = options.batchSize
                 while !Task.isCancelled {
                     if position.version != projection.version {
                         report(.versionMismatch(live: position.version, code: projection.version))
@@ -104,10 +111,11 @@ public final class Projector: Sendable {
                         continue
                     }
                     let expected = position
+                    let limit = batchSize
                     let step = try await session.run { connection -> Step in
                         // A new session has lost the lock the old one held: take the lease again.
                         guard connection.backendPID == leasePID else { throw LeaseLost() }
-                        let records = try EventStore.read(after: expected.checkpoint, limit: batchSize, on: connection)
+                        let records = try EventStore.read(after: expected.checkpoint, limit: limit, on: connection)
                         guard let last = records.last else {
                             let heldBack = try connection.query(
                                 "SELECT EXISTS (SELECT 1 FROM events WHERE transaction_id > $1::text::xid8)",
@@ -115,7 +123,8 @@ public final class Projector: Sendable {
                             ).scalar(Bool.self)
                             return .caughtUp(heldBack: heldBack)
                         }
-                        let batch = DecodedBatch(records)
+                        let batch = DecodedBatch(records, types: projection.eventTypes)
+                        let full = records.count == limit
                         return try connection.transaction { connection -> Step in
                             guard let current = try ProjectionState.read(name, on: connection, lock: true) else { throw LeaseLost() }
                             if current.checkpoint != expected.checkpoint || current.version != expected.version {
@@ -125,12 +134,13 @@ public final class Projector: Sendable {
                             let outcome = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
                             try ProjectionBatchApplier.park(outcome.parked, into: "projection_dead_letters", on: connection)
                             try ProjectionState.advance(name, to: last.checkpoint, applied: outcome.applied, on: connection)
-                            return .applied(outcome.applied, outcome.parked, last.checkpoint)
+                            return .applied(outcome.applied, outcome.parked, last.checkpoint, full: full)
                         }
                     }
                     switch step {
-                    case .applied(let count, let parked, let checkpoint):
+                    case .applied(let count, let parked, let checkpoint, let full):
                         position.checkpoint = checkpoint
+                        batchSize = full ? min(batchSize * 2, options.maximumBatchSize) : options.batchSize
                         report(.applied(events: count, parked: parked.count, checkpoint: checkpoint))
                     case .moved(let current):
                         position = current

@@ -72,27 +72,65 @@ public final class Replayer: Sendable {
 
     /// Applies the log to the new tables until what is left is less than one batch. Calls
     /// `progress` after every batch.
+    ///
+    /// The log is read and decoded once per batch; the projections apply it at the same time, each
+    /// on a connection of its own, in a transaction with its own replay checkpoint; and the next batch
+    /// is read while they do.
     public func catchUp(progress: @Sendable (Progress) -> Void = { _ in }) async throws {
         let started = ContinuousClock.now
         let total = try await client.withConnection { connection in
             try connection.query("SELECT count(*) FROM events").scalar(Int64.self)
         }
         var done: Int64 = 0
-        var checkpoint = try await replayCheckpoint()
+        var pending = prefetch(after: try await replayCheckpoint())
         while true {
-            let from = checkpoint
-            let (count, next) = try await client.withConnection { [self] connection in
-                try connection.transaction { connection in try self.applyNext(after: from, on: connection) }
+            let batch = try await pending.value
+            guard let last = batch.checkpoint else { return }
+            if batch.records.count == batchSize { pending = prefetch(after: last) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for projection in projections {
+                    group.addTask { [self] in
+                        try await client.withConnection { connection in
+                            try connection.transaction { connection in try self.apply(batch, to: projection, on: connection) }
+                        }
+                    }
+                }
+                try await group.waitForAll()
             }
-            done += Int64(count)
-            checkpoint = next
+            done += Int64(batch.records.count)
             progress(Progress(eventsDone: done, eventsTotal: max(total, done), elapsed: ContinuousClock.now - started))
-            if count < batchSize { return }
+            if batch.records.count < batchSize { return }
         }
     }
 
-    /// Swaps the new tables in, after applying whatever the log gained since `catchUp`.
+    /// Reads and decodes the batch after `checkpoint` on a pooled connection's thread.
+    private func prefetch(after checkpoint: Checkpoint) -> Task<DecodedBatch, any Error> {
+        let client = self.client
+        let limit = batchSize
+        return Task {
+            try await client.withConnection { connection in
+                DecodedBatch(try EventStore.read(after: checkpoint, limit: limit, on: connection))
+            }
+        }
+    }
+
+    /// Builds the new tables' other indexes (primary keys exist from the start) and updates their
+    /// statistics. `swap()` does it first if it has not been done.
+    public func buildIndexes() async throws {
+        let projections = self.projections
+        for projection in projections {
+            try await client.withConnection { connection in
+                let schema = Self.schemaName(for: projection)
+                try projection.createIndexes(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
+                for table in projection.tableNames { try connection.execute("ANALYZE \"\(schema)\".\(table)") }
+            }
+        }
+    }
+
+    /// Swaps the new tables in, after building their indexes and applying whatever the log gained
+    /// since `catchUp`.
     public func swap() async throws {
+        try await buildIndexes()
         let projections = self.projections
         let checkpoint = try await replayCheckpoint()
         try await client.withConnection { [self] connection in
@@ -168,23 +206,27 @@ public final class Replayer: Sendable {
         }
     }
 
-    /// Reads one batch after `checkpoint` and applies it to every new table set, with the replay
-    /// checkpoint, in the caller's transaction. Returns how many events it read and where it ended.
+    /// Reads one batch after `checkpoint` and applies it to every projection's new tables, with the
+    /// replay checkpoints, in the caller's transaction. Returns how many events it read and where it
+    /// ended.
     private func applyNext(after checkpoint: Checkpoint, on connection: PostgresConnection) throws -> (Int, Checkpoint) {
-        let records = try EventStore.read(after: checkpoint, limit: batchSize, on: connection)
-        guard let last = records.last else { return (0, checkpoint) }
-        let batch = DecodedBatch(records)
-        for projection in projections {
-            let schema = Self.schemaName(for: projection)
-            let context = ProjectionContext(connection: connection, schema: schema, mode: .replay)
-            let outcome = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
-            try ProjectionBatchApplier.park(outcome.parked, into: "\"\(schema)\".dead_letters", on: connection)
-            try connection.query(
-                """
-                UPDATE projection_replays SET transaction_id = $2::text::xid8, position = $3, events_applied = events_applied + $4
-                WHERE projection = $1
-                """, projection.name, Int64(last.checkpoint.transactionId), last.checkpoint.position, Int64(outcome.applied))
-        }
-        return (records.count, last.checkpoint)
+        let batch = DecodedBatch(try EventStore.read(after: checkpoint, limit: batchSize, on: connection))
+        guard let last = batch.checkpoint else { return (0, checkpoint) }
+        for projection in projections { try apply(batch, to: projection, on: connection) }
+        return (batch.records.count, last)
+    }
+
+    /// Applies a batch to one projection's new tables and moves its replay checkpoint past it.
+    private func apply(_ batch: DecodedBatch, to projection: any Projection, on connection: PostgresConnection) throws {
+        guard let last = batch.checkpoint else { return }
+        let schema = Self.schemaName(for: projection)
+        let context = ProjectionContext(connection: connection, schema: schema, mode: .replay)
+        let outcome = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
+        try ProjectionBatchApplier.park(outcome.parked, into: "\"\(schema)\".dead_letters", on: connection)
+        try connection.query(
+            """
+            UPDATE projection_replays SET transaction_id = $2::text::xid8, position = $3, events_applied = events_applied + $4
+            WHERE projection = $1
+            """, projection.name, Int64(last.transactionId), last.position, Int64(outcome.applied))
     }
 }

@@ -1,0 +1,200 @@
+import EventLog
+import Foundation
+import InboxDomain
+import InboxSimulation
+import PostgresClient
+import Projections
+
+/// How fast the read models are built from the log: a replay of all four projections (one read of
+/// the log, every batch applied to each), the async projectors catching up from the start (four
+/// projectors, each reading the log, as `inbox project` runs them), and beside them the rate at
+/// which the server inserts one row per event into an indexed table by itself.
+///
+/// The log is a simulated marketplace (`MarketplaceSimulation`): mostly messages and read marks,
+/// with orders, saved-search matches, security events, preference changes and bell operations,
+/// 1,000,000 events over 100,000 people at scale 1. It is loaded with COPY before the rounds.
+struct ProjectionBenchmark: Benchmark {
+    var rounds: Int
+    var scale: Double
+
+    static let events = 1_000_000
+    static let people = 100_000
+    static let replayBatch = 20_000
+    static let serverStatementRows = 5_000
+
+    func run(on database: BenchmarkDatabase) async throws -> BenchmarkResult {
+        let client = database.client
+        let total = max(1_000, Int(Double(Self.events) * scale))
+        let people = max(100, Int(Double(Self.people) * scale))
+        let existing = try await database.store.headPosition()
+        guard existing == 0 else {
+            throw BenchmarkFailure(description: "the projection benchmark needs an empty event log; this one has \(existing) events")
+        }
+        progress("loading \(formatGrouped(Double(total))) simulated events over \(formatGrouped(Double(people))) people with COPY")
+        let loadStarted = ContinuousClock.now
+        let mix = try await Self.load(events: total, people: people, client: client)
+        let loadSeconds = (ContinuousClock.now - loadStarted).seconds
+        progress("loaded in \(String(format: "%.1f", loadSeconds)) s")
+
+        try await client.execute(
+            """
+            CREATE TABLE IF NOT EXISTS bench_one_row_per_event (
+                id bigint PRIMARY KEY, person_id text NOT NULL, event text NOT NULL, created_at timestamptz NOT NULL)
+            """)
+        try await client.execute(
+            "CREATE INDEX IF NOT EXISTS bench_one_row_per_event_person ON bench_one_row_per_event (person_id, created_at DESC)")
+
+        let cases = [
+            BenchmarkCase(
+                id: "replay-all", title: "replay, 4 projections, batch 20,000",
+                description:
+                    "Replayer.catchUp into new tables beside the live ones: the log read once in batches of 20,000 "
+                    + "(gap-safe read, the next batch read while the last is applied), each batch decoded once and applied "
+                    + "to the bell, threads, preferences and people projections at once, each on its own connection with its "
+                    + "replay checkpoint in the same transaction; then the secondary indexes built. "
+                    + "Creating the empty tables is not timed.",
+                kind: .client, batchSize: Self.replayBatch, appenders: 1, eventsPerRound: total,
+                run: { round in try await Self.replay(client: client, events: total, round: round) }),
+            BenchmarkCase(
+                id: "catch-up-all", title: "catch-up, 4 async projectors from the start",
+                description:
+                    "The live tables dropped, then the four async projectors (as `inbox project` runs them, each on its own "
+                    + "lease session, reading the log itself in batches of 1,000 and enqueueing notifications) until every "
+                    + "checkpoint is at the head. Events of the log per second of wall clock.",
+                kind: .client, batchSize: 1_000, appenders: 4, eventsPerRound: total,
+                run: { round in try await Self.catchUp(client: client, events: total, round: round) }),
+            BenchmarkCase(
+                id: "server-side-one-row-per-event", title: "server-side INSERT, one row per event",
+                description:
+                    "INSERT INTO an indexed table (primary key and a (person, time) index) ... SELECT FROM generate_series, "
+                    + "5,000 rows a statement, each statement its own transaction: the server writing one row per event by itself.",
+                kind: .serverSide, batchSize: Self.serverStatementRows, appenders: 1, eventsPerRound: total,
+                run: { round in try await Self.insertServerSide(client: client, rows: total, people: people, round: round) }),
+        ]
+        let configurations = try await runInterleaved(cases, rounds: rounds)
+        var notes = mix
+        notes["events"] = "\(total)"
+        notes["people"] = "\(people)"
+        notes["loadSeconds"] = String(format: "%.1f", loadSeconds)
+        notes["peakResidentMemoryMiB"] = String(format: "%.0f", Self.peakResidentMiB())
+        let rows = try await client.withConnection { connection in
+            try InboxProjections.all.flatMap(\.tableNames).map { table in
+                "\(table)=\(try connection.query("SELECT count(*) FROM \(table)").scalar(Int64.self))"
+            }
+        }
+        notes["liveRowsAfterCatchUp"] = rows.joined(separator: ", ")
+        return BenchmarkResult(benchmark: "projection", configurations: configurations, notes: notes)
+    }
+
+    /// Generates the events and COPYs them into the log in chunks, each its own transaction. Returns
+    /// the mix of event types, as notes.
+    static func load(events total: Int, people: Int, client: PostgresClient) async throws -> [String: String] {
+        var simulation = MarketplaceSimulation(
+            configuration: .init(people: people, shops: max(10, people / 50), watches: max(100, people / 2), seed: 2026))
+        var versions: [String: Int64] = [:]
+        var counts: [String: Int] = [:]
+        var loaded = 0
+        let metadata = #"{"origin":"api","service":"simulation"}"#
+        while loaded < total {
+            let chunk = simulation.events(min(50_000, total - loaded))
+            var rows: [[String?]] = []
+            rows.reserveCapacity(chunk.count)
+            for event in chunk {
+                let version = (versions[event.streamId] ?? 0) + 1
+                versions[event.streamId] = version
+                counts[event.type, default: 0] += 1
+                rows.append([event.streamId, String(version), event.type, String(event.schemaVersion), event.payloadJSON, metadata])
+            }
+            let batch = rows
+            _ = try await client.withConnection { connection in
+                try connection.transaction { connection in
+                    try connection.copyIn(
+                        "COPY events (stream_id, stream_version, type, schema_version, payload, metadata) FROM STDIN"
+                    ) { writer in
+                        for row in batch { try writer.write(row: row) }
+                    }
+                }
+            }
+            loaded += chunk.count
+            progress("  \(formatGrouped(Double(loaded))) events")
+        }
+        try await client.execute("ANALYZE events")
+        let mix = counts.sorted { $0.value > $1.value }.map { "\($0.key) \(String(format: "%.1f", Double($0.value) * 100 / Double(total)))%" }
+        return ["mix": mix.joined(separator: ", "), "streams": "\(versions.count)"]
+    }
+
+    static func replay(client: PostgresClient, events: Int, round: Int) async throws -> Measurement {
+        let replayer = Replayer(client: client, projections: InboxProjections.all, batchSize: replayBatch)
+        try await replayer.prepare()
+        let started = ContinuousClock.now
+        try await replayer.catchUp()
+        try await replayer.buildIndexes()
+        let elapsed = ContinuousClock.now - started
+        try await replayer.abandon()
+        return Measurement(round: round, events: events, elapsed: elapsed)
+    }
+
+    static func catchUp(client: PostgresClient, events: Int, round: Int) async throws -> Measurement {
+        try await client.transaction { connection in
+            for table in InboxProjections.all.flatMap(\.tableNames) { try connection.execute("DROP TABLE IF EXISTS public.\(table)") }
+            try connection.execute("DELETE FROM projection_checkpoints; DELETE FROM projection_dead_letters; TRUNCATE notification_outbox")
+        }
+        try await client.execute("CHECKPOINT")
+        let head = try await client.withConnection { connection in
+            try connection.query("SELECT transaction_id::text AS x, position FROM events ORDER BY transaction_id DESC, position DESC LIMIT 1")
+                .map { "\(try $0.decode(String.self, "x"))/\(try $0.decode(Int64.self, "position"))" }.first ?? ""
+        }
+        let configuration = client.configuration.connection
+        let started = ContinuousClock.now
+        let tasks = InboxProjections.all.map { projection in
+            Task {
+                try await Projector(projection: projection, configuration: configuration, options: .init(pollInterval: .milliseconds(100)))
+                    .run()
+            }
+        }
+        defer { for task in tasks { task.cancel() } }
+        let names = InboxProjections.all.map(\.name)
+        while true {
+            try await Task.sleep(for: .milliseconds(20))
+            let done = try await client.withConnection { connection in
+                let rows = try connection.query(
+                    "SELECT transaction_id::text AS x, position FROM projection_checkpoints WHERE projection = ANY($1)", names)
+                return try rows.count == names.count
+                    && rows.allSatisfy { "\(try $0.decode(String.self, "x"))/\(try $0.decode(Int64.self, "position"))" == head }
+            }
+            if done { break }
+        }
+        let elapsed = ContinuousClock.now - started
+        for task in tasks { task.cancel() }
+        for task in tasks { _ = await task.result }
+        let parked = try await client.withConnection { connection in
+            try connection.query("SELECT count(*) FROM projection_dead_letters").scalar(Int64.self)
+        }
+        guard parked == 0 else { throw BenchmarkFailure(description: "the catch-up parked \(parked) events") }
+        return Measurement(round: round, events: events, elapsed: elapsed)
+    }
+
+    static func insertServerSide(client: PostgresClient, rows: Int, people: Int, round: Int) async throws -> Measurement {
+        try await client.execute("TRUNCATE bench_one_row_per_event")
+        try await client.execute("CHECKPOINT")
+        let started = ContinuousClock.now
+        var low = 1
+        while low <= rows {
+            let high = min(rows, low + serverStatementRows - 1)
+            try await client.execute(
+                """
+                INSERT INTO bench_one_row_per_event (id, person_id, event, created_at)
+                SELECT g, 'p' || (g % $3), 'message_received', clock_timestamp() FROM generate_series($1::bigint, $2::bigint) AS g
+                """, binds: [PostgresBind(Int64(low)), PostgresBind(Int64(high)), PostgresBind(Int64(people))])
+            low = high + 1
+        }
+        return Measurement(round: round, events: rows, elapsed: ContinuousClock.now - started)
+    }
+
+    /// The most memory this process has held (the resident set's peak), in MiB.
+    static func peakResidentMiB() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return Double(usage.ru_maxrss) / 1024
+    }
+}
