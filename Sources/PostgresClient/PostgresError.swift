@@ -64,6 +64,14 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public var isSerializationFailure: Bool {
         sqlState == SQLState.serializationFailure || sqlState == SQLState.deadlockDetected
     }
+    /// The statement may well succeed if tried again later: a serialization failure or deadlock
+    /// (class 40), a lack of resources (53), an operator's intervention such as a cancelled
+    /// statement (57), or a lost connection.
+    public var isTransient: Bool {
+        if isConnectionError { return true }
+        guard let sqlState else { return false }
+        return sqlState.hasPrefix("40") || sqlState.hasPrefix("53") || sqlState.hasPrefix("57")
+    }
     /// The connection is gone: lost mid-call, refused, or the server is shutting down.
     public var isConnectionError: Bool {
         if code == .connectionLost || code == .connectionFailed { return true }

@@ -61,6 +61,8 @@ enum ProjectionCommands {
                                 ? "the live tables are of an older version: run `inbox replay --projection \(name)`"
                                 : "the live tables are of a newer version than this release: this node waits",
                             ["projection": name, "live": "\(live)", "release": "\(code)"])
+                    case .retrying(let reason):
+                        log.error("a batch failed and will be tried again", ["projection": name, "error": reason])
                     case .checkpointMoved(let checkpoint):
                         log.info("the checkpoint was moved (a replay swapped the tables); resuming there", [
                             "projection": name, "checkpoint": "\(checkpoint)",
@@ -76,6 +78,8 @@ enum ProjectionCommands {
     /// Rebuilds `projections` beside the live tables and swaps them in, printing progress.
     static func replay(_ projections: [any Projection], swap: Bool, database: Database, log: Log) async throws {
         let replayer = Replayer(client: database.client, projections: projections)
+        let lock = try await replayer.lock()
+        defer { lock.close() }
         let names = projections.map(\.name).joined(separator: ", ")
         log.info("replaying into new tables beside the live ones", ["projections": names])
         try await replayer.prepare()

@@ -3,7 +3,7 @@ import Foundation
 import InboxDomain
 import InboxTesting
 import PostgresClient
-import Projections
+@testable import Projections
 import Testing
 
 /// The async projector, the inline driver and the dead letters.
@@ -120,6 +120,51 @@ import Testing
                 "\(try $0.decode(String.self, "projection"))=\(try $0.decode(Int32.self, "version"))"
             }
             #expect(versions == InboxProjections.all.sorted { $0.name < $1.name }.map { "\($0.name)=\($0.version)" })
+        }
+    }
+}
+
+/// What the projector does with a failure depends on whose it is.
+@Suite struct FailureClassificationTests {
+    @Test func onlyFailuresThatComeFromTheEventsPark() {
+        var integrity = PostgresError(.server, "duplicate key")
+        integrity.sqlState = "23505"
+        var data = PostgresError(.server, "value too long")
+        data.sqlState = "22001"
+        var deadlock = PostgresError(.server, "deadlock detected")
+        deadlock.sqlState = "40P01"
+        var disk = PostgresError(.server, "could not extend file")
+        disk.sqlState = "53100"
+        let lost = PostgresError(.connectionLost, "server closed the connection")
+        #expect(ProjectionBatchApplier.isAboutTheEvents(ProjectionError("conversation x was never started")))
+        #expect(ProjectionBatchApplier.isAboutTheEvents(integrity))
+        #expect(ProjectionBatchApplier.isAboutTheEvents(data))
+        #expect(!ProjectionBatchApplier.isAboutTheEvents(deadlock))
+        #expect(!ProjectionBatchApplier.isAboutTheEvents(disk))
+        #expect(!ProjectionBatchApplier.isAboutTheEvents(lost))
+        #expect(deadlock.isTransient && disk.isTransient && lost.isTransient && !integrity.isTransient)
+    }
+}
+
+/// Two replays of one projection never run at once.
+@Suite struct ReplayLockTests {
+    @Test func aSecondReplayOfTheSameProjectionIsRefusedUntilTheFirstEnds() async throws {
+        try await withTestDatabase { db in
+            let first = try await Replayer(client: db.client, projections: [BellProjection(), PeopleProjection()]).lock()
+            await #expect(throws: ProjectionError.self) {
+                _ = try await Replayer(client: db.client, projections: [BellProjection()]).lock()
+            }
+            // Another projection is free.
+            let other = try await Replayer(client: db.client, projections: [ThreadsProjection()]).lock()
+            other.close()
+            first.close()
+            var second: PostgresSession?
+            for _ in 0..<100 where second == nil {
+                second = try? await Replayer(client: db.client, projections: [BellProjection()]).lock()
+                if second == nil { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            #expect(second != nil, "the lock was released when the first replay's session closed")
+            second?.close()
         }
     }
 }

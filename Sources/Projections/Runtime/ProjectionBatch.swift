@@ -71,9 +71,10 @@ enum ProjectionBatchApplier {
             try connection.execute("RELEASE SAVEPOINT projection_batch")
             outcome.applied = relevant.count
             return outcome
-        } catch let error as PostgresError where error.isConnectionError {
-            throw error
         } catch {
+            // A failure that is not about the events (a lost connection, a deadlock, a full disk)
+            // fails the whole batch, to be tried again; nothing is parked for it.
+            guard isAboutTheEvents(error) else { throw error }
             try connection.execute("ROLLBACK TO SAVEPOINT projection_batch")
         }
         for event in relevant {
@@ -82,15 +83,24 @@ enum ProjectionBatchApplier {
                 try projection.apply([event], in: context)
                 try connection.execute("RELEASE SAVEPOINT projection_event")
                 outcome.applied += 1
-            } catch let error as PostgresError where error.isConnectionError {
-                throw error
             } catch {
+                guard isAboutTheEvents(error) else { throw error }
                 try connection.execute("ROLLBACK TO SAVEPOINT projection_event")
                 outcome.parked.append(deadLetter(event.record, projection: projection, error: "\(error)"))
             }
         }
         try connection.execute("RELEASE SAVEPOINT projection_batch")
         return outcome
+    }
+
+    /// Whether an apply's failure comes from the events themselves and would fail again: the
+    /// projection refused them, or the database refused the data they make (data exceptions, class
+    /// 22, and integrity violations, class 23). Anything else is the system's, not the event's.
+    static func isAboutTheEvents(_ error: any Error) -> Bool {
+        if error is ProjectionError || error is EventDecodingError { return true }
+        guard let error = error as? PostgresError else { return false }
+        guard let state = error.sqlState else { return false }
+        return state.hasPrefix("22") || state.hasPrefix("23")
     }
 
     static func deadLetter(_ record: RecordedEvent, projection: any Projection, error: String) -> DeadLetter {

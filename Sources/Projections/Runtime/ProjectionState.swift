@@ -60,4 +60,6 @@ enum ProjectionLease {
     static let leaseLockClass: Int32 = 0x1B0C
     /// Serializes the creation of live tables by several nodes.
     static let setupLockClass: Int32 = 0x1B0D
+    /// Held by a replay for each projection it rebuilds (the second key is `hashtext(name)`).
+    static let replayLockClass: Int32 = 0x1B0E
 }

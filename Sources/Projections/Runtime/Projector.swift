@@ -46,6 +46,9 @@ public final class Projector: Sendable {
         case versionMismatch(live: Int, code: Int)
         /// The checkpoint row was moved by somebody else (a replay's swap): resumed from there.
         case checkpointMoved(to: Checkpoint)
+        /// A batch failed for a reason that is not about its events (the database went away, a
+        /// deadlock): it is tried again after `leaseRetry`.
+        case retrying(String)
     }
 
     public let projection: any Projection
@@ -159,7 +162,9 @@ public final class Projector: Sendable {
                 }
             } catch is LeaseLost {
                 continue
-            } catch let error as PostgresError where error.isConnectionError {
+            } catch let error as PostgresError where error.isTransient {
+                // The batch was rolled back; it is read and applied again once the database answers.
+                report(.retrying(error.description))
                 try await Task.sleep(for: options.leaseRetry)
             }
         }

@@ -46,6 +46,26 @@ public final class Replayer: Sendable {
 
     public static func schemaName(for projection: any Projection) -> String { "replay_\(projection.name)" }
 
+    /// Takes, on a session of its own, the replay lock of every projection this replayer rebuilds,
+    /// so that two replays of one projection never drop each other's tables. Keep the session
+    /// until the replay is done; closing it (or the process ending) releases the locks. Throws when
+    /// another replay holds one of them.
+    public func lock() async throws -> PostgresSession {
+        let session = PostgresSession(configuration: client.configuration.connection, applicationName: "inbox-replay")
+        let names = projections.map(\.name)
+        let busy = try await session.run { connection in
+            try names.filter { name in
+                !(try connection.query("SELECT pg_try_advisory_lock($1, hashtext($2))", ProjectionLease.replayLockClass, name)
+                    .scalar(Bool.self))
+            }
+        }
+        guard busy.isEmpty else {
+            session.close()
+            throw ProjectionError("Another replay of \(busy.joined(separator: ", ")) is running; wait for it to finish.")
+        }
+        return session
+    }
+
     /// Creates empty new tables for every projection, dropping what an earlier replay left.
     public func prepare() async throws {
         let projections = self.projections
