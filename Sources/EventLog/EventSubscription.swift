@@ -51,9 +51,7 @@ extension EventStore {
             configuration: client.configuration.connection, channels: [Self.notificationChannel])
         var position = checkpoint
         var listening = false
-        // While events have committed behind an older transaction that is still open (see
-        // docs/event-log.md, gap-safe reads), read again soon rather than a whole poll interval later.
-        var heldBackRetry = Duration.milliseconds(10)
+        var idle = CaughtUpWait()
         while !Task.isCancelled {
             do {
                 if !listening {
@@ -67,14 +65,7 @@ extension EventStore {
                     position = last.checkpoint
                     if batch.count == options.batchSize { continue }
                 }
-                let wait: Duration
-                if try await hasCommittedEvents(after: position) {
-                    heldBackRetry = min(heldBackRetry * 2, options.pollInterval)
-                    wait = heldBackRetry
-                } else {
-                    heldBackRetry = .milliseconds(10)
-                    wait = options.pollInterval
-                }
+                let wait = idle.wait(heldBack: try await hasCommittedEvents(after: position), pollInterval: options.pollInterval)
                 _ = try await listener.next(timeout: wait)
             } catch let error as PostgresError where error.isConnectionError {
                 listening = false
@@ -82,5 +73,26 @@ extension EventStore {
             }
         }
         throw CancellationError()
+    }
+}
+
+/// How long a reader that has read everything readable waits before it reads again (unless a
+/// NOTIFY wakes it first). While events have committed behind an older transaction that is still
+/// open (docs/event-log.md, gap-safe reads), it reads again after 10 ms, doubling up to the poll
+/// interval, rather than a whole poll interval later.
+public struct CaughtUpWait: Sendable {
+    private var heldBackRetry = Duration.milliseconds(10)
+
+    public init() {}
+
+    /// The wait after a read that came back short; `heldBack` says whether committed events are
+    /// being held back.
+    public mutating func wait(heldBack: Bool, pollInterval: Duration) -> Duration {
+        guard heldBack else {
+            heldBackRetry = .milliseconds(10)
+            return pollInterval
+        }
+        heldBackRetry = min(heldBackRetry * 2, pollInterval)
+        return heldBackRetry
     }
 }

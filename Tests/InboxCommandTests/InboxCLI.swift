@@ -2,18 +2,6 @@ import Foundation
 import InboxTesting
 import Testing
 
-/// A database of the test's own for `body`, dropped afterwards, also when `body` fails.
-func withTestDatabase(_ body: (TestDatabase) async throws -> Void) async throws {
-    let db = try await TestDatabase.make()
-    do {
-        try await body(db)
-    } catch {
-        await db.drop()
-        throw error
-    }
-    await db.drop()
-}
-
 /// How one run of the `inbox` binary ended, with everything it wrote.
 struct InboxResult: Sendable {
     var status: Int32

@@ -107,6 +107,19 @@ public struct TestDatabase: Sendable {
     }
 }
 
+/// Runs `body` with a fresh database and drops it afterwards, also when `body` throws.
+/// `INBOX_KEEP_TEST_DATABASES=1` keeps the databases of passing tests to look into.
+public func withTestDatabase(_ body: (TestDatabase) async throws -> Void) async throws {
+    let db = try await TestDatabase.make()
+    do {
+        try await body(db)
+    } catch {
+        await db.drop()
+        throw error
+    }
+    if ProcessInfo.processInfo.environment["INBOX_KEEP_TEST_DATABASES"] == nil { await db.drop() } else { print("kept database \(db.name)") }
+}
+
 /// A PostgreSQL cluster of a test's own in a temporary folder, for tests that restart or stop the
 /// server (which would disturb every other test on the shared one).
 public final class TestCluster: Sendable {

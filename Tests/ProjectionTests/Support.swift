@@ -6,18 +6,6 @@ import InboxTesting
 import PostgresClient
 import Projections
 
-func withTestDatabase(_ body: (TestDatabase) async throws -> Void) async throws {
-    let db = try await TestDatabase.make()
-    do {
-        try await body(db)
-    } catch {
-        await db.drop()
-        throw error
-    }
-    // INBOX_KEEP_TEST_DATABASES=1 keeps them to look into after a failure.
-    if ProcessInfo.processInfo.environment["INBOX_KEEP_TEST_DATABASES"] == nil { await db.drop() } else { print("kept database \(db.name)") }
-}
-
 extension TestDatabase {
     /// Appends `count` events of `simulation` in batches of `batchSize`, one batch after another
     /// (so the simulation's predicted positions hold). Every `inlineEvery`-th batch goes through the

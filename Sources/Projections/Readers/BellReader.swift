@@ -34,24 +34,16 @@ public enum BellReader {
             ORDER BY created_at DESC, notification_id DESC
             LIMIT $4
             """, person, cursor?.key, cursor?.id, Int64(limit + 1))
-        var entries: [BellEntry] = []
-        var keys: [Int64] = []
-        for row in rows {
+        let read = try rows.map { row -> (row: BellEntry, key: Int64, id: String) in
             let idsText = try row.decode(PostgresRawJSON.self, "ids").text
             let ids = (try? JSONDecoder().decode([String: String].self, from: Data(idsText.utf8))) ?? [:]
-            entries.append(
-                BellEntry(
-                    id: try row.decode(String.self, "notification_id"), category: try row.decode(String.self, "category"),
-                    event: try row.decode(String.self, "event"), ids: ids, createdAt: try row.decode(Date.self, "created_at"),
-                    readAt: try row.decode(Date?.self, "read_at")))
-            keys.append(try row.decode(Int64.self, "created_us"))
+            let entry = BellEntry(
+                id: try row.decode(String.self, "notification_id"), category: try row.decode(String.self, "category"),
+                event: try row.decode(String.self, "event"), ids: ids, createdAt: try row.decode(Date.self, "created_at"),
+                readAt: try row.decode(Date?.self, "read_at"))
+            return (entry, try row.decode(Int64.self, "created_us"), entry.id)
         }
-        var next: KeysetCursor?
-        if entries.count > limit {
-            entries.removeLast()
-            next = KeysetCursor(key: keys[limit - 1], id: entries[limit - 1].id)
-        }
-        return KeysetPage(rows: entries, next: next)
+        return KeysetPage(reading: read, limit: limit)
     }
 
     /// The person's unread count, as maintained by the bell projection.

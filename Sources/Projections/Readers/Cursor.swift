@@ -39,4 +39,19 @@ public struct KeysetCursor: Sendable, Hashable {
 public struct KeysetPage<Row: Sendable>: Sendable {
     public var rows: [Row]
     public var next: KeysetCursor?
+
+    public init(rows: [Row], next: KeysetCursor?) {
+        self.rows = rows
+        self.next = next
+    }
+
+    /// A page from up to `limit + 1` rows read in order with their sort keys: the extra row, if
+    /// there is one, only says that a next page exists, which starts after the last row kept.
+    init(reading rows: [(row: Row, key: Int64, id: String)], limit: Int) {
+        if rows.count > limit {
+            self.init(rows: rows.prefix(limit).map(\.row), next: KeysetCursor(key: rows[limit - 1].key, id: rows[limit - 1].id))
+        } else {
+            self.init(rows: rows.map(\.row), next: nil)
+        }
+    }
 }

@@ -55,27 +55,19 @@ public enum ThreadReader {
             ORDER BY s.last_activity_at DESC, s.conversation_id DESC
             LIMIT $5
             """, owner, side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
-        var threads: [ThreadSummary] = []
-        var keys: [Int64] = []
-        for row in rows {
-            threads.append(
-                ThreadSummary(
-                    conversationId: try row.decode(String.self, "conversation_id"), kind: try row.decode(String.self, "kind"),
-                    buyerId: try row.decode(String.self, "buyer_id"), shopId: try row.decode(String?.self, "shop_id"),
-                    watchId: try row.decode(String?.self, "watch_id"), lastActivityAt: try row.decode(Date.self, "last_activity_at"),
-                    lastMessageId: try row.decode(String?.self, "last_message_id"),
-                    lastMessageBody: try row.decode(String?.self, "last_message_body"),
-                    lastMessageSide: try row.decode(String?.self, "last_message_side"), unread: try row.decode(Bool.self, "unread"),
-                    archived: try row.decode(Bool.self, "archived"), noReplyNeeded: try row.decode(Bool.self, "no_reply_needed"),
-                    closed: try row.decode(Bool.self, "closed_by_block")))
-            keys.append(try row.decode(Int64.self, "activity_us"))
+        let read = try rows.map { row -> (row: ThreadSummary, key: Int64, id: String) in
+            let thread = ThreadSummary(
+                conversationId: try row.decode(String.self, "conversation_id"), kind: try row.decode(String.self, "kind"),
+                buyerId: try row.decode(String.self, "buyer_id"), shopId: try row.decode(String?.self, "shop_id"),
+                watchId: try row.decode(String?.self, "watch_id"), lastActivityAt: try row.decode(Date.self, "last_activity_at"),
+                lastMessageId: try row.decode(String?.self, "last_message_id"),
+                lastMessageBody: try row.decode(String?.self, "last_message_body"),
+                lastMessageSide: try row.decode(String?.self, "last_message_side"), unread: try row.decode(Bool.self, "unread"),
+                archived: try row.decode(Bool.self, "archived"), noReplyNeeded: try row.decode(Bool.self, "no_reply_needed"),
+                closed: try row.decode(Bool.self, "closed_by_block"))
+            return (thread, try row.decode(Int64.self, "activity_us"), thread.conversationId)
         }
-        var next: KeysetCursor?
-        if threads.count > limit {
-            threads.removeLast()
-            next = KeysetCursor(key: keys[limit - 1], id: threads[limit - 1].conversationId)
-        }
-        return KeysetPage(rows: threads, next: next)
+        return KeysetPage(reading: read, limit: limit)
     }
 
     /// Messages of a conversation, newest first. Messages sent during a walk are newer than every
@@ -90,24 +82,18 @@ public enum ThreadReader {
             FROM messages WHERE conversation_id = $1 AND ($2::bigint IS NULL OR seq < $2)
             ORDER BY seq DESC LIMIT $3
             """, conversation, cursor?.key, Int64(limit + 1))
-        var messages: [ThreadMessage] = []
-        for row in rows {
+        let read = try rows.map { row -> (row: ThreadMessage, key: Int64, id: String) in
             let amount = try row.decode(Int64?.self, "offer_amount")
             let currency = try row.decode(String?.self, "offer_currency")
-            messages.append(
-                ThreadMessage(
-                    id: try row.decode(String.self, "message_id"), seq: try row.decode(Int64.self, "seq"),
-                    authorSide: try row.decode(String.self, "author_side"), authorId: try row.decode(String.self, "author_id"),
-                    body: try row.decode(String.self, "body"), attachmentHandles: try Self.strings(row.decode(PostgresRawJSON.self, "attachment_handles")),
-                    offer: amount.flatMap { amount in currency.map { Money(amount: amount, currency: $0) } },
-                    sentAt: try row.decode(Date.self, "sent_at")))
+            let message = ThreadMessage(
+                id: try row.decode(String.self, "message_id"), seq: try row.decode(Int64.self, "seq"),
+                authorSide: try row.decode(String.self, "author_side"), authorId: try row.decode(String.self, "author_id"),
+                body: try row.decode(String.self, "body"), attachmentHandles: try Self.strings(row.decode(PostgresRawJSON.self, "attachment_handles")),
+                offer: amount.flatMap { amount in currency.map { Money(amount: amount, currency: $0) } },
+                sentAt: try row.decode(Date.self, "sent_at"))
+            return (message, message.seq, message.id)
         }
-        var next: KeysetCursor?
-        if messages.count > limit {
-            messages.removeLast()
-            next = KeysetCursor(key: messages[limit - 1].seq, id: messages[limit - 1].id)
-        }
-        return KeysetPage(rows: messages, next: next)
+        return KeysetPage(reading: read, limit: limit)
     }
 
     static func strings(_ json: PostgresRawJSON) throws -> [String] {

@@ -101,7 +101,7 @@ public final class Projector: Sendable {
                 report(.tookLease(backendPID: leasePID))
                 var position = try await session.run { connection in try ProjectionState.prepareLive(projection, on: connection) }
                 try await listener.start()
-                var heldBackRetry = Duration.milliseconds(10)
+                var idle = CaughtUpWait()
                 var batchSize = options.batchSize
                 while !Task.isCancelled {
                     if position.version != projection.version {
@@ -149,15 +149,7 @@ public final class Projector: Sendable {
                         position = current
                         report(.checkpointMoved(to: current.checkpoint))
                     case .caughtUp(let heldBack):
-                        let wait: Duration
-                        if heldBack {
-                            heldBackRetry = min(heldBackRetry * 2, options.pollInterval)
-                            wait = heldBackRetry
-                        } else {
-                            heldBackRetry = .milliseconds(10)
-                            wait = options.pollInterval
-                        }
-                        _ = try await listener.next(timeout: wait)
+                        _ = try await listener.next(timeout: idle.wait(heldBack: heldBack, pollInterval: options.pollInterval))
                     }
                 }
             } catch is LeaseLost {
