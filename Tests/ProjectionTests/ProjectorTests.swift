@@ -168,3 +168,49 @@ import Testing
         }
     }
 }
+
+/// A projector of another release than the live tables' gives its lease up.
+@Suite struct VersionTests {
+    /// The people projection as a release that changed its tables would have it.
+    struct NextPeople: Projection {
+        let base = PeopleProjection()
+        var name: String { base.name }
+        var version: Int { base.version + 1 }
+        var tableNames: [String] { base.tableNames }
+        var eventTypes: Set<String> { base.eventTypes }
+        func createTables(in context: ProjectionContext) throws { try base.createTables(in: context) }
+        func createIndexes(in context: ProjectionContext) throws { try base.createIndexes(in: context) }
+        func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws { try base.apply(events, in: context) }
+    }
+
+    @Test func aProjectorOfAnotherVersionGivesItsLeaseUpSoTheRightOneKeepsTheTablesCurrent() async throws {
+        try await withTestDatabase { db in
+            try await db.withProjectors([PeopleProjection()]) { try await db.waitUntilProjected([PeopleProjection()]) }
+            let reports = Reports()
+            let newer = Task {
+                try await Projector(
+                    projection: NextPeople(), configuration: db.configuration,
+                    options: .init(pollInterval: .milliseconds(100), leaseRetry: .milliseconds(20)), report: { reports.add($0) }
+                ).run()
+            }
+            defer { newer.cancel() }
+            for _ in 0..<200 where !reports.contains(.versionMismatch(live: 1, code: 2)) { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(reports.contains(.versionMismatch(live: 1, code: 2)))
+            // The release that matches the tables gets the lease and projects.
+            try await db.append(ShopMemberAdded(shopId: "s1", personId: "p1"))
+            try await db.withProjectors([PeopleProjection()]) { try await db.waitUntilProjected([PeopleProjection()], timeout: .seconds(30)) }
+            #expect(try await db.scalar("SELECT count(*)::int FROM shop_members", Int.self) == 1)
+            #expect(reports.all.filter { if case .applied = $0 { true } else { false } }.isEmpty, "the newer release applied nothing")
+            newer.cancel()
+            _ = await newer.result
+        }
+    }
+
+    final class Reports: @unchecked Sendable {
+        private let lock = NSLock()
+        private var items: [Projector.Report] = []
+        func add(_ report: Projector.Report) { lock.withLock { items.append(report) } }
+        func contains(_ report: Projector.Report) -> Bool { lock.withLock { items.contains(report) } }
+        var all: [Projector.Report] { lock.withLock { items } }
+    }
+}

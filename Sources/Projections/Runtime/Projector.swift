@@ -42,7 +42,8 @@ public final class Projector: Sendable {
         case tookLease(backendPID: Int32)
         case applied(events: Int, parked: Int, checkpoint: Checkpoint)
         /// The live tables are of another version than this release's: `inbox replay` first (or,
-        /// for a newer version, this node is outdated). The projector waits.
+        /// for a newer version, this node is outdated). The projector gives up its lease, so a
+        /// node that can apply to them takes it, and tries again after the poll interval.
         case versionMismatch(live: Int, code: Int)
         /// The checkpoint row was moved by somebody else (a replay's swap): resumed from there.
         case checkpointMoved(to: Checkpoint)
@@ -82,6 +83,7 @@ public final class Projector: Sendable {
         defer { session.close() }
         let projection = self.projection
         var waitingReported = false
+        var reportedMismatch: Int?
         while !Task.isCancelled {
             do {
                 let name = projection.name
@@ -105,13 +107,17 @@ public final class Projector: Sendable {
                 var batchSize = options.batchSize
                 while !Task.isCancelled {
                     if position.version != projection.version {
-                        report(.versionMismatch(live: position.version, code: projection.version))
-                        try await Task.sleep(for: options.pollInterval)
-                        position = try await session.run { connection in
-                            guard let current = try ProjectionState.read(name, on: connection, lock: false) else { throw LeaseLost() }
-                            return current
+                        // This release cannot apply to these tables. Give the lease up, so that a
+                        // node of the release that can (an older one until a replay swaps, a newer
+                        // one after) keeps them current, and look again later.
+                        if reportedMismatch != position.version { report(.versionMismatch(live: position.version, code: projection.version)) }
+                        reportedMismatch = position.version
+                        try await session.run { connection in
+                            _ = try connection.query(
+                                "SELECT pg_advisory_unlock($1, hashtext($2))", ProjectionLease.leaseLockClass, name)
                         }
-                        continue
+                        try await Task.sleep(for: options.pollInterval)
+                        throw LeaseLost()
                     }
                     let expected = position
                     let limit = batchSize
