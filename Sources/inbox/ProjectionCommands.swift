@@ -63,10 +63,9 @@ enum ProjectionCommands {
                             ["projection": name, "live": "\(live)", "release": "\(code)"])
                     case .retrying(let reason):
                         log.error("a batch failed and will be tried again", ["projection": name, "error": reason])
-                    case .checkpointMoved(let checkpoint):
-                        log.info("the checkpoint was moved (a replay swapped the tables); resuming there", [
-                            "projection": name, "checkpoint": "\(checkpoint)",
-                        ])
+                    case .checkpointMoved:
+                        // An inline writer or a replay's swap moved it; the projector resumed there.
+                        break
                     }
                 }
                 group.addTask { try await projector.run() }

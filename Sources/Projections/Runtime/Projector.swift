@@ -88,8 +88,14 @@ public final class Projector: Sendable {
             do {
                 let name = projection.name
                 let leasePID = try await session.run { connection -> Int32? in
+                    // Taken once per session: an advisory lock taken twice must be released twice.
                     let taken = try connection.query(
-                        "SELECT pg_try_advisory_lock($1, hashtext($2))", ProjectionLease.leaseLockClass, name
+                        """
+                        SELECT CASE WHEN EXISTS (
+                                   SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+                                   AND classid = $1::int::oid AND objid = hashtext($2)::oid AND objsubid = 2)
+                               THEN true ELSE pg_try_advisory_lock($1, hashtext($2)) END
+                        """, ProjectionLease.leaseLockClass, name
                     ).scalar(Bool.self)
                     return taken ? connection.backendPID : nil
                 }

@@ -38,7 +38,7 @@ public final class Replayer: Sendable {
     public let projections: [any Projection]
     public let batchSize: Int
 
-    public init(client: PostgresClient, projections: [any Projection], batchSize: Int = 5000) {
+    public init(client: PostgresClient, projections: [any Projection], batchSize: Int = 20_000) {
         self.client = client
         self.projections = projections.sorted { $0.name < $1.name }
         self.batchSize = batchSize
