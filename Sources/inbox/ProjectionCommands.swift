@@ -111,6 +111,8 @@ enum ProjectionCommands {
                     SELECT c.version, c.position, c.events_applied,
                         (SELECT count(*) FROM events e
                          WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position)) AS behind,
+                        (SELECT extract(epoch FROM clock_timestamp() - min(e.recorded_at))::float8 FROM events e
+                         WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position)) AS lag_seconds,
                         (SELECT count(*) FROM projection_dead_letters d WHERE d.projection = c.projection) AS parked,
                         (SELECT pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
                             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -133,6 +135,9 @@ enum ProjectionCommands {
                 var line = "projection \(name): version \(version)"
                 if version != projection.version { line += " (this release builds \(projection.version): replay it)" }
                 line += ", at position \(try row.decode(Int64.self, "position")), \(behind) event\(behind == 1 ? "" : "s") behind"
+                if let lag = try row.decode(Double?.self, "lag_seconds"), behind > 0 {
+                    line += String(format: " (the oldest recorded %.1f s ago)", lag)
+                }
                 line += ", \(parked) parked"
                 line += holder.map { ", projected by backend \($0)" } ?? ", no projector running"
                 if let replaying, let replaySchema {
@@ -165,10 +170,7 @@ final class ProgressPrinter: @unchecked Sendable {
         let interval: Duration = onTerminal ? .milliseconds(200) : .seconds(5)
         guard now - lastPrinted >= interval else { return }
         lastPrinted = now
-        var text = "replay: \(progress.eventsDone) of about \(progress.eventsTotal) events, \(Int(progress.eventsPerSecond)) events/s"
-        if let remaining = progress.remaining {
-            text += ", about \(max(1, remaining.components.seconds)) s left"
-        }
+        let text = progress.description
         if onTerminal {
             FileHandle.standardError.write(Data("\r\u{1B}[K\(text)".utf8))
             printedOnTerminal = true

@@ -312,6 +312,9 @@ import Testing
             let messages = Self.messages(result.stderr)
             #expect(messages.contains("replayed the log"), "stderr: \(result.stderr)")
             #expect(messages.contains("swapped the new tables in"), "stderr: \(result.stderr)")
+            // Not on a terminal: progress as plain lines (the first at once, then one every 5 s).
+            let progress = result.stderr.split(separator: "\n").filter { $0.hasPrefix("replay: ") }
+            #expect(!progress.isEmpty && progress.allSatisfy { $0.contains(" events/s") && !$0.contains("\r") }, "stderr: \(result.stderr)")
 
             let leftovers = try await db.client.query(
                 #"SELECT nspname FROM pg_namespace WHERE nspname LIKE 'replay\_%' OR nspname LIKE 'retired\_%'"#

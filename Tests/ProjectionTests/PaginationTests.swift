@@ -101,3 +101,13 @@ import Testing
         }
     }
 }
+
+/// What `inbox replay` prints as it goes.
+@Suite struct ReplayProgressTests {
+    @Test func progressSaysEventsDoneTheRateAndTheTimeLeft() {
+        let progress = Replayer.Progress(eventsDone: 200_000, eventsTotal: 1_000_000, elapsed: .seconds(10))
+        #expect(progress.description == "replay: 200000 of about 1000000 events, 20000 events/s, about 40 s left")
+        let done = Replayer.Progress(eventsDone: 1_000, eventsTotal: 1_000, elapsed: .seconds(1))
+        #expect(done.description == "replay: 1000 of about 1000 events, 1000 events/s")
+    }
+}

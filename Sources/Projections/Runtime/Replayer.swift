@@ -16,14 +16,27 @@ import PostgresClient
 ///   sets the live checkpoint to the replay's, all in one transaction. The old tables are dropped
 ///   after it commits.
 public final class Replayer: Sendable {
-    public struct Progress: Sendable {
+    public struct Progress: Sendable, CustomStringConvertible {
         public var eventsDone: Int64
         public var eventsTotal: Int64
         public var elapsed: Duration
 
+        public init(eventsDone: Int64, eventsTotal: Int64, elapsed: Duration) {
+            self.eventsDone = eventsDone
+            self.eventsTotal = eventsTotal
+            self.elapsed = elapsed
+        }
+
         public var eventsPerSecond: Double {
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             return seconds > 0 ? Double(eventsDone) / seconds : 0
+        }
+
+        /// `replay: 120000 of about 1000000 events, 21000 events/s, about 42 s left`
+        public var description: String {
+            var text = "replay: \(eventsDone) of about \(eventsTotal) events, \(Int(eventsPerSecond)) events/s"
+            if let remaining { text += ", about \(max(1, remaining.components.seconds)) s left" }
+            return text
         }
 
         /// Estimated time left at the rate so far.
