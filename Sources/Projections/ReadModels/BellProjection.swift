@@ -185,20 +185,21 @@ public struct BellProjection: Projection {
                                 id: id, personId: person, category: notification.category.rawValue, event: notification.event,
                                 idsJSON: idsJSON, createdAt: at, readAt: nil, sourcePosition: position, existed: false)
                             if let legacy = event.payload as? LegacyNotificationImported {
-                                entry.createdAt = Self.date(legacy.createdAt) ?? at
+                                entry.createdAt = legacy.createdDate ?? at
                                 entry.readAt = legacy.read ? entry.createdAt : nil
                             }
                             entries[id] = entry
                             byPerson[person, default: []].append(id)
                             created.append(id)
                         }
-                        if notification.isSent {
+                        if notification.isSent && context.sendsNotifications {
                             outbox.append(
                                 OutboxRow(
                                     notificationId: id, audience: "person", recipientId: person, category: notification.category.rawValue,
                                     event: notification.event, idsJSON: idsJSON, sourcePosition: position, createdAt: at))
                         }
                     case .shop(let shop):
+                        guard context.sendsNotifications else { continue }
                         outbox.append(
                             OutboxRow(
                                 notificationId: Self.notificationId(position: position, recipient: "shop:\(shop)"), audience: "shop",
@@ -239,7 +240,7 @@ public struct BellProjection: Projection {
 
         try facts.store(context: context)
         try store(entries: entries, created: created, context: context)
-        if context.sendsNotifications { try enqueue(outbox, context: context) }
+        try enqueue(outbox, context: context)
     }
 
     /// A legacy entry keeps its own id; every other is derived from its event and person.
@@ -383,12 +384,5 @@ public struct BellProjection: Projection {
         }
         text.raw(UInt8(ascii: "}"))
         return text.string
-    }
-
-    static func date(_ text: String) -> Date? {
-        let formatter = ISO8601DateFormatter()
-        if let date = formatter.date(from: text) { return date }
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.date(from: text)
     }
 }
