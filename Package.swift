@@ -42,6 +42,10 @@ let package = Package(
             name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL"],
             swiftSettings: swiftSettings),
 
+        // HTTP/1.1 on libmicrohttpd: requests in, responses out; no routing, no JSON:API.
+        .target(
+            name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims"], swiftSettings: swiftSettings),
+
         // Process lifecycle: signals today, the service group of the roles later.
         .target(name: "Lifecycle", swiftSettings: swiftSettings),
 
@@ -83,6 +87,8 @@ let package = Package(
         .testTarget(
             name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting"],
             swiftSettings: swiftSettings),
+        .testTarget(
+            name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(

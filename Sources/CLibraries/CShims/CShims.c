@@ -36,3 +36,8 @@ struct MHD_Daemon *wristler_mhd_start_daemon(unsigned int flags, uint16_t port,
     return MHD_start_daemon(flags, port, accept_policy, accept_policy_context, handler, handler_context,
                             MHD_OPTION_ARRAY, options, MHD_OPTION_END);
 }
+
+uint16_t wristler_mhd_bound_port(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return info == NULL ? 0 : info->port;
+}

@@ -28,4 +28,7 @@ struct MHD_Daemon *wristler_mhd_start_daemon(unsigned int flags, uint16_t port,
                                              MHD_AccessHandlerCallback handler, void *handler_context,
                                              const struct MHD_OptionItem *options);
 
+/// The port a running daemon listens on (MHD_get_daemon_info is variadic); 0 when unknown.
+uint16_t wristler_mhd_bound_port(struct MHD_Daemon *daemon);
+
 #endif

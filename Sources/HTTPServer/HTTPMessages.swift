@@ -1,0 +1,54 @@
+import Foundation
+
+/// A request as the server read it: method, path (percent-decoded by libmicrohttpd), query
+/// arguments in order, headers by lower-case name, and the whole body.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    public var path: String
+    public var query: [QueryArgument]
+    /// Header values by lower-case name; a repeated header's values joined with ", ".
+    public var headers: [String: String]
+    public var body: [UInt8]
+
+    public struct QueryArgument: Sendable, Hashable {
+        public var name: String
+        /// Nil for an argument without `=` (`?flag`).
+        public var value: String?
+
+        public init(name: String, value: String?) {
+            self.name = name
+            self.value = value
+        }
+    }
+
+    public init(method: String, path: String, query: [QueryArgument] = [], headers: [String: String] = [:], body: [UInt8] = []) {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+    }
+
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+}
+
+/// A response to send: status, headers in order, body.
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    public init(status: Int, contentType: String, body: String, headers: [(name: String, value: String)] = []) {
+        self.init(status: status, headers: [("Content-Type", contentType)] + headers, body: Array(body.utf8))
+    }
+
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+    }
+}

@@ -1,0 +1,37 @@
+/// Percent-decoding of a request's path and query (RFC 3986; `+` is a space in a query, as HTML
+/// forms send it). A malformed escape (`%4`, `%zz`) is kept as it is, and bytes that do not make
+/// UTF-8 become U+FFFD: the handler sees what was sent, and refuses it if it must.
+public enum URLDecoding {
+    public static func decode(_ text: String, plusIsSpace: Bool) -> String {
+        guard text.utf8.contains(where: { $0 == UInt8(ascii: "%") || (plusIsSpace && $0 == UInt8(ascii: "+")) }) else { return text }
+        let bytes = Array(text.utf8)
+        var result: [UInt8] = []
+        result.reserveCapacity(bytes.count)
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "%"), index + 2 < bytes.count,
+                let high = hex(bytes[index + 1]), let low = hex(bytes[index + 2])
+            {
+                result.append(high << 4 | low)
+                index += 3
+            } else if plusIsSpace && byte == UInt8(ascii: "+") {
+                result.append(UInt8(ascii: " "))
+                index += 1
+            } else {
+                result.append(byte)
+                index += 1
+            }
+        }
+        return String(decoding: result, as: UTF8.self)
+    }
+
+    private static func hex(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,134 @@
+import Foundation
+import HTTPServer
+import Synchronization
+import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// The HTTP server through real sockets on loopback.
+@Suite struct HTTPServerTests {
+    static func start(_ configuration: HTTPServer.Configuration = .init(port: 0, threads: 4), handler: @escaping HTTPServer.Handler) throws -> HTTPServer {
+        try HTTPServer(configuration: configuration, handler: handler)
+    }
+
+    static func echo(_ request: HTTPRequest) -> HTTPResponse {
+        let query = request.query.map { "\($0.name)=\($0.value ?? "<none>")" }.joined(separator: "&")
+        return HTTPResponse(
+            status: 200, contentType: "text/plain",
+            body: "\(request.method) \(request.path)?\(query) body=\(request.body.count) ua=\(request.header("User-Agent") ?? "-")",
+            headers: [("X-Echo", "yes")])
+    }
+
+    @Test func aRequestReachesTheHandlerWithItsMethodPathQueryHeadersAndBody() async throws {
+        let server = try Self.start(handler: Self.echo)
+        defer { server.shutdown() }
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)/v1/me/notifications?filter=true&flag")!)
+        request.httpMethod = "POST"
+        request.httpBody = Data(repeating: 65, count: 1000)
+        request.setValue("wristler-test", forHTTPHeaderField: "User-Agent")
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let http = try #require(response as? HTTPURLResponse)
+        #expect(http.statusCode == 200)
+        #expect(http.value(forHTTPHeaderField: "X-Echo") == "yes")
+        #expect(String(decoding: data, as: UTF8.self) == "POST /v1/me/notifications?filter=true&flag=<none> body=1000 ua=wristler-test")
+    }
+
+    /// On the wire exactly as a browser or the app sends it (URLSession on Linux escapes `%` again).
+    @Test func thePathAndQueryArePercentDecodedOnce() throws {
+        let server = try Self.start(handler: Self.echo)
+        defer { server.shutdown() }
+        let request = "GET /v1/p%41th?page%5Bcursor%5D=a%2Bb+c&filter[unread]=true&twice=%2541 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        let reply = try RawHTTPClient.exchange(port: server.port, Array(request.utf8))
+        #expect(reply.contains("GET /v1/pAth?page[cursor]=a+b c&filter[unread]=true&twice=%41 body=0"), "\(reply)")
+    }
+
+    @Test func pipelinedRequestsOnOneConnectionAreAnsweredInOrder() throws {
+        let server = try Self.start(handler: Self.echo)
+        defer { server.shutdown() }
+        let requests = "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        let reply = try RawHTTPClient.exchange(port: server.port, Array(requests.utf8))
+        #expect(RawHTTPClient.statuses(reply) == [200, 200, 200], "\(reply)")
+        let order = ["GET /a?", "GET /b?", "GET /c?"].map { reply.range(of: $0)?.lowerBound }
+        #expect(order.allSatisfy { $0 != nil } && order[0]! < order[1]! && order[1]! < order[2]!, "\(reply)")
+    }
+
+    @Test func aChunkedBodyIsReassembled() throws {
+        let server = try Self.start(handler: Self.echo)
+        defer { server.shutdown() }
+        let request = "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+        let reply = try RawHTTPClient.exchange(port: server.port, Array(request.utf8))
+        #expect(RawHTTPClient.statuses(reply) == [200])
+        #expect(reply.contains("body=11"), "\(reply)")
+    }
+
+    @Test func aBodyOverTheLimitIsA413WhetherItsLengthIsDeclaredOrNot() throws {
+        let server = try Self.start(.init(port: 0, threads: 2, maximumBodyBytes: 1024), handler: Self.echo)
+        defer { server.shutdown() }
+        let declared = "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n" + String(repeating: "a", count: 5000)
+        let first = try RawHTTPClient.exchange(port: server.port, Array(declared.utf8))
+        #expect(RawHTTPClient.statuses(first) == [413], "\(first)")
+        #expect(first.contains("body_too_large"))
+        let chunk = String(repeating: "b", count: 800)
+        let chunked = "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            + "320\r\n\(chunk)\r\n320\r\n\(chunk)\r\n0\r\n\r\n"
+        let second = try RawHTTPClient.exchange(port: server.port, Array(chunked.utf8))
+        #expect(RawHTTPClient.statuses(second) == [413], "\(second)")
+        // The server is still there.
+        let after = try RawHTTPClient.exchange(port: server.port, Array("GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8))
+        #expect(RawHTTPClient.statuses(after) == [200])
+    }
+
+    @Test func headersOverTheLimitAreRefusedWithout5xx() throws {
+        let server = try Self.start(.init(port: 0, threads: 2, maximumHeaderBytes: 8 * 1024), handler: Self.echo)
+        defer { server.shutdown() }
+        let request = "GET /x HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "z", count: 20_000))\r\nConnection: close\r\n\r\n"
+        let reply = try RawHTTPClient.exchange(port: server.port, Array(request.utf8))
+        let statuses = RawHTTPClient.statuses(reply)
+        #expect(statuses.count == 1 && (400..<500).contains(statuses[0]), "\(reply.prefix(200))")
+    }
+
+    @Test func shutdownFinishesTheRequestInFlightAndThenRefusesConnections() async throws {
+        let started = Atomic<Bool>(false)
+        let server = try Self.start { request in
+            started.store(true, ordering: .sequentiallyConsistent)
+            usleep(400_000)
+            return HTTPResponse(status: 200, contentType: "text/plain", body: "slow \(request.path)")
+        }
+        let port = server.port
+        let inFlight = Task.detached { try RawHTTPClient.exchange(port: port, Array("GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)) }
+        while !started.load(ordering: .sequentiallyConsistent) { try await Task.sleep(for: .milliseconds(5)) }
+        let stopping = Task.detached { server.shutdown(gracePeriod: .seconds(5)) }
+        let reply = try await inFlight.value
+        #expect(RawHTTPClient.statuses(reply) == [200])
+        #expect(reply.contains("slow /slow"))
+        await stopping.value
+        #expect(throws: RawHTTPClient.Failure.self) {
+            _ = try RawHTTPClient.exchange(port: port, Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+        }
+    }
+
+    @Test func aPortInUseIsAClearError() throws {
+        let first = try Self.start(handler: Self.echo)
+        defer { first.shutdown() }
+        #expect(throws: HTTPServer.StartFailure.self) {
+            _ = try HTTPServer(configuration: .init(port: first.port, threads: 1), handler: Self.echo)
+        }
+        #expect(throws: HTTPServer.StartFailure.self) {
+            _ = try HTTPServer(configuration: .init(host: "localhost", port: 0), handler: Self.echo)
+        }
+    }
+}
+
+@Suite struct URLDecodingTests {
+    @Test func percentEscapesAndPlusesAreDecodedAndMalformedEscapesKept() {
+        #expect(URLDecoding.decode("page%5Bcursor%5D", plusIsSpace: true) == "page[cursor]")
+        #expect(URLDecoding.decode("a%2Bb+c", plusIsSpace: true) == "a+b c")
+        #expect(URLDecoding.decode("a+b", plusIsSpace: false) == "a+b")
+        #expect(URLDecoding.decode("100%", plusIsSpace: true) == "100%")
+        #expect(URLDecoding.decode("%zz%4", plusIsSpace: true) == "%zz%4")
+        #expect(URLDecoding.decode("caf%C3%A9", plusIsSpace: true) == "café")
+    }
+}
+

@@ -1,0 +1,48 @@
+import Foundation
+
+/// A plain TCP client for tests that need to put exact bytes on the wire (pipelining, chunked
+/// bodies, oversized headers): it sends what it is given and reads until the server closes.
+enum RawHTTPClient {
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Sends `request` to 127.0.0.1:`port` and returns everything the server wrote until it closed
+    /// the connection (or `timeout` passed).
+    static func exchange(port: UInt16, _ request: [UInt8], timeout: TimeInterval = 10) throws -> String {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { throw Failure(description: "socket() failed") }
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw Failure(description: "connect() failed: \(String(cString: strerror(errno)))") }
+        var time = timeval(tv_sec: Int(timeout), tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
+        var sent = 0
+        while sent < request.count {
+            let written = request[sent...].withUnsafeBytes { send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if written <= 0 { break }  // the server may answer and close before reading everything
+            sent += written
+        }
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { break }
+            received.append(contentsOf: buffer[0..<count])
+        }
+        return String(decoding: received, as: UTF8.self)
+    }
+
+    /// The status codes of the responses in `text`, in order.
+    /// (A response begins right after the previous one's body, so they are found by their status
+    /// line's start, wherever it is; the tests' bodies never contain it.)
+    static func statuses(_ text: String) -> [Int] {
+        text.components(separatedBy: "HTTP/1.1 ").dropFirst().compactMap { Int($0.prefix(3)) }
+    }
+}
