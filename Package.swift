@@ -67,9 +67,16 @@ let package = Package(
             name: "InboxSimulation", dependencies: ["EventLog", "InboxDomain", "Projections"],
             swiftSettings: swiftSettings),
 
+        // The JSON:API in front of the read models: identity of the app, routing, errors.
+        .target(
+            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain"],
+            swiftSettings: swiftSettings),
+
         .executableTarget(
             name: "inbox",
-            dependencies: ["EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle"],
+            dependencies: [
+                "EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle", "HTTPServer", "InboxAPI",
+            ],
             swiftSettings: swiftSettings),
 
         .executableTarget(
@@ -89,6 +96,10 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "InboxAPITests",
+            dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient"],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(

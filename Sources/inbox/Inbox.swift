@@ -12,7 +12,8 @@ struct Inbox {
         usage: inbox [COMMAND] [FLAGS]
 
         commands:
-          run                      migrate, then run the tier (today: the projectors) [default]
+          run                      migrate, then run the tier: the API and the projectors [default]
+          serve                    the JSON:API over HTTP (INBOX_HTTP_HOST:INBOX_HTTP_PORT) until SIGTERM
           migrate                  apply the sql/NNN_name.sql migrations that are missing
           project [--projection NAME]...
                                    keep read models current (all, or the named ones); one node per projection
@@ -71,6 +72,11 @@ struct Inbox {
                         for line in try await ProjectionCommands.status(database: database) { print(line) }
                     }
                 }
+            case "serve":
+                try expectNoArguments(rest, command: "serve")
+                try await withDatabase(configuration, log: log, migrate: true) { database in
+                    try await ServeCommand.serve(database: database, configuration: configuration, log: log)
+                }
             case "project":
                 let (projections, _) = try ProjectionCommands.selected(rest, command: "project")
                 try await withDatabase(configuration, log: log, migrate: true) { database in
@@ -87,15 +93,21 @@ struct Inbox {
                     log.info("the inbox tier is running", ["database": database.description])
                     FileHandle.standardOutput.write(Data(
                         """
-                        The HTTP API arrives in a later release; for now the tier runs its projectors.
-                        Append an event from another terminal (docs/events.md lists them all):
+                        The tier runs its projectors and its API (so far /healthz and /readyz; the person's
+                        resources arrive with tokens). Append an event from another terminal (docs/events.md):
                           swift run inbox events append '{"stream":"person-7-security","type":"password_changed","payload":{"personId":"7"}}'
                         and see where the read models stand:
                           swift run inbox status
                         Ctrl-C stops, and stops the embedded database.
 
                         """.utf8))
-                    try await ProjectionCommands.project(InboxProjections.all, database: database, configuration: configuration, log: log)
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        group.addTask {
+                            try await ProjectionCommands.project(InboxProjections.all, database: database, configuration: configuration, log: log)
+                        }
+                        group.addTask { try await ServeCommand.serve(database: database, configuration: configuration, log: log) }
+                        try await group.waitForAll()
+                    }
                 }
             default:
                 fail("unknown command \"\(command)\"; `inbox help` lists the commands.", code: 2)

@@ -19,6 +19,13 @@ struct InboxConfiguration: Sendable {
     var pollIntervalMilliseconds: Int = 1000
     /// `INBOX_LOG_FORMAT`: `json` when not on a terminal under `auto`.
     var logFormat: LogFormat = .auto
+    /// `INBOX_HTTP_HOST`, `INBOX_HTTP_PORT`: where `serve` listens (loopback by default).
+    var httpHost: String = "127.0.0.1"
+    var httpPort: UInt16 = 8080
+    /// `INBOX_HTTP_THREADS`: the HTTP worker threads.
+    var httpThreads: Int = 16
+    /// `INBOX_HTTP_MAX_BODY_BYTES`: the largest request body accepted (larger: 413).
+    var httpMaximumBodyBytes: Int = 1 << 20
 
     struct Invalid: Error, CustomStringConvertible {
         var description: String
@@ -45,6 +52,14 @@ struct InboxConfiguration: Sendable {
                 meaning: "longest wait between two reads of the log without a NOTIFY (10-60000)"),
         Setting(variable: "INBOX_LOG_FORMAT", flag: "--log-format", defaultValue: "auto",
                 meaning: "auto, json or text (auto: text on a terminal, JSON otherwise)"),
+        Setting(variable: "INBOX_HTTP_HOST", flag: "--http-host", defaultValue: "127.0.0.1",
+                meaning: "IPv4 address the API listens on (0.0.0.0: every interface)"),
+        Setting(variable: "INBOX_HTTP_PORT", flag: "--http-port", defaultValue: "8080",
+                meaning: "TCP port the API listens on (0: any free port, printed at start)"),
+        Setting(variable: "INBOX_HTTP_THREADS", flag: "--http-threads", defaultValue: "16",
+                meaning: "HTTP worker threads (1-256)"),
+        Setting(variable: "INBOX_HTTP_MAX_BODY_BYTES", flag: "--http-max-body-bytes", defaultValue: "1048576",
+                meaning: "largest request body accepted, larger is 413 (1024-104857600)"),
     ]
 
     /// Reads the environment, then consumes the global flags from `arguments` (leaving the rest).
@@ -102,6 +117,32 @@ struct InboxConfiguration: Sendable {
                 throw Invalid(description: "INBOX_LOG_FORMAT (--log-format) must be auto, json or text, not \"\(text)\".")
             }
             configuration.logFormat = format
+        }
+        if let host = values["INBOX_HTTP_HOST"] {
+            var address = in_addr()
+            guard inet_pton(AF_INET, host, &address) == 1 else {
+                throw Invalid(description: "INBOX_HTTP_HOST (--http-host) must be an IPv4 address such as 127.0.0.1, not \"\(host)\".")
+            }
+            configuration.httpHost = host
+        }
+        if let text = values["INBOX_HTTP_PORT"] {
+            guard let port = UInt16(text) else {
+                throw Invalid(description: "INBOX_HTTP_PORT (--http-port) must be a port from 0 to 65535 (0: any free one), not \"\(text)\".")
+            }
+            configuration.httpPort = port
+        }
+        if let text = values["INBOX_HTTP_THREADS"] {
+            guard let threads = Int(text), (1...256).contains(threads) else {
+                throw Invalid(description: "INBOX_HTTP_THREADS (--http-threads) must be a whole number from 1 to 256, not \"\(text)\".")
+            }
+            configuration.httpThreads = threads
+        }
+        if let text = values["INBOX_HTTP_MAX_BODY_BYTES"] {
+            guard let bytes = Int(text), (1024...104_857_600).contains(bytes) else {
+                throw Invalid(
+                    description: "INBOX_HTTP_MAX_BODY_BYTES (--http-max-body-bytes) must be a whole number from 1024 to 104857600, not \"\(text)\".")
+            }
+            configuration.httpMaximumBodyBytes = bytes
         }
         return configuration
     }

@@ -228,7 +228,9 @@ import Testing
     @Test func runPrintsItsBannerWhileRunningAndProjectsTheLog() async throws {
         try await withTestDatabase { db in
             _ = try await Self.append(Self.event(person: "7"), to: db)
-            let tier = try InboxCLI.start(["run"], environment: InboxCLI.databaseEnvironment(db.url))
+            var environment = InboxCLI.databaseEnvironment(db.url)
+            environment["INBOX_HTTP_PORT"] = "0"
+            let tier = try InboxCLI.start(["run"], environment: environment)
             defer { tier.cleanUp() }
             _ = try await tier.waitForStdoutLine(timeout: .seconds(15)) { $0.contains("runs its projectors") }
             // The tier projects: the password change reaches person 7's bell.

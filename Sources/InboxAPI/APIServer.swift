@@ -1,0 +1,109 @@
+import EventLog
+import Foundation
+import HTTPServer
+import InboxDomain
+import PostgresClient
+
+/// One line per request for the log.
+public struct RequestLogLine: Sendable {
+    public var method: String
+    /// The route's pattern (`/v1/me/devices/{id}`), or the path when no route matched.
+    public var route: String
+    public var status: Int
+    public var duration: Duration
+    public var requestId: String
+}
+
+/// The API in front of the routes: every request gets a request id (kept from `X-Request-Id`
+/// when it is a sensible one, echoed back), is routed (404, 405 with `Allow`), has its app
+/// identified (400 for a malformed `X-Wristler-App`) and gated by version (426), has its media
+/// types checked as JSON:API says (415, 406), and is logged in one line.
+public final class APIServer: Sendable {
+    public let router: Router
+    private let gate: AppVersionGate?
+    private let log: @Sendable (RequestLogLine) -> Void
+
+    public init(routes: [Route], gate: AppVersionGate?, log: @escaping @Sendable (RequestLogLine) -> Void = { _ in }) {
+        router = Router(routes: routes)
+        self.gate = gate
+        self.log = log
+    }
+
+    public func handle(_ request: HTTPRequest) -> HTTPResponse {
+        let started = ContinuousClock.now
+        let requestId = Self.requestId(from: request.header("X-Request-Id"))
+        var pattern = request.path
+        var response: HTTPResponse
+        do {
+            // HEAD is GET without the body (libmicrohttpd leaves the body out).
+            let method = request.method == "HEAD" ? "GET" : request.method
+            switch router.match(method: method, path: request.path) {
+            case .notFound:
+                throw APIError(status: 404, code: "not_found", detail: "There is no \(request.path).")
+            case .methodNotAllowed(let allowed):
+                throw APIError(
+                    status: 405, code: "method_not_allowed", detail: "\(request.path) answers \(allowed.joined(separator: ", ")).",
+                    headers: [("Allow", allowed.joined(separator: ", "))])
+            case .found(let route, let parameters):
+                pattern = route.pattern
+                var identity = AppIdentity.integration
+                if route.isAppAPI {
+                    identity = try AppIdentity.parse(request.header(AppIdentity.headerName))
+                    try gate?.check(identity)
+                    try Self.negotiate(request)
+                }
+                response = try route.handler(
+                    RequestContext(request: request, parameters: parameters, identity: identity, requestId: requestId))
+            }
+        } catch let error as APIError {
+            response = error.response
+        } catch {
+            response = APIError(status: 500, code: "internal_error", detail: "The request failed on our side; it can be retried.").response
+        }
+        response.headers.append(("X-Request-Id", requestId))
+        log(RequestLogLine(method: request.method, route: pattern, status: response.status, duration: ContinuousClock.now - started, requestId: requestId))
+        return response
+    }
+
+    /// The request's id: its `X-Request-Id` when that is 1 to 128 characters of letters, digits,
+    /// `.`, `_`, `-` and `:`, otherwise a new one.
+    static func requestId(from header: String?) -> String {
+        if let header, (1...128).contains(header.utf8.count),
+            header.utf8.allSatisfy({ byte in
+                (48...57).contains(byte) || (65...90).contains(byte) || (97...122).contains(byte) || [45, 46, 58, 95].contains(byte)
+            })
+        {
+            return header
+        }
+        return UUID().uuidString.lowercased()
+    }
+
+    /// JSON:API 1.0 content negotiation: a body must be `application/vnd.api+json` without
+    /// parameters (415), and a client that accepts JSON:API only with parameters, or accepts
+    /// nothing this server makes, cannot be answered (406).
+    static func negotiate(_ request: HTTPRequest) throws(APIError) {
+        if !request.body.isEmpty || request.header("Content-Type") != nil {
+            let type = request.header("Content-Type") ?? ""
+            let parts = type.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            guard parts.first == JSONAPI.mediaType, parts.count == 1 else {
+                throw APIError(
+                    status: 415, code: "unsupported_media_type",
+                    detail: "Send the body as \(JSONAPI.mediaType), without media type parameters.", source: .header("Content-Type"))
+            }
+        }
+        guard let accept = request.header("Accept"), !accept.trimmingCharacters(in: .whitespaces).isEmpty else { return }
+        var acceptable = false
+        for range in accept.split(separator: ",") {
+            let parts = range.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            guard let type = parts.first else { continue }
+            let parameters = parts.dropFirst().filter { !$0.hasPrefix("q=") }
+            if type == JSONAPI.mediaType && parameters.isEmpty { acceptable = true }
+            if type == "*/*" || type == "application/*" || type == "application/json" { acceptable = true }
+        }
+        if !acceptable {
+            throw APIError(
+                status: 406, code: "not_acceptable", detail: "This API answers \(JSONAPI.mediaType) (without media type parameters).",
+                source: .header("Accept"))
+        }
+    }
+}

@@ -1,0 +1,67 @@
+import Foundation
+import PostgresClient
+import Synchronization
+
+/// The oldest release of each platform the API still serves, and where to get a newer one:
+/// `app_minimum_versions`, re-read every `refreshInterval`, so raising a minimum needs no restart.
+/// A request from an older app gets `426 app_update_required` on every API route.
+public final class AppVersionGate: Sendable {
+    public struct Minimum: Sendable, Hashable {
+        public var version: AppVersion
+        public var storeURL: String
+    }
+
+    private struct Cache {
+        var minimums: [AppIdentity.Platform: Minimum] = [:]
+        var loadedAt: ContinuousClock.Instant?
+    }
+
+    private let client: PostgresClient
+    private let refreshInterval: Duration
+    private let cache = Mutex(Cache())
+
+    public init(client: PostgresClient, refreshInterval: Duration = .seconds(5)) {
+        self.client = client
+        self.refreshInterval = refreshInterval
+    }
+
+    /// Throws the 426 for an app below its platform's minimum. Blocks to re-read the table when
+    /// the copy is stale; when the database cannot be read, the last copy stands.
+    public func check(_ identity: AppIdentity) throws(APIError) {
+        guard let platform = identity.platform, let version = identity.version else { return }
+        guard let minimum = minimums()[platform], version < minimum.version else { return }
+        throw APIError(
+            status: 426, code: "app_update_required",
+            detail: "This version of the app is no longer supported; please update it.",
+            meta: [
+                "platform": .string(platform.rawValue), "installed_version": .string(version.description),
+                "minimum_version": .string(minimum.version.description), "store_url": .string(minimum.storeURL),
+            ])
+    }
+
+    func minimums() -> [AppIdentity.Platform: Minimum] {
+        let now = ContinuousClock.now
+        let (current, stale) = cache.withLock { cache in
+            (cache.minimums, cache.loadedAt.map { now - $0 >= refreshInterval } ?? true)
+        }
+        guard stale else { return current }
+        let client = self.client
+        guard
+            let rows = try? Blocking.run({
+                try await client.query("SELECT platform, minimum_version, store_url FROM app_minimum_versions") { row in
+                    (try row.decode(String.self, "platform"), try row.decode(String.self, "minimum_version"), try row.decode(String.self, "store_url"))
+                }
+            })
+        else { return current }
+        var loaded: [AppIdentity.Platform: Minimum] = [:]
+        for (platform, version, url) in rows {
+            guard let platform = AppIdentity.Platform(rawValue: platform), let version = AppVersion(version) else { continue }
+            loaded[platform] = Minimum(version: version, storeURL: url)
+        }
+        cache.withLock { cache in
+            cache.minimums = loaded
+            cache.loadedAt = now
+        }
+        return loaded
+    }
+}

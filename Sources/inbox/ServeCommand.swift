@@ -1,0 +1,40 @@
+import EventLog
+import Foundation
+import HTTPServer
+import InboxAPI
+import PostgresClient
+
+/// `inbox serve`: the JSON:API over HTTP until SIGTERM or SIGINT, then a graceful stop.
+enum ServeCommand {
+    static func serve(database: Database, configuration: InboxConfiguration, log: Log) async throws {
+        let gate = AppVersionGate(client: database.client)
+        let api = APIServer(
+            routes: OperationsRoutes.routes(client: database.client, migrator: database.migrator), gate: gate
+        ) { line in
+            log.info("request", [
+                "method": line.method, "route": line.route, "status": "\(line.status)",
+                "durationMs": String(format: "%.2f", line.duration.milliseconds), "requestId": line.requestId,
+            ])
+        }
+        let server = try HTTPServer(
+            configuration: .init(
+                host: configuration.httpHost, port: configuration.httpPort, threads: configuration.httpThreads,
+                maximumBodyBytes: configuration.httpMaximumBodyBytes),
+            handler: { request in api.handle(request) })
+        let url = "http://\(configuration.httpHost):\(server.port)"
+        log.info("serving the API", ["url": url])
+        FileHandle.standardOutput.write(Data("The API listens on \(url) (try \(url)/healthz).\n".utf8))
+        // Until SIGTERM or SIGINT cancels the task.
+        while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
+        log.info("stopping the API: finishing the requests in flight", ["inFlight": "\(server.requestsInFlight)"])
+        try await BlockingThread.run { server.shutdown(gracePeriod: .seconds(10)) }
+        log.info("the API stopped", [:])
+    }
+}
+
+extension Duration {
+    var milliseconds: Double {
+        let parts = components
+        return Double(parts.seconds) * 1000 + Double(parts.attoseconds) / 1e15
+    }
+}

@@ -1,0 +1,146 @@
+import Foundation
+import HTTPServer
+import InboxAPI
+import InboxDomain
+import InboxTesting
+import Testing
+
+/// What every request gets right (app-guide sections 1, 2 and 7), through real sockets.
+@Suite struct APIBasicsTests {
+    /// A route under /v1 that answers with the origin the request would record.
+    static let whoAmI = Route("GET", "/v1/test/origin") { context in
+        let metadata = context.identity.metadata
+        return HTTPResponse(
+            status: 200, contentType: JSONAPI.mediaType,
+            body: JSONAPI.encode(.object(["meta": .object([
+                "origin": .string(metadata.origin.rawValue), "appVersion": metadata.appVersion.map(JSONValue.string) ?? .null,
+            ])])))
+    }
+    static let echoBody = Route("POST", "/v1/test/echo") { context in
+        HTTPResponse(status: 200, contentType: JSONAPI.mediaType, body: String(decoding: context.request.body, as: UTF8.self))
+    }
+
+    static func withAPI(_ body: (APITestServer) async throws -> Void) async throws {
+        try await withTestDatabase { db in
+            let api = try APITestServer.start(db: db, extraRoutes: [whoAmI, echoBody])
+            defer { api.stop() }
+            try await body(api)
+        }
+    }
+
+    @Test func healthAndReadinessAnswerAndTheRequestIdIsEchoedOrMade() async throws {
+        try await Self.withAPI { api in
+            let health = try await api.send("GET", "/healthz", headers: ["X-Request-Id": "trace-42.a_b:c"])
+            #expect(health.status == 200)
+            #expect(health.header("X-Request-Id") == "trace-42.a_b:c")
+            let ready = try await api.send("GET", "/readyz", headers: ["X-Request-Id": "not ok \u{7f}"])
+            #expect(ready.status == 200)
+            let made = try #require(ready.header("X-Request-Id"))
+            #expect(made.count == 36 && made != "not ok \u{7f}")
+        }
+    }
+
+    @Test func readinessIsA503WhileMigrationsArePending() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        let api = try APITestServer.start(db: db)
+        defer {
+            api.stop()
+        }
+        let ready = try await api.send("GET", "/readyz")
+        #expect(ready.status == 503)
+        #expect(ready.firstError["code"] as? String == "migrations_pending")
+        #expect((ready.firstError["detail"] as? String)?.contains("001_event_log.sql") == true)
+        await db.drop()
+    }
+
+    @Test func anUnknownRouteIs404AndAWrongMethodIs405WithAllow() async throws {
+        try await Self.withAPI { api in
+            let missing = try await api.send("GET", "/v1/nothing-here")
+            #expect(missing.status == 404)
+            #expect(missing.header("Content-Type") == JSONAPI.mediaType)
+            #expect(missing.firstError["status"] as? String == "404")
+            #expect(missing.firstError["code"] as? String == "not_found")
+            #expect((missing.json["jsonapi"] as? [String: Any])?["version"] as? String == "1.0")
+            let wrong = try await api.send("DELETE", "/healthz")
+            #expect(wrong.status == 405)
+            #expect(wrong.header("Allow") == "GET")
+            #expect(wrong.firstError["code"] as? String == "method_not_allowed")
+        }
+    }
+
+    @Test func theAppHeaderIsRecordedAsTheOriginAndAMalformedOneIsA400NamingIt() async throws {
+        try await Self.withAPI { api in
+            let ios = try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "ios/2.4.0"])
+            #expect((ios.json["meta"] as? [String: Any])?["origin"] as? String == "app:ios")
+            #expect((ios.json["meta"] as? [String: Any])?["appVersion"] as? String == "2.4.0")
+            let android = try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "android/3.0"])
+            #expect((android.json["meta"] as? [String: Any])?["origin"] as? String == "app:android")
+            let integration = try await api.send("GET", "/v1/test/origin")
+            #expect((integration.json["meta"] as? [String: Any])?["origin"] as? String == "api")
+            for bad in ["ios", "ios/", "windows/1.0", "ios/2.x", "ios/1.2.3.4.5", "IOS/2.4.0", "ios/2.4.0 beta"] {
+                let reply = try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": bad])
+                #expect(reply.status == 400, "\(bad)")
+                #expect(reply.firstError["code"] as? String == "invalid_app_header", "\(bad)")
+                #expect((reply.firstError["source"] as? [String: Any])?["header"] as? String == "X-Wristler-App", "\(bad)")
+            }
+        }
+    }
+
+    @Test func anAppBelowTheMinimumGets426OnEveryAPIRouteAndTheMinimumChangesWithoutARestart() async throws {
+        try await Self.withAPI { api in
+            #expect(try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "ios/2.4.0"]).status == 200)
+            try await api.db.client.execute(
+                "INSERT INTO app_minimum_versions (platform, minimum_version, store_url) VALUES ('ios', '2.9.1', 'https://apps.apple.com/app/wristler')")
+            let old = try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "ios/2.4.0"])
+            #expect(old.status == 426)
+            #expect(old.firstError["code"] as? String == "app_update_required")
+            #expect(old.firstError["title"] as? String == "Upgrade Required")
+            let meta = try #require(old.firstError["meta"] as? [String: Any])
+            #expect(meta["platform"] as? String == "ios")
+            #expect(meta["installed_version"] as? String == "2.4.0")
+            #expect(meta["minimum_version"] as? String == "2.9.1")
+            #expect(meta["store_url"] as? String == "https://apps.apple.com/app/wristler")
+            // Also for a route that does not exist for this method: the gate comes after routing.
+            #expect(try await api.send("POST", "/v1/test/echo", headers: ["X-Wristler-App": "ios/2.9.0"], body: Data("{}".utf8)).status == 426)
+            // Numerically, part by part: 2.10.0 is above 2.9.1.
+            #expect(try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "ios/2.10.0"]).status == 200)
+            #expect(try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "ios/2.9.1"]).status == 200)
+            #expect(try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "android/1.0.0"]).status == 200)
+            #expect(try await api.send("GET", "/v1/test/origin").status == 200, "integrations are not gated")
+            #expect(try await api.send("GET", "/healthz", headers: ["X-Wristler-App": "ios/1.0"]).status == 200, "operations routes are not gated")
+        }
+    }
+
+    @Test func mediaTypesAreCheckedAsJSONAPISays() async throws {
+        try await Self.withAPI { api in
+            let body = Data(#"{"data":{"type":"x"}}"#.utf8)
+            let ok = try await api.send("POST", "/v1/test/echo", headers: ["Content-Type": JSONAPI.mediaType], body: body)
+            #expect(ok.status == 200)
+            #expect(ok.body == body)
+            for type in ["application/vnd.api+json; charset=utf-8", "application/json", "text/plain"] {
+                let refused = try await api.send("POST", "/v1/test/echo", headers: ["Content-Type": type], body: body)
+                #expect(refused.status == 415, "\(type)")
+                #expect((refused.firstError["source"] as? [String: Any])?["header"] as? String == "Content-Type")
+            }
+            let onlyWithParameters = try await api.send(
+                "GET", "/v1/test/origin", headers: ["Accept": "application/vnd.api+json; ext=\"https://example.com\""])
+            #expect(onlyWithParameters.status == 406)
+            #expect(try await api.send("GET", "/v1/test/origin", headers: ["Accept": "text/html"]).status == 406)
+            #expect(try await api.send("GET", "/v1/test/origin", headers: ["Accept": "application/vnd.api+json; ext=x, application/vnd.api+json"]).status == 200)
+            #expect(try await api.send("GET", "/v1/test/origin", headers: ["Accept": "*/*"]).status == 200)
+        }
+    }
+}
+
+@Suite struct AppVersionTests {
+    @Test func versionsCompareNumericallyPartByPart() throws {
+        let v = { (text: String) in AppVersion(text)! }
+        #expect(v("2.10.0") > v("2.9.1"))
+        #expect(v("2.4") == v("2.4.0"))
+        #expect(v("2.4.0") < v("2.4.1"))
+        #expect(v("10") > v("9.99.99"))
+        for bad in ["", "2.", ".2", "2..4", "a.b", "1.2.3.4.5", "-1", "1234567", "2.4.0-beta"] {
+            #expect(AppVersion(bad) == nil, "\(bad)")
+        }
+    }
+}

@@ -1,0 +1,49 @@
+import Foundation
+import HTTPServer
+import InboxAPI
+import InboxTesting
+import EventLog
+import PostgresClient
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// The API on a real socket (port picked by the system) in front of a test database, with the
+/// operations routes and a few test routes under /v1.
+struct APITestServer {
+    let server: HTTPServer
+    let db: TestDatabase
+
+    static func start(db: TestDatabase, extraRoutes: [Route] = []) throws -> APITestServer {
+        let gate = AppVersionGate(client: db.client, refreshInterval: .zero)
+        let migrator = try Migrator(directory: TestDatabase.migrationsDirectory)
+        let api = APIServer(routes: OperationsRoutes.routes(client: db.client, migrator: migrator) + extraRoutes, gate: gate)
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 4), handler: { api.handle($0) })
+        return APITestServer(server: server, db: db)
+    }
+
+    struct Reply {
+        var status: Int
+        var headers: [String: String]
+        var body: Data
+
+        var json: [String: Any] { (try? JSONSerialization.jsonObject(with: body) as? [String: Any]) ?? [:] }
+        var firstError: [String: Any] { (json["errors"] as? [[String: Any]])?.first ?? [:] }
+        func header(_ name: String) -> String? { headers.first { $0.key.caseInsensitiveCompare(name) == .orderedSame }?.value }
+    }
+
+    func send(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil) async throws -> Reply {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)\(path)")!)
+        request.httpMethod = method
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        request.httpBody = body
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let http = response as! HTTPURLResponse
+        var headers: [String: String] = [:]
+        for (name, value) in http.allHeaderFields { headers["\(name)"] = "\(value)" }
+        return Reply(status: http.statusCode, headers: headers, body: data)
+    }
+
+    func stop() { server.shutdown(gracePeriod: .seconds(2)) }
+}
