@@ -21,11 +21,16 @@ public struct RequestLogLine: Sendable {
 public final class APIServer: Sendable {
     public let router: Router
     private let gate: AppVersionGate?
+    private let verifier: TokenVerifier?
     private let log: @Sendable (RequestLogLine) -> Void
 
-    public init(routes: [Route], gate: AppVersionGate?, log: @escaping @Sendable (RequestLogLine) -> Void = { _ in }) {
+    /// Without a `verifier`, routes that need a token answer 401.
+    public init(
+        routes: [Route], gate: AppVersionGate?, verifier: TokenVerifier? = nil, log: @escaping @Sendable (RequestLogLine) -> Void = { _ in }
+    ) {
         router = Router(routes: routes)
         self.gate = gate
+        self.verifier = verifier
         self.log = log
     }
 
@@ -52,8 +57,9 @@ public final class APIServer: Sendable {
                     try gate?.check(identity)
                     try Self.negotiate(request)
                 }
+                let token = try authorize(request, for: route.access)
                 response = try route.handler(
-                    RequestContext(request: request, parameters: parameters, identity: identity, requestId: requestId))
+                    RequestContext(request: request, parameters: parameters, identity: identity, token: token, requestId: requestId))
             }
         } catch let error as APIError {
             response = error.response
@@ -63,6 +69,25 @@ public final class APIServer: Sendable {
         response.headers.append(("X-Request-Id", requestId))
         log(RequestLogLine(method: request.method, route: pattern, status: response.status, duration: ContinuousClock.now - started, requestId: requestId))
         return response
+    }
+
+    /// The token a route needs: 401 without a valid one, 403 `sign_in_required` for a guest's,
+    /// 403 `missing_scope` (naming it in `meta.scopes`) without the route's scope.
+    func authorize(_ request: HTTPRequest, for access: Access) throws(APIError) -> AccessToken? {
+        guard case .signedIn(let scope) = access else { return nil }
+        guard let verifier else {
+            throw TokenVerifier.unauthorized("invalid_token", "This server has no keys to verify access tokens with.")
+        }
+        let token = try verifier.verify(authorization: request.header("Authorization"))
+        if token.isGuest {
+            throw APIError(status: 403, code: "sign_in_required", detail: "A guest token cannot do this; sign in first.")
+        }
+        if let scope, !token.scopes.contains(scope) {
+            throw APIError(
+                status: 403, code: "missing_scope", detail: "The access token lacks the scope \(scope).",
+                meta: ["scopes": .array([.string(scope)])])
+        }
+        return token
     }
 
     /// The request's id: its `X-Request-Id` when that is 1 to 128 characters of letters, digits,

@@ -1,27 +1,39 @@
 import Foundation
 import HTTPServer
 
-/// What a route's handler gets: the request, the path's parameters, who is calling and the
-/// request's id.
+/// What a route's handler gets: the request, the path's parameters, who is calling, their token
+/// (for routes that need one) and the request's id.
 public struct RequestContext: Sendable {
     public var request: HTTPRequest
     public var parameters: [String: String]
     public var identity: AppIdentity
+    public var token: AccessToken?
     public var requestId: String
 }
 
-/// One route: a method, a path pattern (`/v1/me/devices/{id}`), the scope a token needs for it
-/// (nil for routes outside `/v1`, which take no person's token), and its handler.
+/// Who may call a route.
+public enum Access: Sendable, Hashable {
+    /// Anybody: operations routes.
+    case open
+    /// A signed-in person's token (a guest's is 403 `sign_in_required`) with `scope`, when one
+    /// is named (without it, 403 `missing_scope`).
+    case signedIn(scope: String?)
+}
+
+/// One route: a method, a path pattern (`/v1/me/devices/{id}`), who may call it, and its handler.
+/// The routes list is the one table of every route's scope.
 public struct Route: Sendable {
     public let method: String
     public let pattern: String
-    public let scope: String?
+    public let access: Access
     public let handler: @Sendable (RequestContext) throws -> HTTPResponse
 
-    public init(_ method: String, _ pattern: String, scope: String? = nil, handler: @escaping @Sendable (RequestContext) throws -> HTTPResponse) {
+    public init(
+        _ method: String, _ pattern: String, access: Access = .open, handler: @escaping @Sendable (RequestContext) throws -> HTTPResponse
+    ) {
         self.method = method
         self.pattern = pattern
-        self.scope = scope
+        self.access = access
         self.handler = handler
     }
 

@@ -24,6 +24,8 @@ struct Inbox {
           events tail [--from POSITION] [--follow]
                                    print events as JSON lines (default: the last 10; --follow waits for more)
           status                   migrations, the head of the event log, and where each projection stands
+          token --person ID [--scope "S ..."] [--ttl SECONDS] | token --guest
+                                   an access token signed with the development key (INBOX_DATA_DIR/dev-token-key.pem)
           version                  versions of the binary and the C libraries it runs on
           help                     this text
 
@@ -72,6 +74,8 @@ struct Inbox {
                         for line in try await ProjectionCommands.status(database: database) { print(line) }
                     }
                 }
+            case "token":
+                try TokenCommand.run(rest, configuration: configuration)
             case "serve":
                 try expectNoArguments(rest, command: "serve")
                 try await withDatabase(configuration, log: log, migrate: true) { database in

@@ -26,6 +26,9 @@ struct InboxConfiguration: Sendable {
     var httpThreads: Int = 16
     /// `INBOX_HTTP_MAX_BODY_BYTES`: the largest request body accepted (larger: 413).
     var httpMaximumBodyBytes: Int = 1 << 20
+    /// `INBOX_TOKEN_KEYS`: the identity tier's public keys (a JWKS file, a PEM file or a folder of
+    /// them); nil: the development key.
+    var tokenKeysPath: String?
 
     struct Invalid: Error, CustomStringConvertible {
         var description: String
@@ -60,6 +63,8 @@ struct InboxConfiguration: Sendable {
                 meaning: "HTTP worker threads (1-256)"),
         Setting(variable: "INBOX_HTTP_MAX_BODY_BYTES", flag: "--http-max-body-bytes", defaultValue: "1048576",
                 meaning: "largest request body accepted, larger is 413 (1024-104857600)"),
+        Setting(variable: "INBOX_TOKEN_KEYS", flag: "--token-keys", defaultValue: "(unset: the development key)",
+                meaning: "the identity tier's ES256 public keys: a JWKS file, a PEM file, or a folder of <kid>.pem files"),
     ]
 
     /// Reads the environment, then consumes the global flags from `arguments` (leaving the rest).
@@ -144,6 +149,7 @@ struct InboxConfiguration: Sendable {
             }
             configuration.httpMaximumBodyBytes = bytes
         }
+        configuration.tokenKeysPath = values["INBOX_TOKEN_KEYS"]
         return configuration
     }
 }

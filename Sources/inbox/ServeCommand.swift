@@ -8,8 +8,9 @@ import PostgresClient
 enum ServeCommand {
     static func serve(database: Database, configuration: InboxConfiguration, log: Log) async throws {
         let gate = AppVersionGate(client: database.client)
+        let verifier = try DevelopmentKey.verifier(configuration, log: log)
         let api = APIServer(
-            routes: OperationsRoutes.routes(client: database.client, migrator: database.migrator), gate: gate
+            routes: OperationsRoutes.routes(client: database.client, migrator: database.migrator), gate: gate, verifier: verifier
         ) { line in
             log.info("request", [
                 "method": line.method, "route": line.route, "status": "\(line.status)",

@@ -3,6 +3,7 @@ import HTTPServer
 import InboxAPI
 import InboxTesting
 import EventLog
+import Crypto
 import PostgresClient
 
 #if canImport(FoundationNetworking)

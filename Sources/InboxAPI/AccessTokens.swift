@@ -1,0 +1,172 @@
+import Crypto
+import Foundation
+import InboxDomain
+
+/// A verified access token: who (`sub`), what they may do (`scope`), and whether it is a guest's.
+public struct AccessToken: Sendable, Hashable {
+    public var subject: String
+    public var scopes: Set<String>
+    public var isGuest: Bool
+    public var issuedAt: Date
+    public var expiresAt: Date
+    public var id: String
+}
+
+/// The identity tier's public keys, by `kid`.
+public struct TokenKeys: Sendable {
+    public var keys: [String: ES256PublicKey]
+
+    public init(keys: [String: ES256PublicKey]) {
+        self.keys = keys
+    }
+
+    /// Loads a JWKS file (`{"keys": [{"kty": "EC", "crv": "P-256", "kid", "x", "y"}]}`), a PEM
+    /// file (its `kid` is the file name without `.pem`), or a folder of PEM files.
+    public static func load(path: String) throws -> TokenKeys {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw CryptoError("There is no token key file or folder at \(path).")
+        }
+        if isDirectory.boolValue {
+            var keys: [String: ES256PublicKey] = [:]
+            for name in try FileManager.default.contentsOfDirectory(atPath: path).sorted() where name.hasSuffix(".pem") {
+                keys[String(name.dropLast(4))] = try ES256PublicKey(pem: String(contentsOfFile: path + "/" + name, encoding: .utf8))
+            }
+            guard !keys.isEmpty else { throw CryptoError("The folder \(path) holds no .pem public key.") }
+            return TokenKeys(keys: keys)
+        }
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        if text.contains("-----BEGIN") {
+            let name = (path as NSString).lastPathComponent
+            return TokenKeys(keys: [name.hasSuffix(".pem") ? String(name.dropLast(4)) : name: try ES256PublicKey(pem: text)])
+        }
+        struct JWKS: Decodable {
+            struct Key: Decodable {
+                let kty: String
+                let crv: String?
+                let kid: String
+                let x: String?
+                let y: String?
+            }
+            let keys: [Key]
+        }
+        let set = try JSONDecoder().decode(JWKS.self, from: Data(text.utf8))
+        var keys: [String: ES256PublicKey] = [:]
+        for key in set.keys where key.kty == "EC" && key.crv == "P-256" {
+            guard let x = key.x.flatMap(Base64URL.decode), let y = key.y.flatMap(Base64URL.decode) else {
+                throw CryptoError("JWKS key \(key.kid) has no valid x and y.")
+            }
+            keys[key.kid] = try ES256PublicKey(x: x, y: y)
+        }
+        guard !keys.isEmpty else { throw CryptoError("\(path) holds no P-256 key.") }
+        return TokenKeys(keys: keys)
+    }
+}
+
+/// Checks `Authorization: Bearer <JWT>`: ES256 only, a known `kid`, a valid signature, not expired
+/// (30 s of leeway for clocks), and the claims this tier needs.
+public struct TokenVerifier: Sendable {
+    public let keys: TokenKeys
+    public let leeway: TimeInterval
+    private let now: @Sendable () -> Date
+
+    public init(keys: TokenKeys, leeway: TimeInterval = 30, now: @escaping @Sendable () -> Date = { Date() }) {
+        self.keys = keys
+        self.leeway = leeway
+        self.now = now
+    }
+
+    public func verify(authorization: String?) throws(APIError) -> AccessToken {
+        guard let authorization, !authorization.isEmpty else {
+            throw Self.unauthorized("missing_token", "This needs a signed-in access token: Authorization: Bearer <token>.")
+        }
+        let parts = authorization.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else {
+            throw Self.unauthorized("invalid_token", "The Authorization header must be Bearer <token>.")
+        }
+        let segments = parts[1].trimmingCharacters(in: .whitespaces).split(separator: ".", omittingEmptySubsequences: false)
+        guard segments.count == 3, let headerBytes = Base64URL.decode(String(segments[0])),
+            let payloadBytes = Base64URL.decode(String(segments[1])), let signature = Base64URL.decode(String(segments[2]))
+        else { throw Self.unauthorized("invalid_token", "The access token is not a JWT.") }
+        struct Header: Decodable {
+            let alg: String
+            let kid: String?
+        }
+        guard let header = try? JSONDecoder().decode(Header.self, from: Data(headerBytes)) else {
+            throw Self.unauthorized("invalid_token", "The access token's header is not JSON.")
+        }
+        guard header.alg == "ES256" else { throw Self.unauthorized("invalid_token", "The access token is not signed with ES256.") }
+        guard let kid = header.kid, let key = keys.keys[kid] else {
+            throw Self.unauthorized("invalid_token", "The access token is signed with a key this server does not know.")
+        }
+        let signed = Array("\(segments[0]).\(segments[1])".utf8)
+        guard key.verify(signature: signature, data: signed) else {
+            throw Self.unauthorized("invalid_token", "The access token's signature does not verify.")
+        }
+        struct Claims: Decodable {
+            let sub: String?
+            let scope: String?
+            let exp: Double
+            let iat: Double?
+            let jti: String?
+            let guest: Bool?
+        }
+        guard let claims = try? JSONDecoder().decode(Claims.self, from: Data(payloadBytes)) else {
+            throw Self.unauthorized("invalid_token", "The access token's claims are not what this tier needs (exp is required).")
+        }
+        let current = now().timeIntervalSince1970
+        guard claims.exp + leeway > current else { throw Self.unauthorized("token_expired", "The access token has expired; refresh it.") }
+        let isGuest = claims.guest ?? false
+        guard isGuest || !(claims.sub ?? "").isEmpty else {
+            throw Self.unauthorized("invalid_token", "The access token names nobody (sub).")
+        }
+        return AccessToken(
+            subject: claims.sub ?? "", scopes: Set((claims.scope ?? "").split(separator: " ").map(String.init)), isGuest: isGuest,
+            issuedAt: Date(timeIntervalSince1970: claims.iat ?? current), expiresAt: Date(timeIntervalSince1970: claims.exp),
+            id: claims.jti ?? "")
+    }
+
+    static func unauthorized(_ code: String, _ detail: String) -> APIError {
+        APIError(status: 401, code: code, detail: detail, source: .header("Authorization"), headers: [("WWW-Authenticate", "Bearer")])
+    }
+}
+
+/// Mints ES256 access tokens: `inbox token` with the development key, and tests.
+public struct TokenSigner: Sendable {
+    public let key: ES256PrivateKey
+    public let kid: String
+
+    public init(key: ES256PrivateKey, kid: String) {
+        self.key = key
+        self.kid = kid
+    }
+
+    public func mint(
+        subject: String, scopes: [String], guest: Bool = false, lifetime: TimeInterval = 3600, issuedAt: Date = Date(), id: String = UUID().uuidString
+    ) throws -> String {
+        var claims: [String: JSONValue] = [
+            "sub": .string(subject), "scope": .string(scopes.joined(separator: " ")), "iat": .integer(Int64(issuedAt.timeIntervalSince1970)),
+            "exp": .integer(Int64(issuedAt.timeIntervalSince1970 + lifetime)), "jti": .string(id),
+        ]
+        if guest { claims["guest"] = .bool(true) }
+        let header = Base64URL.encode(Array(JSONAPI.encode(.object(["alg": .string("ES256"), "kid": .string(kid), "typ": .string("JWT")])).utf8))
+        let payload = Base64URL.encode(Array(JSONAPI.encode(.object(claims)).utf8))
+        let signature = try key.sign(Array("\(header).\(payload)".utf8))
+        return "\(header).\(payload).\(Base64URL.encode(signature))"
+    }
+}
+
+/// base64url without padding (RFC 7515).
+public enum Base64URL {
+    public static func encode(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    public static func decode(_ text: String) -> [UInt8]? {
+        guard !text.contains("+"), !text.contains("/"), !text.contains("=") else { return nil }
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.utf8.count % 4 != 0 { base64 += "=" }
+        return Data(base64Encoded: base64).map { Array($0) }
+    }
+}

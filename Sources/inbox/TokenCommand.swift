@@ -1,0 +1,82 @@
+import Crypto
+import Foundation
+import InboxAPI
+
+/// The development signing key: `<INBOX_DATA_DIR>/dev-token-key.pem`, made on first use. `inbox
+/// token` signs with it, and `inbox serve` verifies with it when `INBOX_TOKEN_KEYS` is not set.
+enum DevelopmentKey {
+    static let kid = "dev"
+
+    static func load(dataDirectory: String) throws -> ES256PrivateKey {
+        let path = URL(fileURLWithPath: dataDirectory).appendingPathComponent("dev-token-key.pem").path
+        if FileManager.default.fileExists(atPath: path) {
+            return try ES256PrivateKey(pem: String(contentsOfFile: path, encoding: .utf8))
+        }
+        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        let key = try ES256PrivateKey.generate()
+        guard FileManager.default.createFile(atPath: path, contents: Data(key.pem.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw CryptoError("Cannot write the development key to \(path).")
+        }
+        return key
+    }
+
+    /// The verifier `serve` uses: the identity tier's keys, or the development key.
+    static func verifier(_ configuration: InboxConfiguration, log: Log) throws -> TokenVerifier {
+        if let path = configuration.tokenKeysPath {
+            let keys = try TokenKeys.load(path: path)
+            log.info("verifying access tokens with the identity tier's keys", ["path": path, "kids": keys.keys.keys.sorted().joined(separator: ",")])
+            return TokenVerifier(keys: keys)
+        }
+        let key = try load(dataDirectory: configuration.dataDirectory)
+        log.info("verifying access tokens with the development key (set INBOX_TOKEN_KEYS in production)", [
+            "path": configuration.dataDirectory + "/dev-token-key.pem",
+        ])
+        return TokenVerifier(keys: TokenKeys(keys: [kid: try key.publicKey]))
+    }
+}
+
+/// `inbox token`: mints an access token with the development key, for local use and tests.
+enum TokenCommand {
+    /// What the app asks for when it signs in (app guide, section 6).
+    static let appScopes = [
+        "account:read", "account:write", "account-security:write", "checkout:write", "catalogue:read", "content:read",
+        "messages:read", "messages:write", "uploads:write",
+    ]
+    static let guestScopes = ["catalogue:read", "content:read"]
+
+    static func run(_ arguments: [String], configuration: InboxConfiguration) throws {
+        var person: String?
+        var scopes: [String] = []
+        var guest = false
+        var lifetime: TimeInterval = 3600
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            func value() throws -> String {
+                guard index + 1 < arguments.count else { throw UsageError(description: "\(argument) needs a value.") }
+                index += 1
+                return arguments[index]
+            }
+            switch argument {
+            case "--person": person = try value()
+            case "--scope": scopes += try value().split(separator: " ").map(String.init)
+            case "--guest": guest = true
+            case "--ttl":
+                let text = try value()
+                guard let seconds = TimeInterval(text), seconds >= 1, seconds <= 86_400 * 90 else {
+                    throw UsageError(description: "--ttl must be a number of seconds from 1 to 7776000, not \"\(text)\".")
+                }
+                lifetime = seconds
+            default:
+                throw UsageError(description: "inbox token has no argument \"\(argument)\"; it takes --person ID, --scope \"S ...\", --guest and --ttl SECONDS.")
+            }
+            index += 1
+        }
+        if guest && person != nil { throw UsageError(description: "a guest token belongs to nobody: leave out --person.") }
+        if !guest && (person ?? "").isEmpty { throw UsageError(description: "inbox token needs --person ID (or --guest).") }
+        let key = try DevelopmentKey.load(dataDirectory: configuration.dataDirectory)
+        let token = try TokenSigner(key: key, kid: DevelopmentKey.kid).mint(
+            subject: person ?? "", scopes: scopes.isEmpty ? (guest ? guestScopes : appScopes) : scopes, guest: guest, lifetime: lifetime)
+        print(token)
+    }
+}
