@@ -3,14 +3,18 @@ import Foundation
 import HTTPServer
 import InboxAPI
 import PostgresClient
+import Projections
 
 /// `inbox serve`: the JSON:API over HTTP until SIGTERM or SIGINT, then a graceful stop.
 enum ServeCommand {
     static func serve(database: Database, configuration: InboxConfiguration, log: Log) async throws {
         let gate = AppVersionGate(client: database.client)
         let verifier = try DevelopmentKey.verifier(configuration, log: log)
+        // An API node can start before any projector has made the read models' tables.
+        try await InboxProjections.prepareLiveTables(client: database.client)
         let api = APIServer(
-            routes: OperationsRoutes.routes(client: database.client, migrator: database.migrator), gate: gate, verifier: verifier
+            routes: OperationsRoutes.routes(client: database.client, migrator: database.migrator) + BellRoutes.routes(client: database.client),
+            gate: gate, verifier: verifier
         ) { line in
             log.info("request", [
                 "method": line.method, "route": line.route, "status": "\(line.status)",

@@ -48,3 +48,9 @@ struct APITestServer {
 
     func stop() { server.shutdown(gracePeriod: .seconds(2)) }
 }
+
+extension TestDatabase {
+    func scalar<T: PostgresDecodable & Sendable>(_ sql: String, _ type: T.Type = T.self) async throws -> T {
+        try await client.withConnection { connection in try connection.query(sql).scalar(T.self) }
+    }
+}

@@ -46,6 +46,20 @@ public enum BellReader {
         return KeysetPage(reading: read, limit: limit)
     }
 
+    /// One entry of `person`'s bell; nil when there is none with that id, or it is somebody else's.
+    public static func entry(id: String, person: String, on connection: PostgresConnection) throws -> BellEntry? {
+        guard let row = try connection.query(
+            "SELECT notification_id, category, event, ids, created_at, read_at FROM bell_entries WHERE notification_id = $1 AND person_id = $2",
+            id, person
+        ).first else { return nil }
+        let idsText = try row.decode(PostgresRawJSON.self, "ids").text
+        return BellEntry(
+            id: try row.decode(String.self, "notification_id"), category: try row.decode(String.self, "category"),
+            event: try row.decode(String.self, "event"),
+            ids: (try? JSONDecoder().decode([String: String].self, from: Data(idsText.utf8))) ?? [:],
+            createdAt: try row.decode(Date.self, "created_at"), readAt: try row.decode(Date?.self, "read_at"))
+    }
+
     /// The person's unread count, as maintained by the bell projection.
     public static func unreadCount(person: String, on connection: PostgresConnection) throws -> Int {
         Int(try connection.query("SELECT unread_count FROM bell_counters WHERE person_id = $1", person).first?.decode(Int32.self, "unread_count") ?? 0)

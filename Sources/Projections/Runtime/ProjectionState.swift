@@ -63,3 +63,13 @@ enum ProjectionLease {
     /// Held by a replay for each projection it rebuilds (the second key is `hashtext(name)`).
     static let replayLockClass: Int32 = 0x1B0E
 }
+
+extension InboxProjections {
+    /// Creates the live tables of every projection that has none yet (what the first projector
+    /// would do), so that an API node can serve before any projector has run.
+    public static func prepareLiveTables(_ projections: [any Projection] = all, client: PostgresClient) async throws {
+        for projection in projections {
+            _ = try await client.withConnection { connection in try ProjectionState.prepareLive(projection, on: connection) }
+        }
+    }
+}

@@ -1,0 +1,106 @@
+import Foundation
+import HTTPServer
+import InboxDomain
+import Projections
+
+extension RequestContext {
+    /// The body as a JSON:API document: a JSON object with a `data` object. Malformed JSON is a
+    /// 400 pointing at the body; a document without `data` a 400 pointing at `/data`.
+    public func resourceDocument() throws(APIError) -> [String: JSONValue] {
+        guard !request.body.isEmpty else {
+            throw APIError(status: 400, code: "missing_body", detail: "This request needs a JSON:API document with data.", source: .pointer(""))
+        }
+        let value: JSONValue
+        do {
+            value = try JSONDecoder().decode(JSONValue.self, from: Data(request.body))
+        } catch {
+            throw APIError(status: 400, code: "malformed_json", detail: "The body is not valid JSON.", source: .pointer(""))
+        }
+        guard case .object(let document) = value else {
+            throw APIError(status: 400, code: "invalid_document", detail: "The body must be a JSON object.", source: .pointer(""))
+        }
+        guard case .object(let data)? = document["data"] else {
+            throw APIError(status: 400, code: "invalid_document", detail: "The document needs a data object.", source: .pointer("/data"))
+        }
+        return data
+    }
+
+    /// The value of query parameter `name` (the last one when repeated).
+    public func query(_ name: String) -> String? {
+        request.query.last { $0.name == name }.map { $0.value ?? "" }
+    }
+
+    /// `page[limit]`: 25 by default, 1 to 50.
+    public func pageLimit() throws(APIError) -> Int {
+        guard let text = query("page[limit]") else { return 25 }
+        guard let limit = Int(text), (1...50).contains(limit) else {
+            throw APIError(
+                status: 400, code: "invalid_parameter", detail: "page[limit] must be a whole number from 1 to 50.",
+                source: .parameter("page[limit]"))
+        }
+        return limit
+    }
+
+    /// `page[cursor]`, as handed out in `links.next`; a garbled one is a 400 naming it.
+    public func pageCursor() throws(APIError) -> KeysetCursor? {
+        guard let text = query("page[cursor]") else { return nil }
+        do {
+            return try KeysetCursor(token: text)
+        } catch {
+            throw APIError(
+                status: 400, code: "invalid_cursor", detail: "page[cursor] is not a cursor this server handed out; start from the first page.",
+                source: .parameter("page[cursor]"))
+        }
+    }
+
+    /// A `true`/`false` query parameter, nil when absent.
+    public func booleanQuery(_ name: String) throws(APIError) -> Bool? {
+        guard let text = query(name) else { return nil }
+        switch text {
+        case "true": return true
+        case "false": return false
+        default:
+            throw APIError(status: 400, code: "invalid_parameter", detail: "\(name) must be true or false.", source: .parameter(name))
+        }
+    }
+
+    /// The person the token is for (routes with `.signedIn` access always have one).
+    public var person: String { token?.subject ?? "" }
+
+    /// Metadata for events this request appends: its origin, the person, and the request id.
+    public var eventMetadata: EventMetadata {
+        var metadata = identity.metadata
+        metadata.actor = token.map { "person:\($0.subject)" }
+        metadata.correlationId = requestId
+        return metadata
+    }
+}
+
+/// Building JSON:API documents.
+enum Documents {
+    static func response(status: Int = 200, _ document: [String: JSONValue]) -> HTTPResponse {
+        var document = document
+        document["jsonapi"] = .object(["version": .string("1.0")])
+        return HTTPResponse(status: status, contentType: JSONAPI.mediaType, body: JSONAPI.encode(.object(document)))
+    }
+
+    static let noContent = HTTPResponse(status: 204)
+
+    static func timestamp(_ date: Date) -> JSONValue {
+        .string(date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+    }
+
+    /// `path?query` with the query parameters given (and no others), for `links`.
+    static func link(_ path: String, _ parameters: [(String, String?)]) -> JSONValue {
+        let query = parameters.compactMap { name, value in
+            value.map { "\(escape(name))=\(escape($0))" }
+        }.joined(separator: "&")
+        return .string(query.isEmpty ? path : path + "?" + query)
+    }
+
+    private static func escape(_ text: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    }
+}
