@@ -104,3 +104,24 @@ enum Documents {
         return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
     }
 }
+
+extension RequestContext {
+    /// `page[number]` (from 1) and `page[size]` (25 by default, 1 to 50) of a numbered list.
+    public func numberedPage() throws(APIError) -> (number: Int, size: Int) {
+        var number = 1
+        var size = 25
+        if let text = query("page[number]") {
+            guard let value = Int(text), value >= 1, value <= 1_000_000 else {
+                throw APIError(status: 400, code: "invalid_parameter", detail: "page[number] must be a whole number from 1.", source: .parameter("page[number]"))
+            }
+            number = value
+        }
+        if let text = query("page[size]") {
+            guard let value = Int(text), (1...50).contains(value) else {
+                throw APIError(status: 400, code: "invalid_parameter", detail: "page[size] must be a whole number from 1 to 50.", source: .parameter("page[size]"))
+            }
+            size = value
+        }
+        return (number, size)
+    }
+}

@@ -13,7 +13,8 @@ enum ServeCommand {
         // An API node can start before any projector has made the read models' tables.
         try await InboxProjections.prepareLiveTables(client: database.client)
         let api = APIServer(
-            routes: OperationsRoutes.routes(client: database.client, migrator: database.migrator) + BellRoutes.routes(client: database.client),
+            routes: OperationsRoutes.routes(client: database.client, migrator: database.migrator) + BellRoutes.routes(client: database.client)
+                + DeviceRoutes.routes(client: database.client),
             gate: gate, verifier: verifier
         ) { line in
             log.info("request", [
