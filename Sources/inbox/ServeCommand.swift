@@ -14,7 +14,8 @@ enum ServeCommand {
         try await InboxProjections.prepareLiveTables(client: database.client)
         let api = APIServer(
             routes: OperationsRoutes.routes(client: database.client, migrator: database.migrator) + BellRoutes.routes(client: database.client)
-                + DeviceRoutes.routes(client: database.client) + PreferenceRoutes.routes(client: database.client),
+                + DeviceRoutes.routes(client: database.client) + PreferenceRoutes.routes(client: database.client)
+                + SavedSearchRoutes.routes(client: database.client),
             gate: gate, verifier: verifier
         ) { line in
             log.info("request", [
