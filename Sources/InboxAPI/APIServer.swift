@@ -22,15 +22,19 @@ public final class APIServer: Sendable {
     public let router: Router
     private let gate: AppVersionGate?
     private let verifier: TokenVerifier?
+    private let services: ServiceCredentials
     private let log: @Sendable (RequestLogLine) -> Void
 
-    /// Without a `verifier`, routes that need a token answer 401.
+    /// Without a `verifier`, routes that need a person's token answer 401; without `services`,
+    /// routes for other tiers do.
     public init(
-        routes: [Route], gate: AppVersionGate?, verifier: TokenVerifier? = nil, log: @escaping @Sendable (RequestLogLine) -> Void = { _ in }
+        routes: [Route], gate: AppVersionGate?, verifier: TokenVerifier? = nil, services: ServiceCredentials = ServiceCredentials(),
+        log: @escaping @Sendable (RequestLogLine) -> Void = { _ in }
     ) {
         router = Router(routes: routes)
         self.gate = gate
         self.verifier = verifier
+        self.services = services
         self.log = log
     }
 
@@ -58,8 +62,10 @@ public final class APIServer: Sendable {
                     try Self.negotiate(request)
                 }
                 let token = try authorize(request, for: route.access)
+                let service = route.access == .service ? try services.authenticate(request.header("Authorization")) : nil
                 response = try route.handler(
-                    RequestContext(request: request, parameters: parameters, identity: identity, token: token, requestId: requestId))
+                    RequestContext(
+                        request: request, parameters: parameters, identity: identity, token: token, service: service, requestId: requestId))
             }
         } catch let error as APIError {
             response = error.response

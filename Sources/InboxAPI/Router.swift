@@ -8,6 +8,8 @@ public struct RequestContext: Sendable {
     public var parameters: [String: String]
     public var identity: AppIdentity
     public var token: AccessToken?
+    /// The calling tier's name, for `.service` routes.
+    public var service: String?
     public var requestId: String
 }
 
@@ -18,6 +20,8 @@ public enum Access: Sendable, Hashable {
     /// A signed-in person's token (a guest's is 403 `sign_in_required`) with `scope`, when one
     /// is named (without it, 403 `missing_scope`).
     case signedIn(scope: String?)
+    /// Another tier, with a service credential from configuration (never a person's token).
+    case service
 }
 
 /// One route: a method, a path pattern (`/v1/me/devices/{id}`), who may call it, and its handler.

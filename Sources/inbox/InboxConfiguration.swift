@@ -29,6 +29,8 @@ struct InboxConfiguration: Sendable {
     /// `INBOX_TOKEN_KEYS`: the identity tier's public keys (a JWKS file, a PEM file or a folder of
     /// them); nil: the development key.
     var tokenKeysPath: String?
+    /// `INBOX_SERVICE_CREDENTIALS`: `name=secret,...` of the tiers that may post events.
+    var serviceCredentials: String?
 
     struct Invalid: Error, CustomStringConvertible {
         var description: String
@@ -65,6 +67,8 @@ struct InboxConfiguration: Sendable {
                 meaning: "largest request body accepted, larger is 413 (1024-104857600)"),
         Setting(variable: "INBOX_TOKEN_KEYS", flag: "--token-keys", defaultValue: "(unset: the development key)",
                 meaning: "the identity tier's ES256 public keys: a JWKS file, a PEM file, or a folder of <kid>.pem files"),
+        Setting(variable: "INBOX_SERVICE_CREDENTIALS", flag: "--service-credentials", defaultValue: "(unset: /internal refuses every call)",
+                meaning: "name=secret,... of the tiers that may POST /internal/v1/events (secrets of 16+ characters)"),
     ]
 
     /// Reads the environment, then consumes the global flags from `arguments` (leaving the rest).
@@ -150,6 +154,7 @@ struct InboxConfiguration: Sendable {
             configuration.httpMaximumBodyBytes = bytes
         }
         configuration.tokenKeysPath = values["INBOX_TOKEN_KEYS"]
+        configuration.serviceCredentials = values["INBOX_SERVICE_CREDENTIALS"]
         return configuration
     }
 }

@@ -12,11 +12,17 @@ enum ServeCommand {
         let verifier = try DevelopmentKey.verifier(configuration, log: log)
         // An API node can start before any projector has made the read models' tables.
         try await InboxProjections.prepareLiveTables(client: database.client)
+        let services: ServiceCredentials
+        do {
+            services = try configuration.serviceCredentials.map(ServiceCredentials.parse) ?? ServiceCredentials()
+        } catch {
+            throw UsageError(description: "INBOX_SERVICE_CREDENTIALS (--service-credentials): \(error)")
+        }
         let api = APIServer(
             routes: OperationsRoutes.routes(client: database.client, migrator: database.migrator) + BellRoutes.routes(client: database.client)
                 + DeviceRoutes.routes(client: database.client) + PreferenceRoutes.routes(client: database.client)
-                + SavedSearchRoutes.routes(client: database.client),
-            gate: gate, verifier: verifier
+                + SavedSearchRoutes.routes(client: database.client) + InternalEventRoutes.routes(store: database.store),
+            gate: gate, verifier: verifier, services: services
         ) { line in
             log.info("request", [
                 "method": line.method, "route": line.route, "status": "\(line.status)",
