@@ -26,13 +26,13 @@ public final class HTTPServer: Sendable {
         public var port: UInt16 = 8080
         public var threads: Int = 16
         public var maximumBodyBytes: Int = 1 << 20
-        public var maximumHeaderBytes: Int = 32 * 1024
+        public var maximumHeaderBytes: Int = 64 * 1024
         public var connectionLimit: Int = 1024
         public var idleTimeoutSeconds: Int = 30
 
         public init(
             host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = 16, maximumBodyBytes: Int = 1 << 20,
-            maximumHeaderBytes: Int = 32 * 1024, connectionLimit: Int = 1024, idleTimeoutSeconds: Int = 30
+            maximumHeaderBytes: Int = 64 * 1024, connectionLimit: Int = 1024, idleTimeoutSeconds: Int = 30
         ) {
             self.host = host
             self.port = port

@@ -19,9 +19,7 @@ enum ServeCommand {
             throw UsageError(description: "INBOX_SERVICE_CREDENTIALS (--service-credentials): \(error)")
         }
         let api = APIServer(
-            routes: OperationsRoutes.routes(client: database.client, migrator: database.migrator) + BellRoutes.routes(client: database.client)
-                + DeviceRoutes.routes(client: database.client) + PreferenceRoutes.routes(client: database.client)
-                + SavedSearchRoutes.routes(client: database.client) + InternalEventRoutes.routes(store: database.store),
+            routes: InboxRoutes.all(client: database.client, store: database.store, migrator: database.migrator),
             gate: gate, verifier: verifier, services: services
         ) { line in
             log.info("request", [
