@@ -23,18 +23,20 @@ public final class APIServer: Sendable {
     private let gate: AppVersionGate?
     private let verifier: TokenVerifier?
     private let services: ServiceCredentials
+    private let metrics: RequestMetrics?
     private let log: @Sendable (RequestLogLine) -> Void
 
     /// Without a `verifier`, routes that need a person's token answer 401; without `services`,
     /// routes for other tiers do.
     public init(
         routes: [Route], gate: AppVersionGate?, verifier: TokenVerifier? = nil, services: ServiceCredentials = ServiceCredentials(),
-        log: @escaping @Sendable (RequestLogLine) -> Void = { _ in }
+        metrics: RequestMetrics? = nil, log: @escaping @Sendable (RequestLogLine) -> Void = { _ in }
     ) {
         router = Router(routes: routes)
         self.gate = gate
         self.verifier = verifier
         self.services = services
+        self.metrics = metrics
         self.log = log
     }
 
@@ -73,7 +75,13 @@ public final class APIServer: Sendable {
             response = APIError(status: 500, code: "internal_error", detail: "The request failed on our side; it can be retried.").response
         }
         response.headers.append(("X-Request-Id", requestId))
-        log(RequestLogLine(method: request.method, route: pattern, status: response.status, duration: ContinuousClock.now - started, requestId: requestId))
+        let duration = ContinuousClock.now - started
+        // Unknown paths are counted under one label, so a scan of random paths cannot grow the metrics.
+        let route = router.routes.contains { $0.pattern == pattern } ? pattern : "unmatched"
+        metrics?.record(
+            method: request.method, route: route, status: response.status,
+            seconds: Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
+        log(RequestLogLine(method: request.method, route: pattern, status: response.status, duration: duration, requestId: requestId))
         return response
     }
 

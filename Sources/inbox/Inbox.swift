@@ -97,10 +97,10 @@ struct Inbox {
                     log.info("the inbox tier is running", ["database": database.description])
                     FileHandle.standardOutput.write(Data(
                         """
-                        The tier runs its projectors and its API (so far /healthz and /readyz; the person's
-                        resources arrive with tokens). Append an event from another terminal (docs/events.md):
+                        The tier runs its projectors and its API (docs/api.md). From another terminal:
                           swift run inbox events append '{"stream":"person-7-security","type":"password_changed","payload":{"personId":"7"}}'
-                        and see where the read models stand:
+                          TOKEN=$(swift run inbox token --person 7)
+                          curl -H "Authorization: Bearer $TOKEN" http://\(configuration.httpHost):\(configuration.httpPort)/v1/me/notifications
                           swift run inbox status
                         Ctrl-C stops, and stops the embedded database.
 

@@ -18,9 +18,10 @@ enum ServeCommand {
         } catch {
             throw UsageError(description: "INBOX_SERVICE_CREDENTIALS (--service-credentials): \(error)")
         }
+        let metrics = RequestMetrics()
         let api = APIServer(
-            routes: InboxRoutes.all(client: database.client, store: database.store, migrator: database.migrator),
-            gate: gate, verifier: verifier, services: services
+            routes: InboxRoutes.all(client: database.client, store: database.store, migrator: database.migrator, metrics: metrics),
+            gate: gate, verifier: verifier, services: services, metrics: metrics
         ) { line in
             log.info("request", [
                 "method": line.method, "route": line.route, "status": "\(line.status)",

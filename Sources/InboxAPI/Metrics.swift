@@ -1,0 +1,124 @@
+import EventLog
+import Foundation
+import HTTPServer
+import PostgresClient
+import Synchronization
+
+/// Counters and latency histograms of the requests, by route (its pattern), method and status,
+/// for `GET /metrics` in the Prometheus text format.
+public final class RequestMetrics: Sendable {
+    /// Upper bounds of the latency buckets, in seconds.
+    static let buckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
+
+    private struct Key: Hashable {
+        let method: String
+        let route: String
+        let status: Int
+    }
+
+    private struct Latency {
+        var counts = [Int](repeating: 0, count: RequestMetrics.buckets.count)
+        var sum = 0.0
+        var count = 0
+    }
+
+    private struct State {
+        var requests: [Key: Int] = [:]
+        var latency: [String: Latency] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func record(method: String, route: String, status: Int, seconds: Double) {
+        state.withLock { state in
+            state.requests[Key(method: method, route: route, status: status), default: 0] += 1
+            var latency = state.latency[route] ?? Latency()
+            for (index, bound) in Self.buckets.enumerated() where seconds <= bound { latency.counts[index] += 1 }
+            latency.sum += seconds
+            latency.count += 1
+            state.latency[route] = latency
+        }
+    }
+
+    /// The request metrics in the Prometheus text format (0.0.4).
+    public func text() -> String {
+        let snapshot = state.withLock { $0 }
+        var lines = [
+            "# HELP inbox_http_requests_total HTTP requests answered, by route, method and status.",
+            "# TYPE inbox_http_requests_total counter",
+        ]
+        for (key, count) in snapshot.requests.sorted(by: { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }) {
+            lines.append("inbox_http_requests_total{route=\"\(Self.escape(key.route))\",method=\"\(key.method)\",status=\"\(key.status)\"} \(count)")
+        }
+        lines += [
+            "# HELP inbox_http_request_duration_seconds Time from the request's arrival at the handler to its response, by route.",
+            "# TYPE inbox_http_request_duration_seconds histogram",
+        ]
+        for (route, latency) in snapshot.latency.sorted(by: { $0.key < $1.key }) {
+            let label = "route=\"\(Self.escape(route))\""
+            for (index, bound) in Self.buckets.enumerated() {
+                lines.append("inbox_http_request_duration_seconds_bucket{\(label),le=\"\(bound)\"} \(latency.counts[index])")
+            }
+            lines.append("inbox_http_request_duration_seconds_bucket{\(label),le=\"+Inf\"} \(latency.count)")
+            lines.append("inbox_http_request_duration_seconds_sum{\(label)} \(latency.sum)")
+            lines.append("inbox_http_request_duration_seconds_count{\(label)} \(latency.count)")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    static func escape(_ text: String) -> String {
+        text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"").replacingOccurrences(of: "\n", with: "\\n")
+    }
+}
+
+/// `GET /metrics`: the request metrics, and from the database the log's head, each projection's
+/// position, how far behind it is (by position, and the age of the oldest event it has not
+/// applied) and its parked events.
+public enum MetricsRoutes {
+    public static func routes(metrics: RequestMetrics, client: PostgresClient) -> [Route] {
+        [
+            Route("GET", "/metrics") { _ in
+                let database = try Blocking.run {
+                    try await client.withConnection { connection in try Self.databaseMetrics(on: connection) }
+                }
+                return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database)
+            }
+        ]
+    }
+
+    static func databaseMetrics(on connection: PostgresConnection) throws -> String {
+        let head = try connection.query("SELECT coalesce(max(position), 0) FROM events").scalar(Int64.self)
+        var lines = [
+            "# HELP inbox_event_log_head_position The highest position in the event log.",
+            "# TYPE inbox_event_log_head_position gauge",
+            "inbox_event_log_head_position \(head)",
+        ]
+        let rows = try connection.query(
+            """
+            SELECT c.projection, c.position,
+                (SELECT extract(epoch FROM clock_timestamp() - min(e.recorded_at))::float8 FROM events e
+                 WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position)) AS lag,
+                (SELECT count(*) FROM projection_dead_letters d WHERE d.projection = c.projection) AS parked
+            FROM projection_checkpoints c ORDER BY c.projection
+            """)
+        var positions: [String] = []
+        var behind: [String] = []
+        var lags: [String] = []
+        var parked: [String] = []
+        for row in rows {
+            let name = try row.decode(String.self, "projection")
+            let position = try row.decode(Int64.self, "position")
+            positions.append("inbox_projection_position{projection=\"\(name)\"} \(position)")
+            behind.append("inbox_projection_positions_behind{projection=\"\(name)\"} \(max(0, head - position))")
+            lags.append("inbox_projection_lag_seconds{projection=\"\(name)\"} \(try row.decode(Double?.self, "lag") ?? 0)")
+            parked.append("inbox_projection_dead_letters{projection=\"\(name)\"} \(try row.decode(Int64.self, "parked"))")
+        }
+        lines += ["# HELP inbox_projection_position The log position each projection has applied up to.", "# TYPE inbox_projection_position gauge"] + positions
+        lines += ["# HELP inbox_projection_positions_behind The head position minus the projection's.", "# TYPE inbox_projection_positions_behind gauge"] + behind
+        lines += ["# HELP inbox_projection_lag_seconds Age of the oldest event the projection has not applied (0 when caught up).", "# TYPE inbox_projection_lag_seconds gauge"] + lags
+        lines += ["# HELP inbox_projection_dead_letters Events parked because they could not be applied.", "# TYPE inbox_projection_dead_letters gauge"] + parked
+        return lines.joined(separator: "\n") + "\n"
+    }
+}
