@@ -7,8 +7,9 @@ import Projections
 /// and the handler. `inbox serve` serves exactly these; the tests check each against its access.
 public enum InboxRoutes {
     public static func all(client: PostgresClient, store: EventStore, migrator: Migrator, metrics: RequestMetrics = RequestMetrics()) -> [Route] {
-        OperationsRoutes.routes(client: client, migrator: migrator) + MetricsRoutes.routes(metrics: metrics, client: client)
+        let served = OperationsRoutes.routes(client: client, migrator: migrator) + MetricsRoutes.routes(metrics: metrics, client: client)
             + BellRoutes.routes(client: client) + DeviceRoutes.routes(client: client)
             + PreferenceRoutes.routes(client: client) + SavedSearchRoutes.routes(client: client) + InternalEventRoutes.routes(store: store)
+        return served + [OpenAPI.route(describing: served)]
     }
 }
