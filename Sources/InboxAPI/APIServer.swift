@@ -24,14 +24,16 @@ public final class APIServer: Sendable {
     private let verifier: TokenVerifier?
     private let services: ServiceCredentials
     private let metrics: RequestMetrics?
+    private let rateLimiter: RateLimiter?
     private let log: @Sendable (RequestLogLine) -> Void
 
     /// Without a `verifier`, routes that need a person's token answer 401; without `services`,
     /// routes for other tiers do.
     public init(
         routes: [Route], gate: AppVersionGate?, verifier: TokenVerifier? = nil, services: ServiceCredentials = ServiceCredentials(),
-        metrics: RequestMetrics? = nil, log: @escaping @Sendable (RequestLogLine) -> Void = { _ in }
+        metrics: RequestMetrics? = nil, rateLimiter: RateLimiter? = nil, log: @escaping @Sendable (RequestLogLine) -> Void = { _ in }
     ) {
+        self.rateLimiter = rateLimiter
         router = Router(routes: routes)
         self.gate = gate
         self.verifier = verifier
@@ -93,6 +95,7 @@ public final class APIServer: Sendable {
             throw TokenVerifier.unauthorized("invalid_token", "This server has no keys to verify access tokens with.")
         }
         let token = try verifier.verify(authorization: request.header("Authorization"))
+        try rateLimiter?.take(for: token)
         if token.isGuest {
             throw APIError(status: 403, code: "sign_in_required", detail: "A guest token cannot do this; sign in first.")
         }

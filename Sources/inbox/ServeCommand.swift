@@ -21,7 +21,7 @@ enum ServeCommand {
         let metrics = RequestMetrics()
         let api = APIServer(
             routes: InboxRoutes.all(client: database.client, store: database.store, migrator: database.migrator, metrics: metrics),
-            gate: gate, verifier: verifier, services: services, metrics: metrics
+            gate: gate, verifier: verifier, services: services, metrics: metrics, rateLimiter: RateLimiter()
         ) { line in
             log.info("request", [
                 "method": line.method, "route": line.route, "status": "\(line.status)",
