@@ -40,7 +40,9 @@ test: deps
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" \
 	$(SWIFT) test --skip-build --disable-xctest
 
+# wrk (the HTTP load generator of `inbox-bench http`) only for the benchmarks.
 bench: deps
+	@command -v wrk >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk >/dev/null; }
 	$(SWIFT) build -c release --product inbox-bench
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench $(BENCH_ARGS)
 

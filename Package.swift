@@ -82,7 +82,9 @@ let package = Package(
 
         .executableTarget(
             name: "InboxBenchmarks",
-            dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation"],
+            dependencies: [
+                "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto",
+            ],
             path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
 
         // Tests run against a real PostgreSQL (see Makefile and Tests/README).

@@ -5,11 +5,13 @@ import Foundation
 enum BenchmarkName: String, CaseIterable, Sendable {
     case append
     case projection
+    case http
 
     var summary: String {
         switch self {
         case .append: "EventStore.append in batches of 1, 100 and 1,000 (and 4 appenders at once) beside the server-side insert rate"
         case .projection: "replay and async catch-up of the read models over 1,000,000 events and 100,000 people, beside the server-side insert rate"
+        case .http: "the API under wrk: the bell page and device lists of many people beside /healthz (needs wrk)"
         }
     }
 
@@ -17,6 +19,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         switch self {
         case .append: AppendBenchmark(rounds: options.rounds, scale: options.scale)
         case .projection: ProjectionBenchmark(rounds: options.rounds, scale: options.scale)
+        case .http: HTTPBenchmark(rounds: options.rounds, scale: options.scale)
         }
     }
 }

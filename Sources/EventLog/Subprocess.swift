@@ -7,14 +7,14 @@ import Foundation
 /// Runs a command to completion with posix_spawn and waitpid. Foundation's `Process` was seen to
 /// miss the exit of `runuser` when `pg_ctl start` leaves a server running behind it (the child
 /// stayed a zombie and `waitUntilExit` never returned), so the embedded cluster uses this instead.
-enum Subprocess {
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
+public enum Subprocess {
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
     }
 
     /// Runs `executable` with `arguments`; stdout and stderr go to a temporary file whose text is
     /// returned. Throws with that text when the exit status is not 0.
-    static func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
+    public static func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
         let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("inbox-\(UUID().uuidString).out").path
         defer { unlink(outputPath) }
 

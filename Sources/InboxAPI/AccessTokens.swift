@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import InboxDomain
+import Synchronization
 
 /// A verified access token: who (`sub`), what they may do (`scope`), and whether it is a guest's.
 public struct AccessToken: Sendable, Hashable {
@@ -69,6 +70,7 @@ public struct TokenVerifier: Sendable {
     public let keys: TokenKeys
     public let leeway: TimeInterval
     private let now: @Sendable () -> Date
+    private let cache = VerifiedTokens()
 
     public init(keys: TokenKeys, leeway: TimeInterval = 30, now: @escaping @Sendable () -> Date = { Date() }) {
         self.keys = keys
@@ -76,7 +78,21 @@ public struct TokenVerifier: Sendable {
         self.now = now
     }
 
+    /// An app sends the same token with every request for an hour: a token whose signature was
+    /// checked is remembered (by its exact text), and only its expiry is checked again.
     public func verify(authorization: String?) throws(APIError) -> AccessToken {
+        if let authorization, let known = cache.token(for: authorization) {
+            guard known.expiresAt.timeIntervalSince1970 + leeway > now().timeIntervalSince1970 else {
+                throw Self.unauthorized("token_expired", "The access token has expired; refresh it.")
+            }
+            return known
+        }
+        let token = try verifySignature(authorization: authorization)
+        if let authorization { cache.remember(token, for: authorization) }
+        return token
+    }
+
+    private func verifySignature(authorization: String?) throws(APIError) -> AccessToken {
         guard let authorization, !authorization.isEmpty else {
             throw Self.unauthorized("missing_token", "This needs a signed-in access token: Authorization: Bearer <token>.")
         }
@@ -128,6 +144,21 @@ public struct TokenVerifier: Sendable {
 
     static func unauthorized(_ code: String, _ detail: String) -> APIError {
         APIError(status: 401, code: code, detail: detail, source: .header("Authorization"), headers: [("WWW-Authenticate", "Bearer")])
+    }
+}
+
+/// Tokens whose signature verified, by their `Authorization` header's exact text; at most 50,000,
+/// forgotten all at once when full (a cache miss costs one signature check).
+final class VerifiedTokens: Sendable {
+    private let tokens = Mutex<[String: AccessToken]>([:])
+
+    func token(for authorization: String) -> AccessToken? { tokens.withLock { $0[authorization] } }
+
+    func remember(_ token: AccessToken, for authorization: String) {
+        tokens.withLock { tokens in
+            if tokens.count >= 50_000 { tokens.removeAll(keepingCapacity: true) }
+            tokens[authorization] = token
+        }
     }
 }
 

@@ -1,6 +1,8 @@
+import EventLog
 import Foundation
 import HTTPServer
 import InboxDomain
+import PostgresClient
 import Projections
 
 extension RequestContext {
@@ -86,9 +88,10 @@ enum Documents {
 
     static let noContent = HTTPResponse(status: 204)
 
-    static func timestamp(_ date: Date) -> JSONValue {
-        .string(date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
-    }
+    static func timestamp(_ date: Date) -> JSONValue { .string(timestampText(date)) }
+
+    /// ISO 8601 in UTC with microseconds (`2026-11-29T13:03:39.117189Z`), PostgreSQL's precision.
+    static func timestampText(_ date: Date) -> String { date.postgresText ?? "" }
 
     /// `path?query` with the query parameters given (and no others), for `links`.
     static func link(_ path: String, _ parameters: [(String, String?)]) -> JSONValue {

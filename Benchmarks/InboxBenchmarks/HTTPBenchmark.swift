@@ -1,0 +1,165 @@
+import Crypto
+import EventLog
+import Foundation
+import HTTPServer
+import InboxAPI
+import InboxDomain
+import PostgresClient
+import Projections
+
+/// The API under a real HTTP load generator (`wrk`, from Debian), on the same machine: the bell's
+/// first page and the device list of many people, 64 connections, beside the same server's
+/// `/healthz` in the same run. Requests per second, and p50 and p99 latency from wrk.
+struct HTTPBenchmark: Benchmark {
+    var rounds: Int
+    var scale: Double
+
+    static let people = 2_000
+    static let entriesPerPerson = 30
+    static let devicesPerPerson = 2
+    static let connections = 64
+    static let seconds = 10
+
+    func run(on database: BenchmarkDatabase) async throws -> BenchmarkResult {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/wrk") else {
+            throw BenchmarkFailure(description: "wrk is not installed (apt-get install wrk; make bench installs it)")
+        }
+        let client = database.client
+        let people = max(10, Int(Double(Self.people) * scale))
+        progress("loading \(people) people with \(Self.entriesPerPerson) bell entries and \(Self.devicesPerPerson) devices each")
+        var batch: [NewEvent] = []
+        for person in 0..<people {
+            for entry in 0..<Self.entriesPerPerson {
+                batch.append(try NewEvent(SignedIn(personId: "p\(person)", signInId: "s\(person)-\(entry)", platform: "app:ios", device: "iPhone")))
+            }
+            if batch.count >= 5_000 {
+                _ = try await database.store.append(batch)
+                batch = []
+            }
+        }
+        if !batch.isEmpty { _ = try await database.store.append(batch) }
+        let replayer = Replayer(client: client, projections: InboxProjections.all)
+        try await replayer.prepare()
+        try await replayer.catchUp()
+        try await replayer.swap()
+        try await client.execute(
+            """
+            INSERT INTO devices (person_id, platform, push_token, app_id, app_version, name, locale)
+            SELECT 'p' || (g % \(people)), 'ios', 'token-' || g, 'eu.wristler.app', '2.4.0', 'iPhone ' || g, 'nl'
+            FROM generate_series(0, \(people * Self.devicesPerPerson - 1)) AS g
+            """)
+        try await client.execute("ANALYZE")
+
+        let key = try ES256PrivateKey.generate()
+        let signer = TokenSigner(key: key, kid: "bench")
+        let verifier = TokenVerifier(keys: TokenKeys(keys: ["bench": try key.publicKey]))
+        let routes = InboxRoutes.all(client: client, store: database.store, migrator: try Migrator(directory: Migrator.locateDirectory(explicit: nil)))
+        let api = APIServer(routes: routes, gate: AppVersionGate(client: client), verifier: verifier, rateLimiter: RateLimiter())
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 16), handler: { api.handle($0) })
+        defer { server.shutdown() }
+        let tokens = try (0..<people).map { try signer.mint(subject: "p\($0)", scopes: ["account:read", "account:write"], lifetime: 86_400) }
+        let script = FileManager.default.temporaryDirectory.appendingPathComponent("inbox-wrk-\(UUID().uuidString).lua").path
+        try Self.luaScript(tokens: tokens).write(toFile: script, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: script) }
+        let base = "http://127.0.0.1:\(server.port)"
+
+        let latencies = LatencyNotes()
+        func wrkCase(id: String, title: String, path: String, description: String, kind: ConfigurationResult.Kind) -> BenchmarkCase {
+            BenchmarkCase(
+                id: id, title: title, description: description, kind: kind, batchSize: 1, appenders: Self.connections, eventsPerRound: 0,
+                run: { round in
+                    let result = try Self.wrk(url: base + path, script: script)
+                    latencies.add(id, round: round, p50: result.p50, p99: result.p99)
+                    progress("  \(title): p50 \(Self.format(result.p50)), p99 \(Self.format(result.p99)), \(result.errors) socket errors, \(result.non2xx) non-2xx")
+                    return Measurement(round: round, events: result.requests, elapsed: .milliseconds(Int64(result.seconds * 1000)))
+                })
+        }
+        let cases = [
+            wrkCase(
+                id: "bell-page", title: "GET /v1/me/notifications", path: "/v1/me/notifications",
+                description: "The first bell page (25 entries, meta.unread) of a person picked in turn from \(people), each with \(Self.entriesPerPerson) entries; ES256 token verified on every request. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                kind: .client),
+            wrkCase(
+                id: "devices-list", title: "GET /v1/me/devices", path: "/v1/me/devices",
+                description: "The device list (\(Self.devicesPerPerson) devices) of a person picked in turn; token verified. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                kind: .client),
+            wrkCase(
+                id: "healthz", title: "GET /healthz", path: "/healthz",
+                description: "The same server answering /healthz (no token, no database): the ceiling of the HTTP layer on this machine. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                kind: .serverSide),
+        ]
+        let configurations = try await runInterleaved(cases, rounds: rounds)
+        var notes = latencies.notes
+        notes["people"] = "\(people)"
+        notes["httpThreads"] = "16"
+        notes["loadGenerator"] = "wrk 4.1 on the same machine, 2 threads, \(Self.connections) connections, \(Self.seconds) s per round"
+        return BenchmarkResult(benchmark: "http", configurations: configurations, notes: notes)
+    }
+
+    /// wrk's Lua: every request carries the next person's token.
+    static func luaScript(tokens: [String]) -> String {
+        "local tokens = {" + tokens.map { "\"\($0)\"" }.joined(separator: ",") + "}\n"
+            + """
+            local i = 0
+            request = function()
+              i = i + 1
+              local token = tokens[(i % #tokens) + 1]
+              return wrk.format("GET", nil, { ["Authorization"] = "Bearer " .. token, ["X-Wristler-App"] = "ios/2.4.0" })
+            end
+            """
+    }
+
+    struct WrkResult {
+        var requests: Int
+        var seconds: Double
+        var p50: Double
+        var p99: Double
+        var errors: Int
+        var non2xx: Int
+    }
+
+    static func wrk(url: String, script: String) throws -> WrkResult {
+        let (status, output) = try Subprocess.run(
+            "/usr/bin/wrk", ["-t2", "-c\(connections)", "-d\(seconds)s", "--latency", "-s", script, url])
+        guard status == 0 else { throw BenchmarkFailure(description: "wrk failed: \(output)") }
+        func value(after label: String) -> String? {
+            output.split(separator: "\n").first { $0.trimmingCharacters(in: .whitespaces).hasPrefix(label) }
+                .map { String($0.trimmingCharacters(in: .whitespaces).dropFirst(label.count)).trimmingCharacters(in: .whitespaces) }
+        }
+        // "  100000 requests in 10.00s, 12.34MB read"
+        guard let line = output.split(separator: "\n").first(where: { $0.contains(" requests in ") }) else {
+            throw BenchmarkFailure(description: "wrk printed no request count: \(output)")
+        }
+        let words = line.trimmingCharacters(in: .whitespaces).split(separator: " ")
+        let requests = Int(words[0]) ?? 0
+        let seconds = Double(words[3].dropLast(2).replacingOccurrences(of: "s", with: "")) ?? Double(Self.seconds)
+        let errors = (value(after: "Socket errors:") ?? "").split(separator: ",").compactMap { $0.split(separator: " ").last.flatMap { Int($0) } }.reduce(0, +)
+        let non2xx = Int(value(after: "Non-2xx or 3xx responses:") ?? "0") ?? 0
+        return WrkResult(
+            requests: requests, seconds: seconds, p50: duration(value(after: "50%") ?? ""), p99: duration(value(after: "99%") ?? ""), errors: errors,
+            non2xx: non2xx)
+    }
+
+    /// wrk's `1.23ms`, `456.00us`, `1.02s` as seconds.
+    static func duration(_ text: String) -> Double {
+        if text.hasSuffix("us") { return (Double(text.dropLast(2)) ?? 0) / 1_000_000 }
+        if text.hasSuffix("ms") { return (Double(text.dropLast(2)) ?? 0) / 1000 }
+        if text.hasSuffix("m") { return (Double(text.dropLast(1)) ?? 0) * 60 }
+        if text.hasSuffix("s") { return Double(text.dropLast(1)) ?? 0 }
+        return 0
+    }
+
+    static func format(_ seconds: Double) -> String { String(format: "%.2f ms", seconds * 1000) }
+}
+
+/// p50 and p99 of each round, for the report's notes.
+final class LatencyNotes: @unchecked Sendable {
+    private let lock = NSLock()
+    private var values: [String: [String]] = [:]
+
+    func add(_ id: String, round: Int, p50: Double, p99: Double) {
+        lock.withLock { values[id, default: []].append("round \(round): p50 \(HTTPBenchmark.format(p50)), p99 \(HTTPBenchmark.format(p99))") }
+    }
+
+    var notes: [String: String] { lock.withLock { values.mapValues { $0.joined(separator: "; ") } } }
+}
