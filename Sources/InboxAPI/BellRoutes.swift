@@ -27,7 +27,10 @@ public enum BellRoutes {
                 if let next = page.next {
                     links.append(("next", Documents.link("/v1/me/notifications", [("filter[unread]", filter), ("page[limit]", String(limit)), ("page[cursor]", next.token)])))
                 }
-                return Self.listDocument(page.rows, unread: unreadCount, links: links)
+                let language = Language.negotiate(context.request.header("Accept-Language"))
+                var response = Self.listDocument(page.rows, unread: unreadCount, links: links, language: language)
+                response.headers.append(("Content-Language", language.rawValue))
+                return response
             },
             Route("PATCH", "/v1/me/notifications/{id}", access: .signedIn(scope: "account:write")) { context in
                 let id = context.parameters["id"] ?? ""
@@ -51,7 +54,7 @@ public enum BellRoutes {
                     }
                 }
                 guard let entry else { throw notFound(id) }
-                return Documents.response(["data": resource(entry)])
+                return Documents.response(["data": resource(entry, language: Language.negotiate(context.request.header("Accept-Language")))])
             },
             Route("POST", "/v1/me/notifications/read", access: .signedIn(scope: "account:write")) { context in
                 let person = context.person
@@ -92,7 +95,7 @@ public enum BellRoutes {
 
     /// The list document, written directly: a page is the API's busiest answer, and each entry's
     /// `ids` goes out as the JSON the table holds, without being decoded and encoded again.
-    static func listDocument(_ entries: [BellEntry], unread: Int, links: [(String, JSONValue)]) -> HTTPResponse {
+    static func listDocument(_ entries: [BellEntry], unread: Int, links: [(String, JSONValue)], language: Language) -> HTTPResponse {
         var text = JSONText(capacity: 512 + entries.count * 320)
         text.raw(#"{"data":["#)
         for (index, entry) in entries.enumerated() {
@@ -105,6 +108,8 @@ public enum BellRoutes {
             text.raw(entry.idsJSON)
             text.raw(entry.isRead ? #","read":true,"readAt":"# : #","read":false,"readAt":null"#)
             if let readAt = entry.readAt { text.string(Documents.timestampText(readAt)) }
+            text.raw(#","title":"#)
+            text.string(BellTexts.title(event: entry.event, category: entry.category, language))
             text.raw(#","type":"#)
             text.string(entry.category)
             text.raw(#"},"id":"#)
@@ -124,13 +129,14 @@ public enum BellRoutes {
         return HTTPResponse(status: 200, headers: [("Content-Type", JSONAPI.mediaType)], body: text.bytes)
     }
 
-    static func resource(_ entry: BellEntry) -> JSONValue {
+    static func resource(_ entry: BellEntry, language: Language) -> JSONValue {
         .object([
             "type": .string("notifications"), "id": .string(entry.id),
             "attributes": .object([
                 "type": .string(entry.category), "event": .string(entry.event),
                 "ids": .object(entry.ids.mapValues { .string($0) }), "read": .bool(entry.isRead),
                 "readAt": entry.readAt.map(Documents.timestamp) ?? .null, "createdAt": Documents.timestamp(entry.createdAt),
+                "title": .string(BellTexts.title(event: entry.event, category: entry.category, language)),
             ]),
         ])
     }

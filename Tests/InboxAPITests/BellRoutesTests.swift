@@ -51,6 +51,10 @@ import Testing
                 #expect(attributes["event"] as? String == "new_sign_in")
                 #expect(attributes["read"] as? Bool == false)
                 #expect((attributes["ids"] as? [String: Any])?["signInId"] as? String == "s29", "newest first")
+                #expect(attributes["title"] as? String == "New sign-in to your account")
+                let german = try await client.send("GET", next, headers: p1.merging(["Accept-Language": "de-DE, en;q=0.5"]) { $1 })
+                #expect(german.header("Content-Language") == "de")
+                #expect(((german.json["data"] as? [[String: Any]])?.first?["attributes"] as? [String: Any])?["title"] as? String == "Neue Anmeldung bei deinem Konto")
             }
             path = (page.json["links"] as? [String: Any])?["next"] as? String
             pages += 1

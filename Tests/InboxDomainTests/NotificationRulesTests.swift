@@ -111,3 +111,21 @@ import Testing
         #expect(NotificationPlanner.notifications(for: AccountBlocked(personId: "p1"), facts: .init()).isEmpty)
     }
 }
+
+/// Every bell entry the tier can make has its words in every language.
+@Suite struct BellTextsTests {
+    @Test func everyEventTheTierMakesHasATitleInEveryLanguage() {
+        let made: Set<String> = [
+            "message_received", "offer_made", "order_paid", "order_shipped", "order_delivered", "order_cancelled", "order_refunded",
+            "price_dropped", "watch_sold", "saved_search_matched", "new_sign_in", "password_changed", "second_factor_enabled",
+            "second_factor_disabled", "email_changed",
+        ]
+        #expect(made.union(NotificationPlanner.retiredEvents).isSubset(of: BellTexts.events))
+        for event in BellTexts.events {
+            let titles = Language.allCases.map { BellTexts.title(event: event, category: "messages", $0) }
+            #expect(titles.allSatisfy { !$0.isEmpty }, "\(event)")
+            #expect(titles[0] != titles[1], "\(event): Dutch is not English")
+        }
+        #expect(BellTexts.title(event: "something_new", category: "orders", .nl) == "Bestellingen", "an unknown event falls back on its category")
+    }
+}
