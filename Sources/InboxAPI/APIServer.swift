@@ -73,6 +73,17 @@ public final class APIServer: Sendable {
             }
         } catch let error as APIError {
             response = error.response
+        } catch let error as PostgresError where error.sqlState == "57014" {
+            // The request's statement ran past the API's statement timeout.
+            response = APIError(
+                status: 503, code: "timeout", detail: "The request took too long and was stopped; it can be retried.",
+                headers: [("Retry-After", "1")]
+            ).response
+        } catch let error as PostgresError where error.isConnectionError {
+            response = APIError(
+                status: 503, code: "database_unavailable", detail: "The database cannot be reached; the request can be retried.",
+                headers: [("Retry-After", "1")]
+            ).response
         } catch {
             response = APIError(status: 500, code: "internal_error", detail: "The request failed on our side; it can be retried.").response
         }

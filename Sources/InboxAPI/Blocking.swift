@@ -2,12 +2,12 @@ import Foundation
 
 /// Runs async work from a thread that may block (an HTTP worker thread) and waits for it. Never
 /// call it from Swift's cooperative pool: it would hold a pool thread while the work needs one.
-enum Blocking {
+public enum Blocking {
     private final class Box<T>: @unchecked Sendable {
         var result: Result<T, any Error>?
     }
 
-    static func run<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    public static func run<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
         let semaphore = DispatchSemaphore(value: 0)
         let box = Box<T>()
         Task {

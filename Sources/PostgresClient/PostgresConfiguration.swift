@@ -40,6 +40,15 @@ public struct PostgresConfiguration: Sendable, Hashable {
         return copy
     }
 
+    /// The same server, with every statement of its sessions cancelled after `timeout` (PostgreSQL's
+    /// `statement_timeout`, SQLSTATE 57014): for request paths that must not wait for ever.
+    public func withStatementTimeout(_ timeout: Duration) -> PostgresConfiguration {
+        var copy = self
+        let milliseconds = max(1, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        copy.parameterList.append(KeyValue(key: "options", value: "-c statement_timeout=\(milliseconds)"))
+        return copy
+    }
+
     /// Keywords and values in order. libpq lets a later keyword override an earlier one, and the URL's
     /// own parameters override the defaults placed before it; the encoding is always UTF-8.
     func connectionParameters(applicationName: String) -> [(String, String)] {

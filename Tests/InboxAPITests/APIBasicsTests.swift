@@ -3,6 +3,7 @@ import HTTPServer
 import InboxAPI
 import InboxDomain
 import InboxTesting
+import PostgresClient
 import Testing
 
 /// What every request gets right (app-guide sections 1, 2 and 7), through real sockets.
@@ -141,6 +142,30 @@ import Testing
         #expect(v("10") > v("9.99.99"))
         for bad in ["", "2.", ".2", "2..4", "a.b", "1.2.3.4.5", "-1", "1234567", "2.4.0-beta"] {
             #expect(AppVersion(bad) == nil, "\(bad)")
+        }
+    }
+}
+
+/// A request whose statement runs past the statement timeout is a 503 to retry, not a hang.
+@Suite struct RequestTimeoutTests {
+    @Test func aStatementPastTheTimeoutIsA503WithRetryAfter() async throws {
+        try await withTestDatabase { db in
+            let slowClient = try PostgresClient(
+                configuration: .init(connection: db.configuration.withStatementTimeout(.milliseconds(200)), maximumConnections: 2))
+            defer { slowClient.close() }
+            let slow = Route("GET", "/v1/test/slow") { _ in
+                _ = try Blocking.run { try await slowClient.execute("SELECT pg_sleep(5)") }
+                return HTTPResponse(status: 204)
+            }
+            let api = APIServer(routes: [slow], gate: nil)
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), handler: { api.handle($0) })
+            defer { server.shutdown() }
+            let started = ContinuousClock.now
+            let reply = try await APITestServer(server: server, db: db).send("GET", "/v1/test/slow")
+            #expect(reply.status == 503)
+            #expect(reply.firstError["code"] as? String == "timeout")
+            #expect(reply.header("Retry-After") == "1")
+            #expect(ContinuousClock.now - started < .seconds(4))
         }
     }
 }
