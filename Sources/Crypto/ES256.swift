@@ -18,12 +18,9 @@ public final class ES256PublicKey: @unchecked Sendable {
 
     /// From a PEM `-----BEGIN PUBLIC KEY-----` (SubjectPublicKeyInfo) of a P-256 key.
     public convenience init(pem: String) throws {
-        let key: OpaquePointer? = pem.utf8CString.withUnsafeBufferPointer { buffer in
-            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count - 1)) else { return nil }
-            defer { BIO_free(bio) }
-            return PEM_read_bio_PUBKEY(bio, nil, nil, nil)
+        guard let key = ES256Signature.readPEM(pem, { PEM_read_bio_PUBKEY($0, nil, nil, nil) }) else {
+            throw CryptoError("The PEM text is not a public key.")
         }
-        guard let key else { throw CryptoError("The PEM text is not a public key.") }
         try Self.requireP256(key)
         self.init(key: key)
     }
@@ -67,12 +64,7 @@ public final class ES256PublicKey: @unchecked Sendable {
     }
 
     /// The key as PEM (SubjectPublicKeyInfo).
-    public var pem: String {
-        guard let bio = BIO_new(BIO_s_mem()) else { return "" }
-        defer { BIO_free(bio) }
-        guard PEM_write_bio_PUBKEY(bio, key) == 1 else { return "" }
-        return ES256Signature.read(bio)
-    }
+    public var pem: String { ES256Signature.writePEM { PEM_write_bio_PUBKEY($0, key) } }
 }
 
 /// An ECDSA P-256 private key, for signing ES256 tokens (`inbox token`, tests).
@@ -96,34 +88,21 @@ public final class ES256PrivateKey: @unchecked Sendable {
 
     /// From a PEM private key (PKCS#8 or SEC1) of a P-256 key.
     public convenience init(pem: String) throws {
-        let key: OpaquePointer? = pem.utf8CString.withUnsafeBufferPointer { buffer in
-            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count - 1)) else { return nil }
-            defer { BIO_free(bio) }
-            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+        guard let key = ES256Signature.readPEM(pem, { PEM_read_bio_PrivateKey($0, nil, nil, nil) }) else {
+            throw CryptoError("The PEM text is not a private key.")
         }
-        guard let key else { throw CryptoError("The PEM text is not a private key.") }
         try ES256PublicKey.requireP256(key)
         self.init(key: key)
     }
 
     /// The key as PKCS#8 PEM, unencrypted: for a development key file only.
-    public var pem: String {
-        guard let bio = BIO_new(BIO_s_mem()) else { return "" }
-        defer { BIO_free(bio) }
-        guard PEM_write_bio_PrivateKey(bio, key, nil, nil, 0, nil, nil) == 1 else { return "" }
-        return ES256Signature.read(bio)
-    }
+    public var pem: String { ES256Signature.writePEM { PEM_write_bio_PrivateKey($0, key, nil, nil, 0, nil, nil) } }
 
     public var publicKey: ES256PublicKey {
         get throws { try ES256PublicKey(pem: publicPEM) }
     }
 
-    private var publicPEM: String {
-        guard let bio = BIO_new(BIO_s_mem()) else { return "" }
-        defer { BIO_free(bio) }
-        guard PEM_write_bio_PUBKEY(bio, key) == 1 else { return "" }
-        return ES256Signature.read(bio)
-    }
+    private var publicPEM: String { ES256Signature.writePEM { PEM_write_bio_PUBKEY($0, key) } }
 
     /// The ES256 signature of `data`: 64 bytes, r and s, as JWS has it.
     public func sign(_ data: [UInt8]) throws -> [UInt8] {
@@ -175,6 +154,23 @@ enum ES256Signature {
                 && BN_bn2binpad(ECDSA_SIG_get0_s(signature), buffer.baseAddress! + 32, 32) == 32
         }
         return ok ? raw : nil
+    }
+
+    /// What `writer` writes into a memory BIO, as text ("" when it fails).
+    static func writePEM(_ writer: (OpaquePointer) -> Int32) -> String {
+        guard let bio = BIO_new(BIO_s_mem()) else { return "" }
+        defer { BIO_free(bio) }
+        guard writer(bio) == 1 else { return "" }
+        return read(bio)
+    }
+
+    /// A key read by `reader` from PEM text in a memory BIO.
+    static func readPEM(_ pem: String, _ reader: (OpaquePointer) -> OpaquePointer?) -> OpaquePointer? {
+        pem.utf8CString.withUnsafeBufferPointer { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count - 1)) else { return nil }
+            defer { BIO_free(bio) }
+            return reader(bio)
+        }
     }
 
     static func read(_ bio: OpaquePointer) -> String {

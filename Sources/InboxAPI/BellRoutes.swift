@@ -57,13 +57,7 @@ public enum BellRoutes {
                 return Documents.response(["data": resource(entry, language: Language.negotiate(context.request.header("Accept-Language")))])
             },
             Route("POST", "/v1/me/notifications/read", access: .signedIn(scope: "account:write")) { context in
-                let person = context.person
-                let metadata = context.eventMetadata
-                _ = try Blocking.run {
-                    try await client.withConnection { connection in
-                        try inline.append([try NewEvent(AllNotificationsRead(personId: person), metadata: metadata)], on: connection)
-                    }
-                }
+                try context.appendInline([AllNotificationsRead(personId: context.person)], client: client, inline: inline)
                 return Documents.noContent
             },
             Route("DELETE", "/v1/me/notifications/{id}", access: .signedIn(scope: "account:write")) { context in
@@ -81,13 +75,7 @@ public enum BellRoutes {
                 return Documents.noContent
             },
             Route("DELETE", "/v1/me/notifications", access: .signedIn(scope: "account:write")) { context in
-                let person = context.person
-                let metadata = context.eventMetadata
-                _ = try Blocking.run {
-                    try await client.withConnection { connection in
-                        try inline.append([try NewEvent(AllNotificationsDeleted(personId: person), metadata: metadata)], on: connection)
-                    }
-                }
+                try context.appendInline([AllNotificationsDeleted(personId: context.person)], client: client, inline: inline)
                 return Documents.noContent
             },
         ]

@@ -69,6 +69,19 @@ extension RequestContext {
     /// The person the token is for (routes with `.signedIn` access always have one).
     public var person: String { token?.subject ?? "" }
 
+    /// Appends events of this request and projects them inline (read-your-writes).
+    @discardableResult
+    func appendInline(
+        _ events: [any CatalogueEvent], client: PostgresClient, inline: InlineProjections
+    ) throws -> [AppendedEvent] {
+        let metadata = eventMetadata
+        let new = try events.map { event -> NewEvent in
+            func make<E: CatalogueEvent>(_ e: E) throws -> NewEvent { try NewEvent(e, metadata: metadata) }
+            return try make(event)
+        }
+        return try Blocking.run { try await client.withConnection { connection in try inline.append(new, on: connection) } }
+    }
+
     /// Metadata for events this request appends: its origin, the person, and the request id.
     public var eventMetadata: EventMetadata {
         var metadata = identity.metadata

@@ -41,12 +41,7 @@ public enum SavedSearchRoutes {
                 let push = try attributes.bool("push") ?? true
                 let event = SavedSearchCreated(
                     savedSearchId: UUID().uuidString.lowercased(), personId: context.person, name: name, query: query, interval: interval, push: push)
-                let metadata = context.eventMetadata
-                let recorded = try Blocking.run {
-                    try await client.withConnection { connection in
-                        try inline.append([try NewEvent(event, metadata: metadata)], on: connection)[0].event.recordedAt
-                    }
-                }
+                let recorded = try context.appendInline([event], client: client, inline: inline)[0].event.recordedAt
                 let search = SavedSearch(
                     id: event.savedSearchId, name: name, query: query, interval: interval.rawValue, push: push, createdAt: recorded, updatedAt: recorded)
                 return Documents.response(status: 201, ["data": search.resource])
