@@ -137,17 +137,17 @@ public final class APIServer: Sendable {
     static func negotiate(_ request: HTTPRequest) throws(APIError) {
         if !request.body.isEmpty || request.header("Content-Type") != nil {
             let type = request.header("Content-Type") ?? ""
-            let parts = type.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            let parts = type.split(separator: ";").map { $0.trimmingSpaces.lowercased() }
             guard parts.first == JSONAPI.mediaType, parts.count == 1 else {
                 throw APIError(
                     status: 415, code: "unsupported_media_type",
                     detail: "Send the body as \(JSONAPI.mediaType), without media type parameters.", source: .header("Content-Type"))
             }
         }
-        guard let accept = request.header("Accept"), !accept.trimmingCharacters(in: .whitespaces).isEmpty else { return }
+        guard let accept = request.header("Accept"), !accept.trimmingSpaces.isEmpty else { return }
         var acceptable = false
         for range in accept.split(separator: ",") {
-            let parts = range.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            let parts = range.split(separator: ";").map { $0.trimmingSpaces.lowercased() }
             guard let type = parts.first else { continue }
             let parameters = parts.dropFirst().filter { !$0.hasPrefix("q=") }
             if type == JSONAPI.mediaType && parameters.isEmpty { acceptable = true }

@@ -100,7 +100,7 @@ public struct TokenVerifier: Sendable {
         guard parts.count == 2, parts[0].lowercased() == "bearer" else {
             throw Self.unauthorized("invalid_token", "The Authorization header must be Bearer <token>.")
         }
-        let segments = parts[1].trimmingCharacters(in: .whitespaces).split(separator: ".", omittingEmptySubsequences: false)
+        let segments = parts[1].trimmingSpaces.split(separator: ".", omittingEmptySubsequences: false)
         guard segments.count == 3, let headerBytes = Base64URL.decode(String(segments[0])),
             let payloadBytes = Base64URL.decode(String(segments[1])), let signature = Base64URL.decode(String(segments[2]))
         else { throw Self.unauthorized("invalid_token", "The access token is not a JWT.") }

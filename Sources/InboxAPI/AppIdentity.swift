@@ -65,7 +65,7 @@ public struct AppIdentity: Sendable, Hashable {
     /// `android/<version>` is a 400 naming the header.
     public static func parse(_ value: String?) throws(APIError) -> AppIdentity {
         guard let value else { return .integration }
-        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        let trimmed = value.trimmingSpaces
         let parts = trimmed.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2, let platform = Platform(rawValue: String(parts[0])), let version = AppVersion(String(parts[1])) else {
             throw APIError(

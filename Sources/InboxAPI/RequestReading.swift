@@ -114,10 +114,24 @@ enum Documents {
         return .string(query.isEmpty ? path : path + "?" + query)
     }
 
-    private static func escape(_ text: String) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    /// Percent-encodes all but RFC 3986's unreserved characters (on every list response, so by
+    /// hand: Foundation builds a character set's bitmap on each call).
+    static func escape(_ text: String) -> String {
+        let hex = Array("0123456789ABCDEF".utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(text.utf8.count + 8)
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                bytes.append(byte)
+            default:
+                bytes.append(UInt8(ascii: "%"))
+                bytes.append(hex[Int(byte >> 4)])
+                bytes.append(hex[Int(byte & 0x0F)])
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 
@@ -139,5 +153,18 @@ extension RequestContext {
             size = value
         }
         return (number, size)
+    }
+}
+
+extension StringProtocol {
+    /// Without leading and trailing spaces and tabs: header values are ASCII around their words,
+    /// and this runs on every request (Foundation's `trimmingCharacters(in:)` builds a bitmap).
+    var trimmingSpaces: String {
+        let bytes = Array(utf8)
+        var start = 0
+        var end = bytes.count
+        while start < end && (bytes[start] == 32 || bytes[start] == 9) { start += 1 }
+        while end > start && (bytes[end - 1] == 32 || bytes[end - 1] == 9) { end -= 1 }
+        return String(decoding: bytes[start..<end], as: UTF8.self)
     }
 }
