@@ -73,6 +73,9 @@ COPY --from=build /staging/inbox /usr/local/bin/inbox
 COPY --from=build /build/sql/ /usr/share/inbox/sql/
 
 ENV INBOX_MIGRATIONS_DIR=/usr/share/inbox/sql
+# The API listens on every interface of the container (the default is loopback).
+ENV INBOX_HTTP_HOST=0.0.0.0
+EXPOSE 8080
 
 USER inbox
 WORKDIR /var/lib/inbox
