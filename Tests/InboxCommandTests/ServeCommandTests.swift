@@ -1,0 +1,53 @@
+import Foundation
+import InboxTesting
+import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// `inbox serve` as a process: it says where it listens, answers, logs a line per request, and
+/// stops gracefully on SIGTERM.
+@Suite struct ServeCommandTests {
+    @Test func serveAnswersLogsEachRequestAndStopsOnSIGTERM() async throws {
+        try await withTestDatabase { db in
+            let dataDirectory = NSTemporaryDirectory() + "inbox-serve-\(UUID().uuidString)"
+            defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+            let environment = InboxCLI.databaseEnvironment(db.url, ["INBOX_HTTP_PORT": "0", "INBOX_DATA_DIR": dataDirectory])
+            let server = try InboxCLI.start(["serve"], environment: environment)
+            defer { server.cleanUp() }
+            let line = try await server.waitForStdoutLine(timeout: .seconds(30)) { $0.hasPrefix("The API listens on ") }
+            let url = try #require(line.split(separator: " ").first { $0.hasPrefix("http://") }.map(String.init))
+            var request = URLRequest(url: URL(string: url + "/healthz")!)
+            request.setValue("cli-test-1", forHTTPHeaderField: "X-Request-Id")
+            let (_, response) = try await URLSession.shared.data(for: request)
+            #expect((response as? HTTPURLResponse)?.statusCode == 200)
+
+            // A development token from `inbox token` (same data folder) opens the person's routes.
+            let token = try await InboxCLI.run(["token", "--person", "p1"], environment: environment)
+            var bell = URLRequest(url: URL(string: url + "/v1/me/notifications")!)
+            bell.setValue("Bearer \(token.stdout.trimmingCharacters(in: .whitespacesAndNewlines))", forHTTPHeaderField: "Authorization")
+            let (body, bellResponse) = try await URLSession.shared.data(for: bell)
+            #expect((bellResponse as? HTTPURLResponse)?.statusCode == 200, "\(String(decoding: body, as: UTF8.self))")
+
+            _ = try await server.waitForStderrLine(timeout: .seconds(10)) { $0.contains(#""requestId":"cli-test-1""#) }
+            server.send(SIGTERM)
+            let result = try await server.waitForExit(timeout: .seconds(30))
+            #expect(result.exitedNormally && result.status == 0, "stderr: \(result.stderr)")
+            let logLine = try #require(result.stderr.split(separator: "\n").first { $0.contains(#""requestId":"cli-test-1""#) })
+            let object = try #require(JSONSerialization.jsonObject(with: Data(logLine.utf8)) as? [String: Any])
+            #expect(object["message"] as? String == "request")
+            #expect(object["route"] as? String == "/healthz")
+            #expect(object["status"] as? String == "200")
+            #expect(object["durationMs"] != nil)
+            #expect(result.stderr.contains("the API stopped"))
+        }
+    }
+
+    @Test(arguments: [["INBOX_HTTP_PORT": "http"], ["INBOX_HTTP_HOST": "localhost"], ["INBOX_HTTP_THREADS": "0"], ["INBOX_HTTP_MAX_BODY_BYTES": "10"]])
+    func aBadHTTPSettingIsRefusedNamingIt(setting: [String: String]) async throws {
+        let result = try await InboxCLI.run(["serve"], environment: setting)
+        #expect(result.status == 2, "stderr: \(result.stderr)")
+        #expect(result.stderr.contains(setting.keys.first!))
+    }
+}
