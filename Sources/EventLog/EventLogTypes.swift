@@ -142,4 +142,12 @@ extension NewEvent {
     public init<E: CatalogueEvent>(_ event: E, metadata: EventMetadata = EventMetadata(), idempotencyKey: String? = nil) throws {
         try self.init(streamId: event.streamId, payload: event, metadata: metadata, idempotencyKey: idempotencyKey)
     }
+
+    /// An event of the catalogue whose type is known only at run time.
+    public init(catalogueEvent event: any CatalogueEvent, metadata: EventMetadata = EventMetadata(), idempotencyKey: String? = nil) throws {
+        func make<E: CatalogueEvent>(_ event: E) throws -> NewEvent {
+            try NewEvent(event, metadata: metadata, idempotencyKey: idempotencyKey)
+        }
+        self = try make(event)
+    }
 }

@@ -46,6 +46,7 @@ public final class APIServer: Sendable {
         let started = ContinuousClock.now
         let requestId = Self.requestId(from: request.header("X-Request-Id"))
         var pattern = request.path
+        var matched = false
         var response: HTTPResponse
         do {
             // HEAD is GET without the body (libmicrohttpd leaves the body out).
@@ -59,6 +60,7 @@ public final class APIServer: Sendable {
                     headers: [("Allow", allowed.joined(separator: ", "))])
             case .found(let route, let parameters):
                 pattern = route.pattern
+                matched = true
                 var identity = AppIdentity.integration
                 if route.isAppAPI {
                     identity = try AppIdentity.parse(request.header(AppIdentity.headerName))
@@ -90,7 +92,7 @@ public final class APIServer: Sendable {
         response.headers.append(("X-Request-Id", requestId))
         let duration = ContinuousClock.now - started
         // Unknown paths are counted under one label, so a scan of random paths cannot grow the metrics.
-        let route = router.routes.contains { $0.pattern == pattern } ? pattern : "unmatched"
+        let route = matched ? pattern : "unmatched"
         metrics?.record(
             method: request.method, route: route, status: response.status,
             seconds: Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)

@@ -35,7 +35,7 @@ public enum BellRoutes {
             Route("PATCH", "/v1/me/notifications/{id}", access: .signedIn(scope: "account:write")) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
-                try requireType(data, "notifications", id: id)
+                try Documents.requireType(data, "notifications", id: id)
                 guard case .object(let attributes)? = data["attributes"], let read = attributes["read"] else {
                     throw APIError(status: 422, code: "missing_field", detail: "Send attributes.read: true.", source: .pointer("/data/attributes/read"))
                 }
@@ -132,15 +132,5 @@ public enum BellRoutes {
     /// Somebody else's notification, or none: 404 either way (ids cannot be probed).
     static func notFound(_ id: String) -> APIError {
         APIError(status: 404, code: "not_found", detail: "You have no notification \(id).")
-    }
-
-    /// JSON:API: a resource of another type, or another id than the URL's, is a 409.
-    static func requireType(_ data: [String: JSONValue], _ type: String, id: String?) throws(APIError) {
-        guard data["type"] == .string(type) else {
-            throw APIError(status: 409, code: "type_mismatch", detail: "data.type must be \(type).", source: .pointer("/data/type"))
-        }
-        if let id, let given = data["id"], given != .string(id) {
-            throw APIError(status: 409, code: "id_mismatch", detail: "data.id must be the id in the URL, \(id).", source: .pointer("/data/id"))
-        }
     }
 }

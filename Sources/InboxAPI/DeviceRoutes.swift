@@ -28,7 +28,7 @@ public enum DeviceRoutes {
         [
             Route("POST", "/v1/me/devices", access: .signedIn(scope: scope)) { context in
                 let data = try context.resourceDocument()
-                try BellRoutes.requireType(data, "devices", id: nil)
+                try Documents.requireType(data, "devices", id: nil)
                 let attributes = try Attributes(data, allowed: Self.attributes)
                 let token = try attributes.string("pushToken", required: true, maximumLength: 4096, valid: { !$0.contains(where: \.isWhitespace) }, hint: "without spaces")!
                 var fields = try Self.fields(attributes)
@@ -83,7 +83,7 @@ public enum DeviceRoutes {
             Route("PATCH", "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
                 let id = try Self.id(context)
                 let data = try context.resourceDocument()
-                try BellRoutes.requireType(data, "devices", id: context.parameters["id"])
+                try Documents.requireType(data, "devices", id: context.parameters["id"])
                 let attributes = try Attributes(data, allowed: Self.attributes)
                 if attributes.has("pushToken") {
                     throw APIError(

@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import HTTPServer
 import PostgresClient
+import Projections
 import Synchronization
 
 /// Counters and latency histograms of the requests, by route (its pattern), method and status,
@@ -95,25 +96,16 @@ public enum MetricsRoutes {
             "# TYPE inbox_event_log_head_position gauge",
             "inbox_event_log_head_position \(head)",
         ]
-        let rows = try connection.query(
-            """
-            SELECT c.projection, c.position,
-                (SELECT extract(epoch FROM clock_timestamp() - min(e.recorded_at))::float8 FROM events e
-                 WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position)) AS lag,
-                (SELECT count(*) FROM projection_dead_letters d WHERE d.projection = c.projection) AS parked
-            FROM projection_checkpoints c ORDER BY c.projection
-            """)
         var positions: [String] = []
         var behind: [String] = []
         var lags: [String] = []
         var parked: [String] = []
-        for row in rows {
-            let name = try row.decode(String.self, "projection")
-            let position = try row.decode(Int64.self, "position")
-            positions.append("inbox_projection_position{projection=\"\(name)\"} \(position)")
-            behind.append("inbox_projection_positions_behind{projection=\"\(name)\"} \(max(0, head - position))")
-            lags.append("inbox_projection_lag_seconds{projection=\"\(name)\"} \(try row.decode(Double?.self, "lag") ?? 0)")
-            parked.append("inbox_projection_dead_letters{projection=\"\(name)\"} \(try row.decode(Int64.self, "parked"))")
+        for state in try ProjectionHealth.read(countingBehind: false, on: connection) {
+            let label = "projection=\"\(state.name)\""
+            positions.append("inbox_projection_position{\(label)} \(state.position)")
+            behind.append("inbox_projection_positions_behind{\(label)} \(max(0, head - state.position))")
+            lags.append("inbox_projection_lag_seconds{\(label)} \(state.lagSeconds ?? 0)")
+            parked.append("inbox_projection_dead_letters{\(label)} \(state.parked)")
         }
         lines += ["# HELP inbox_projection_position The log position each projection has applied up to.", "# TYPE inbox_projection_position gauge"] + positions
         lines += ["# HELP inbox_projection_positions_behind The head position minus the projection's.", "# TYPE inbox_projection_positions_behind gauge"] + behind

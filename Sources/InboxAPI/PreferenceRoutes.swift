@@ -20,7 +20,7 @@ public enum PreferenceRoutes {
             },
             Route("PATCH", path, access: .signedIn(scope: "account:write")) { context in
                 let data = try context.resourceDocument()
-                try BellRoutes.requireType(data, type, id: nil)
+                try Documents.requireType(data, type, id: nil)
                 let attributes = try Attributes(data, allowed: ["categories"])
                 guard case .object(let categories)? = attributes.values["categories"] else {
                     throw APIError(

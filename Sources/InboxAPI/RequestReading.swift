@@ -75,10 +75,7 @@ extension RequestContext {
         _ events: [any CatalogueEvent], client: PostgresClient, inline: InlineProjections
     ) throws -> [AppendedEvent] {
         let metadata = eventMetadata
-        let new = try events.map { event -> NewEvent in
-            func make<E: CatalogueEvent>(_ e: E) throws -> NewEvent { try NewEvent(e, metadata: metadata) }
-            return try make(event)
-        }
+        let new = try events.map { try NewEvent(catalogueEvent: $0, metadata: metadata) }
         return try Blocking.run { try await client.withConnection { connection in try inline.append(new, on: connection) } }
     }
 
@@ -100,6 +97,16 @@ enum Documents {
     }
 
     static let noContent = HTTPResponse(status: 204)
+
+    /// JSON:API: a resource of another type, or another id than the URL's, is a 409.
+    static func requireType(_ data: [String: JSONValue], _ type: String, id: String?) throws(APIError) {
+        guard data["type"] == .string(type) else {
+            throw APIError(status: 409, code: "type_mismatch", detail: "data.type must be \(type).", source: .pointer("/data/type"))
+        }
+        if let id, let given = data["id"], given != .string(id) {
+            throw APIError(status: 409, code: "id_mismatch", detail: "data.id must be the id in the URL, \(id).", source: .pointer("/data/id"))
+        }
+    }
 
     static func timestamp(_ date: Date) -> JSONValue { .string(timestampText(date)) }
 

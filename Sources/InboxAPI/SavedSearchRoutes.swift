@@ -33,7 +33,7 @@ public enum SavedSearchRoutes {
             },
             Route("POST", path, access: .signedIn(scope: "account:write")) { context in
                 let data = try context.resourceDocument()
-                try BellRoutes.requireType(data, type, id: nil)
+                try Documents.requireType(data, type, id: nil)
                 let attributes = try Attributes(data, allowed: Self.attributes)
                 let name = try attributes.string("name", required: true, maximumLength: 100)!
                 let query = try Self.query(attributes, required: true)!
@@ -55,7 +55,7 @@ public enum SavedSearchRoutes {
             Route("PATCH", path + "/{id}", access: .signedIn(scope: "account:write")) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
-                try BellRoutes.requireType(data, type, id: id)
+                try Documents.requireType(data, type, id: id)
                 let attributes = try Attributes(data, allowed: Self.attributes)
                 let change = SavedSearchChanged(
                     savedSearchId: id, personId: context.person, name: try attributes.string("name", maximumLength: 100),

@@ -296,14 +296,10 @@ public struct MarketplaceSimulation: Sendable {
         switch Int.random(in: 0..<6, using: &random) {
         case 0, 1, 2: emit(SignedIn(personId: who, signInId: uniqueId("si"), platform: "app:ios", device: "iPhone"))
         case 3: emit(PasswordChanged(personId: who))
-        case 4: emitAny(Bool.random(using: &random) ? SecondFactorEnabled(personId: who) as any CatalogueEvent : SecondFactorDisabled(personId: who))
+        case 4:
+            if Bool.random(using: &random) { emit(SecondFactorEnabled(personId: who)) } else { emit(SecondFactorDisabled(personId: who)) }
         default: emit(EmailChanged(personId: who))
         }
-    }
-
-    private mutating func emitAny(_ event: any CatalogueEvent) {
-        func open<E: CatalogueEvent>(_ e: E, into simulation: inout MarketplaceSimulation) { simulation.emit(e) }
-        open(event, into: &self)
     }
 
     private mutating func preference() {

@@ -102,52 +102,27 @@ enum ProjectionCommands {
 
     /// Lines about each projection for `inbox status`.
     static func status(database: Database) async throws -> [String] {
-        try await database.client.withConnection { connection in
-            var lines: [String] = []
-            for projection in InboxProjections.all {
-                let name = projection.name
-                let row = try connection.query(
-                    """
-                    SELECT c.version, c.position, c.events_applied,
-                        (SELECT count(*) FROM events e
-                         WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position)) AS behind,
-                        (SELECT extract(epoch FROM clock_timestamp() - min(e.recorded_at))::float8 FROM events e
-                         WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position)) AS lag_seconds,
-                        (SELECT count(*) FROM projection_dead_letters d WHERE d.projection = c.projection) AS parked,
-                        (SELECT pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
-                            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                            AND l.classid = 6924 AND l.objid = hashtext(c.projection)::oid LIMIT 1) AS holder,
-                        (SELECT r.events_applied FROM projection_replays r WHERE r.projection = c.projection) AS replaying,
-                        (SELECT r.schema_name FROM projection_replays r WHERE r.projection = c.projection) AS replay_schema
-                    FROM projection_checkpoints c WHERE c.projection = $1
-                    """, name
-                ).first
-                guard let row else {
-                    lines.append("projection \(name): not started (its tables are created when a projector first runs)")
-                    continue
-                }
-                let version = try row.decode(Int32.self, "version")
-                let behind = try row.decode(Int64.self, "behind")
-                let parked = try row.decode(Int64.self, "parked")
-                let holder = try row.decode(Int32?.self, "holder")
-                let replaying = try row.decode(Int64?.self, "replaying")
-                let replaySchema = try row.decode(String?.self, "replay_schema")
-                var line = "projection \(name): version \(version)"
-                if version != projection.version { line += " (this release builds \(projection.version): replay it)" }
-                line += ", at position \(try row.decode(Int64.self, "position")), \(behind) event\(behind == 1 ? "" : "s") behind"
-                if let lag = try row.decode(Double?.self, "lag_seconds"), behind > 0 {
-                    line += String(format: " (the oldest recorded %.1f s ago)", lag)
-                }
-                line += ", \(parked) parked"
-                line += holder.map { ", projected by backend \($0)" } ?? ", no projector running"
-                if let replaying, let replaySchema {
-                    // A replay that is running, was stopped, or was built with --no-swap: its row stays
-                    // until a replay swaps (or `inbox replay` starts again, which drops it).
-                    line += ", a replay stands in schema \(replaySchema) (\(replaying) event\(replaying == 1 ? "" : "s") applied, not swapped in)"
-                }
-                lines.append(line)
+        let health = try await database.client.withConnection { connection in
+            try ProjectionHealth.read(countingBehind: true, on: connection)
+        }
+        return InboxProjections.all.map { projection in
+            let name = projection.name
+            guard let state = health.first(where: { $0.name == name }) else {
+                return "projection \(name): not started (its tables are created when a projector first runs)"
             }
-            return lines
+            let behind = state.eventsBehind ?? 0
+            var line = "projection \(name): version \(state.version)"
+            if state.version != projection.version { line += " (this release builds \(projection.version): replay it)" }
+            line += ", at position \(state.position), \(behind) event\(behind == 1 ? "" : "s") behind"
+            if let lag = state.lagSeconds, behind > 0 { line += String(format: " (the oldest recorded %.1f s ago)", lag) }
+            line += ", \(state.parked) parked"
+            line += state.leaseHolder.map { ", projected by backend \($0)" } ?? ", no projector running"
+            if let replay = state.replay {
+                // A replay that is running, was stopped, or was built with --no-swap: its row stays
+                // until a replay swaps (or `inbox replay` starts again, which drops it).
+                line += ", a replay stands in schema \(replay.schema) (\(replay.eventsApplied) event\(replay.eventsApplied == 1 ? "" : "s") applied, not swapped in)"
+            }
+            return line
         }
     }
 }

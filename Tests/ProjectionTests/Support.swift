@@ -43,6 +43,5 @@ extension TestDatabase {
 
 /// A catalogue event of any type as an event to append.
 func newEvent(_ event: any CatalogueEvent) throws -> NewEvent {
-    func make<E: CatalogueEvent>(_ e: E) throws -> NewEvent { try NewEvent(e) }
-    return try make(event)
+    try NewEvent(catalogueEvent: event)
 }

@@ -418,7 +418,15 @@ public struct ThreadsProjection: Projection {
         return result
     }
 
+    /// A JSON array of strings, written directly (once per message, on the projection's hot path).
     static func jsonArray(_ strings: [String]) -> String {
-        String(decoding: (try? JSONEncoder().encode(strings)) ?? Data("[]".utf8), as: UTF8.self)
+        var text = JSONText(capacity: 2 + strings.count * 40)
+        text.raw(UInt8(ascii: "["))
+        for (index, string) in strings.enumerated() {
+            if index > 0 { text.raw(UInt8(ascii: ",")) }
+            text.string(string)
+        }
+        text.raw(UInt8(ascii: "]"))
+        return text.string
     }
 }
