@@ -10,7 +10,8 @@ final class ConnectionWorker: @unchecked Sendable {
     private var jobs: [Job] = []
     private var stopping = false
 
-    // Touched only on the worker's own thread.
+    // Touched by one thread at a time: the worker's own, or the thread that has the worker checked
+    // out of the pool (`PostgresClient.withConnectionBlocking`); the pool's lock orders the two.
     private var connection: PostgresConnection?
     private let configuration: PostgresConfiguration
     private let applicationName: String
@@ -41,7 +42,8 @@ final class ConnectionWorker: @unchecked Sendable {
     }
 
     /// Runs `body` with a live connection, opening (or reopening) it first. If the connection broke
-    /// during the call, it is dropped so the next call reconnects. Call only from a job.
+    /// during the call, it is dropped so the next call reconnects. Call only from a job, or from the
+    /// thread that has this worker checked out of the pool.
     func withLiveConnection<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
         let live: PostgresConnection
         if let connection, connection.isOpen {

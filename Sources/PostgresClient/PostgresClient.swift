@@ -23,8 +23,37 @@ public final class PostgresClient: Sendable {
     private struct State {
         var idle: [ConnectionWorker] = []
         var created = 0
-        var waiters: [CheckedContinuation<ConnectionWorker, any Error>] = []
+        var waiters: [Waiter] = []
         var closed = false
+    }
+
+    /// A call waiting for a free connection: a task awaiting it, or a thread blocked on it.
+    private enum Waiter {
+        case task(CheckedContinuation<ConnectionWorker, any Error>)
+        case thread(ThreadWaiter)
+
+        func resume(with result: Result<ConnectionWorker, any Error>) {
+            switch self {
+            case .task(let continuation): continuation.resume(with: result)
+            case .thread(let waiter): waiter.resume(with: result)
+            }
+        }
+    }
+
+    /// A blocked thread's side of the hand-over: the pool stores the result and signals.
+    private final class ThreadWaiter: Sendable {
+        private let semaphore = DispatchSemaphore(value: 0)
+        private let result = Mutex<Result<ConnectionWorker, any Error>?>(nil)
+
+        func resume(with result: Result<ConnectionWorker, any Error>) {
+            self.result.withLock { $0 = result }
+            semaphore.signal()
+        }
+
+        func wait() throws -> ConnectionWorker {
+            semaphore.wait()
+            return try result.withLock { $0! }.get()
+        }
     }
 
     public let configuration: Configuration
@@ -49,6 +78,26 @@ public final class PostgresClient: Sendable {
         return try await worker.run(body)
     }
 
+    /// Runs `body` on a pooled connection on the calling thread, which waits (blocked) for a free
+    /// connection first. For threads that may block, such as an HTTP server's workers: it saves the
+    /// two thread hops of `withConnection`. Never call it from Swift's cooperative pool.
+    public func withConnectionBlocking<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        let worker = try acquireBlocking()
+        defer { release(worker) }
+        // The worker's thread leaves a checked-out connection alone, so this thread may use it.
+        return try worker.withLiveConnection(body)
+    }
+
+    /// Runs `body` in a transaction on a pooled connection on the calling thread (see `withConnectionBlocking`).
+    public func transactionBlocking<T>(isolation: TransactionIsolation = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
+        try withConnectionBlocking { connection in try connection.transaction(isolation: isolation, body) }
+    }
+
+    /// Runs one statement on a pooled connection on the calling thread (see `withConnectionBlocking`).
+    public func queryBlocking<T>(_ sql: String, binds: [PostgresBind] = [], _ transform: (PostgresRow) throws -> T) throws -> [T] {
+        try withConnectionBlocking { connection in try connection.query(sql, binds: binds).map(transform) }
+    }
+
     /// Runs `body` in a transaction on a pooled connection: committed when it returns, rolled back when it throws.
     public func transaction<T: Sendable>(
         isolation: TransactionIsolation = .readCommitted, _ body: @escaping @Sendable (PostgresConnection) throws -> T
@@ -70,7 +119,7 @@ public final class PostgresClient: Sendable {
 
     /// Closes idle connections and refuses new calls; calls holding a connection finish first.
     public func close() {
-        let (idle, waiters) = state.withLock { state -> ([ConnectionWorker], [CheckedContinuation<ConnectionWorker, any Error>]) in
+        let (idle, waiters) = state.withLock { state -> ([ConnectionWorker], [Waiter]) in
             state.closed = true
             defer {
                 state.idle = []
@@ -79,7 +128,7 @@ public final class PostgresClient: Sendable {
             return (state.idle, state.waiters)
         }
         idle.forEach { $0.stop() }
-        waiters.forEach { $0.resume(throwing: PostgresError(.poolClosed, "The connection pool is closed.")) }
+        waiters.forEach { $0.resume(with: .failure(PostgresError(.poolClosed, "The connection pool is closed."))) }
     }
 
     deinit {
@@ -95,38 +144,50 @@ public final class PostgresClient: Sendable {
 
     private func acquire() async throws -> ConnectionWorker {
         try await withCheckedThrowingContinuation { continuation in
-            let decision = state.withLock { state -> Acquisition in
-                if state.closed { return .closed }
-                if let worker = state.idle.popLast() { return .ready(worker) }
-                if state.created < configuration.maximumConnections {
-                    state.created += 1
-                    return .create(number: state.created)
-                }
-                state.waiters.append(continuation)
-                return .wait
+            let waiter = Waiter.task(continuation)
+            if let result = acquire(or: waiter) { waiter.resume(with: result) }
+        }
+    }
+
+    private func acquireBlocking() throws -> ConnectionWorker {
+        let waiter = ThreadWaiter()
+        if let result = acquire(or: .thread(waiter)) { return try result.get() }
+        return try waiter.wait()
+    }
+
+    /// A connection now (idle or new), the pool's refusal, or nil when `waiter` was queued for the
+    /// next connection released.
+    private func acquire(or waiter: Waiter) -> Result<ConnectionWorker, any Error>? {
+        let decision = state.withLock { state -> Acquisition in
+            if state.closed { return .closed }
+            if let worker = state.idle.popLast() { return .ready(worker) }
+            if state.created < configuration.maximumConnections {
+                state.created += 1
+                return .create(number: state.created)
             }
-            switch decision {
-            case .ready(let worker): continuation.resume(returning: worker)
-            case .create(let number):
-                continuation.resume(
-                    returning: ConnectionWorker(
-                        configuration: configuration.connection, applicationName: configuration.applicationName,
-                        name: "postgres-\(number)"))
-            case .wait: break
-            case .closed: continuation.resume(throwing: PostgresError(.poolClosed, "The connection pool is closed."))
-            }
+            state.waiters.append(waiter)
+            return .wait
+        }
+        switch decision {
+        case .ready(let worker): return .success(worker)
+        case .create(let number):
+            return .success(
+                ConnectionWorker(
+                    configuration: configuration.connection, applicationName: configuration.applicationName, name: "postgres-\(number)"))
+        case .wait: return nil
+        case .closed: return .failure(PostgresError(.poolClosed, "The connection pool is closed."))
         }
     }
 
     private func release(_ worker: ConnectionWorker) {
-        let waiter = state.withLock { state -> CheckedContinuation<ConnectionWorker, any Error>? in
+        let waiter = state.withLock { state -> Waiter? in
             if state.closed { return nil }
             if !state.waiters.isEmpty { return state.waiters.removeFirst() }
             state.idle.append(worker)
             return nil
         }
         if let waiter {
-            waiter.resume(returning: worker)
+            waiter.resume(with: .success(worker))
         } else if state.withLock({ $0.closed }) {
             worker.stop()
         }

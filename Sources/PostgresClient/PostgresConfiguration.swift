@@ -12,6 +12,9 @@ public struct PostgresConfiguration: Sendable, Hashable {
     /// The connection target without a password, for logs and messages.
     public var redactedDescription: String
 
+    /// How many statements each session keeps prepared (0: none). See `withPreparedStatements`.
+    public private(set) var preparedStatementCapacity = 0
+
     /// From a `postgres://` or `postgresql://` URL. libpq parses the URL itself, so every documented
     /// URL parameter (`sslmode`, `host=/socket/folder`, `connect_timeout`, ...) works.
     public init(url: String) throws {
@@ -49,6 +52,17 @@ public struct PostgresConfiguration: Sendable, Hashable {
         return copy
     }
 
+    /// The same server, with each session preparing the first `capacity` distinct statements it runs
+    /// through `query` or `pipeline` (by SQL text and parameter types) and executing them by name
+    /// afterwards, so PostgreSQL parses and plans them once per session instead of on every call.
+    /// For request paths that run the same few statements over and over; later statements run
+    /// unprepared. PostgreSQL re-plans a prepared statement by itself when a table it uses changes.
+    public func withPreparedStatements(_ capacity: Int) -> PostgresConfiguration {
+        var copy = self
+        copy.preparedStatementCapacity = max(0, capacity)
+        return copy
+    }
+
     /// Keywords and values in order. libpq lets a later keyword override an earlier one, and the URL's
     /// own parameters override the defaults placed before it; the encoding is always UTF-8.
     func connectionParameters(applicationName: String) -> [(String, String)] {
@@ -71,7 +85,10 @@ public struct PostgresConfiguration: Sendable, Hashable {
 
 extension PostgresConfiguration {
     public static func == (lhs: PostgresConfiguration, rhs: PostgresConfiguration) -> Bool {
-        lhs.parameterList == rhs.parameterList
+        lhs.parameterList == rhs.parameterList && lhs.preparedStatementCapacity == rhs.preparedStatementCapacity
     }
-    public func hash(into hasher: inout Hasher) { hasher.combine(parameterList) }
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(parameterList)
+        hasher.combine(preparedStatementCapacity)
+    }
 }

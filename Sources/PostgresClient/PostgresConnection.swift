@@ -6,6 +6,10 @@ import Foundation
 public final class PostgresConnection {
     private var handle: OpaquePointer?
     public let configuration: PostgresConfiguration
+    /// The statements this session has prepared (`withPreparedStatements`), by SQL and parameter types.
+    private var preparedStatements: [PreparedKey: String] = [:]
+    /// Names handed out so far; a name is never reused, even for a statement forgotten since.
+    private var preparedNames = 0
 
     /// Opens a connection, blocking until the server answers or `connect_timeout` passes.
     public init(configuration: PostgresConfiguration, applicationName: String = "inbox") throws {
@@ -81,6 +85,10 @@ public final class PostgresConnection {
     @discardableResult
     public func query(_ sql: String, binds: [PostgresBind]) throws -> PostgresRows {
         let connection = try liveHandle()
+        if let name = try preparedName(sql, binds, on: connection) {
+            let result = withParameters(binds) { _, values in PQexecPrepared(connection, name, Int32(binds.count), values, nil, nil, 0) }
+            return try checkedPrepared(result, sql: sql, binds: binds)
+        }
         let result = withParameters(binds) { types, values in
             PQexecParams(connection, sql, Int32(binds.count), types, values, nil, nil, 0)
         }
@@ -119,12 +127,18 @@ public final class PostgresConnection {
     public func pipeline(_ statements: [PostgresStatement]) throws -> [PostgresRows] {
         if statements.isEmpty { return [] }
         let connection = try liveHandle()
+        // Statements not yet prepared are prepared first: libpq's synchronous calls cannot run in pipeline mode.
+        let names = try statements.map { try preparedName($0.sql, $0.binds, on: connection) }
         guard PQenterPipelineMode(connection) == 1 else { throw failure("cannot enter pipeline mode") }
         defer { PQexitPipelineMode(connection) }
         var sendError: PostgresError?
-        for statement in statements {
+        for (statement, name) in zip(statements, names) {
             let sent = withParameters(statement.binds) { types, values in
-                PQsendQueryParams(connection, statement.sql, Int32(statement.binds.count), types, values, nil, nil, 0)
+                if let name {
+                    PQsendQueryPrepared(connection, name, Int32(statement.binds.count), values, nil, nil, 0)
+                } else {
+                    PQsendQueryParams(connection, statement.sql, Int32(statement.binds.count), types, values, nil, nil, 0)
+                }
             }
             if sent != 1 {
                 sendError = failure("sending a pipelined statement failed")
@@ -150,9 +164,8 @@ public final class PostgresConnection {
                 continue
             }
             do {
-                let index = results.count
-                let sql = statements[min(index, statements.count - 1)].sql
-                results.append(try PostgresRows(checking: result, connection: self, sql: sql))
+                let statement = statements[min(results.count, statements.count - 1)]
+                results.append(try checkedPrepared(result, sql: statement.sql, binds: statement.binds))
             } catch {
                 if firstError == nil { firstError = error }
             }
@@ -266,6 +279,42 @@ public final class PostgresConnection {
     }
 
     // MARK: Internals
+
+    struct PreparedKey: Hashable {
+        let sql: String
+        let types: [UInt32]
+    }
+
+    /// The name under which `sql` with `binds`' types is prepared on this session, preparing it now
+    /// when there is room; nil when this session prepares nothing (more).
+    private func preparedName(_ sql: String, _ binds: [PostgresBind], on connection: OpaquePointer) throws -> String? {
+        let capacity = configuration.preparedStatementCapacity
+        guard capacity > 0 else { return nil }
+        let key = PreparedKey(sql: sql, types: binds.map { $0.type.oid })
+        if let name = preparedStatements[key] { return name }
+        guard preparedStatements.count < capacity else { return nil }
+        preparedNames += 1
+        let name = "wristler_\(preparedNames)"
+        let types = binds.map { Oid($0.type.oid) }
+        let result = types.withUnsafeBufferPointer { PQprepare(connection, name, sql, Int32(types.count), $0.baseAddress) }
+        // A statement PostgreSQL refuses throws here, as it would have when run.
+        _ = try PostgresRows(checking: result, connection: self, sql: sql)
+        preparedStatements[key] = name
+        return name
+    }
+
+    /// The rows of a statement that may have run prepared. PostgreSQL refuses to run a prepared
+    /// statement whose result columns changed since it was prepared (a table swapped for one of
+    /// another shape: "cached plan must not change result type", SQLSTATE 0A000); the statement is
+    /// forgotten then, so the next call prepares it afresh.
+    private func checkedPrepared(_ result: OpaquePointer?, sql: String, binds: [PostgresBind]) throws -> PostgresRows {
+        do {
+            return try PostgresRows(checking: result, connection: self, sql: sql)
+        } catch let error as PostgresError where error.sqlState == "0A000" {
+            preparedStatements[PreparedKey(sql: sql, types: binds.map { $0.type.oid })] = nil
+            throw error
+        }
+    }
 
     private func liveHandle() throws -> OpaquePointer {
         guard let handle else { throw PostgresError(.connectionLost, "The connection is closed.") }

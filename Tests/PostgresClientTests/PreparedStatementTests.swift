@@ -1,0 +1,153 @@
+import Foundation
+import InboxTesting
+import PostgresClient
+import Testing
+
+/// Sessions that keep their statements prepared (`withPreparedStatements`), as the API's pool does.
+@Suite struct PreparedStatementTests {
+    /// The statements this session has prepared, as the server lists them.
+    static func prepared(on connection: PostgresConnection) throws -> [String] {
+        try connection.query("SELECT statement FROM pg_prepared_statements ORDER BY statement").map { try $0.decode(String.self, "statement") }
+    }
+
+    @Test func aStatementIsPreparedOnceAndRunByNameAfterwards() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        let connection = try PostgresConnection(configuration: db.configuration.withPreparedStatements(8))
+        defer { connection.close() }
+        try connection.execute("CREATE TABLE bell (person text, n int)")
+        for n in 1...5 { try connection.query("INSERT INTO bell VALUES ($1, $2)", "p1", Int32(n)) }
+        let sum = try connection.query("SELECT sum(n)::bigint FROM bell WHERE person = $1", "p1").scalar(Int64.self)
+        #expect(sum == 15)
+        // One INSERT and one SELECT, each prepared once; the catalogue query itself is a third.
+        let statements = try Self.prepared(on: connection)
+        #expect(statements.count == 3)
+        #expect(statements.filter { $0.hasPrefix("INSERT INTO bell") }.count == 1)
+        // In a pipeline too, and a prepared statement outlives a rolled-back transaction.
+        struct Refused: Error {}
+        #expect(throws: Refused.self) {
+            try connection.transaction { connection in
+                _ = try connection.query("INSERT INTO bell VALUES ($1, $2)", "p2", Int32(7))
+                throw Refused()
+            }
+        }
+        let results = try connection.pipeline([
+            PostgresStatement("INSERT INTO bell VALUES ($1, $2)", "p2", Int32(10)),
+            PostgresStatement("SELECT sum(n)::bigint FROM bell WHERE person = $1", "p2"),
+        ])
+        #expect(try results[1].scalar(Int64.self) == 10)
+        #expect(try Self.prepared(on: connection).count == 3)
+    }
+
+    @Test func pastItsCapacityASessionRunsStatementsUnprepared() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        let connection = try PostgresConnection(configuration: db.configuration.withPreparedStatements(2))
+        defer { connection.close() }
+        for n in 1...6 { #expect(try connection.query("SELECT $1::int + \(n)", Int32(1)).scalar(Int32.self) == Int32(1 + n)) }
+        #expect(try Self.prepared(on: connection).count == 2)
+        // Without the setting nothing is prepared.
+        let plain = try PostgresConnection(configuration: db.configuration)
+        defer { plain.close() }
+        for _ in 1...3 { _ = try plain.query("SELECT $1::int", Int32(1)) }
+        #expect(try Self.prepared(on: plain).isEmpty)
+    }
+
+    /// A statement PostgreSQL refuses throws the server's error when it is prepared, as it would
+    /// have when run, and the session goes on.
+    @Test func aRefusedStatementThrowsItsErrorAndTheSessionGoesOn() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        let connection = try PostgresConnection(configuration: db.configuration.withPreparedStatements(8))
+        defer { connection.close() }
+        let error = #expect(throws: PostgresError.self) { try connection.query("SELECT * FROM no_such_table WHERE id = $1", Int32(1)) }
+        #expect(error?.sqlState == "42P01")
+        #expect(try connection.query("SELECT $1::int", Int32(4)).scalar(Int32.self) == 4)
+    }
+
+    /// A table swapped for one of another shape (a replay of a new projection version): PostgreSQL
+    /// refuses the old prepared statement once (0A000), and the next call prepares it afresh. A
+    /// swap that keeps the shape is re-planned by the server without a word.
+    @Test func aTableOfAnotherShapeCostsOneRefusalThenTheStatementIsPreparedAfresh() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        let connection = try PostgresConnection(configuration: db.configuration.withPreparedStatements(8))
+        defer { connection.close() }
+        let admin = try db.connect()
+        defer { admin.close() }
+        try admin.execute("CREATE TABLE entries (id int); INSERT INTO entries VALUES (1)")
+        #expect(try connection.query("SELECT * FROM entries WHERE id > $1", Int32(0)).count == 1)
+        try admin.execute("BEGIN; ALTER TABLE entries RENAME TO old_entries; CREATE TABLE entries (id int); INSERT INTO entries VALUES (1), (2); COMMIT")
+        #expect(try connection.query("SELECT * FROM entries WHERE id > $1", Int32(0)).count == 2)
+        try admin.execute("BEGIN; DROP TABLE entries; CREATE TABLE entries (id int, title text); INSERT INTO entries VALUES (3, 'x'); COMMIT")
+        let refused = #expect(throws: PostgresError.self) { try connection.query("SELECT * FROM entries WHERE id > $1", Int32(0)) }
+        #expect(refused?.sqlState == "0A000")
+        let rows = try connection.query("SELECT * FROM entries WHERE id > $1", Int32(0))
+        #expect(rows.columnNames == ["id", "title"])
+        #expect(rows.count == 1)
+    }
+}
+
+/// `withConnectionBlocking`: a thread that may block (an HTTP worker) uses a pooled connection
+/// itself, waiting for one when all are taken, beside tasks that await theirs.
+@Suite struct BlockingPoolTests {
+    @Test func aThreadWaitsForAFreeConnectionAndTasksAndThreadsShareThePool() async throws {
+        let db = try await TestDatabase.make(migrated: false, poolSize: 2)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE hits (n int)")
+        let threads = 6
+        let perThread = 20
+        let done = DispatchGroup()
+        let failures = Failures()
+        for thread in 0..<threads {
+            done.enter()
+            Thread {
+                defer { done.leave() }
+                do {
+                    for n in 0..<perThread {
+                        try db.client.withConnectionBlocking { connection in
+                            _ = try connection.query("INSERT INTO hits VALUES ($1)", Int32(thread * 1000 + n))
+                        }
+                    }
+                } catch { failures.add(error) }
+            }.start()
+        }
+        // Tasks take their turns meanwhile.
+        for n in 0..<40 { try await db.client.execute("INSERT INTO hits VALUES ($1)", binds: [PostgresBind(Int32(-1 - n))]) }
+        await withCheckedContinuation { continuation in done.notify(queue: .global()) { continuation.resume() } }
+        #expect(failures.all.isEmpty)
+        let count = try await db.client.query("SELECT count(*) FROM hits") { try $0.decode(Int64.self, "count") }.first
+        #expect(count == Int64(threads * perThread + 40))
+        // Never more sessions than the pool's size.
+        let sessions = try await db.client.query(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = 'inbox'"
+        ) { try $0.decode(Int64.self, "count") }.first ?? 0
+        #expect(sessions <= 1)
+    }
+
+    @Test func aBlockedThreadIsToldWhenThePoolCloses() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        let pool = try PostgresClient(configuration: .init(connection: db.configuration, maximumConnections: 1))
+        let holding = Task { try await pool.withConnection { connection in _ = try connection.query("SELECT pg_sleep(0.5)") } }
+        try await Task.sleep(for: .milliseconds(100))
+        let failures = Failures()
+        let finished = DispatchSemaphore(value: 0)
+        Thread {
+            do { try pool.withConnectionBlocking { _ = try $0.query("SELECT 1") } } catch { failures.add(error) }
+            finished.signal()
+        }.start()
+        try await Task.sleep(for: .milliseconds(100))
+        pool.close()
+        try await holding.value
+        #expect(finished.wait(timeout: .now() + 5) == .success)
+        #expect((failures.all.first as? PostgresError)?.code == .poolClosed)
+    }
+}
+
+final class Failures: @unchecked Sendable {
+    private let lock = NSLock()
+    private var errors: [any Error] = []
+    func add(_ error: any Error) { lock.withLock { errors.append(error) } }
+    var all: [any Error] { lock.withLock { errors } }
+}
