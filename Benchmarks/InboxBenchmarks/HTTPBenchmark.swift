@@ -53,8 +53,11 @@ struct HTTPBenchmark: Benchmark {
         let key = try ES256PrivateKey.generate()
         let signer = TokenSigner(key: key, kid: "bench")
         let verifier = TokenVerifier(keys: TokenKeys(keys: ["bench": try key.publicKey]))
-        let routes = InboxRoutes.all(client: client, store: database.store, migrator: try Migrator(directory: Migrator.locateDirectory(explicit: nil)))
-        let api = APIServer(routes: routes, gate: AppVersionGate(client: client), verifier: verifier, rateLimiter: RateLimiter())
+        // The API's own pool, as `inbox serve` makes it.
+        let requestClient = try InboxRoutes.requestPool(connection: client.configuration.connection, size: 8)
+        defer { requestClient.close() }
+        let routes = InboxRoutes.all(client: requestClient, store: EventStore(client: requestClient, validator: database.store.validator), migrator: try Migrator(directory: Migrator.locateDirectory(explicit: nil)))
+        let api = APIServer(routes: routes, gate: AppVersionGate(client: requestClient), verifier: verifier, rateLimiter: RateLimiter())
         let server = try HTTPServer(configuration: .init(port: 0, threads: 16), handler: { api.handle($0) })
         defer { server.shutdown() }
         let tokens = try (0..<people).map { try signer.mint(subject: "p\($0)", scopes: ["account:read", "account:write"], lifetime: 86_400) }

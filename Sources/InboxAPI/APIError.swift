@@ -79,8 +79,8 @@ public enum JSONAPI {
 
     /// Compact JSON with sorted keys (the same document is always the same bytes).
     public static func encode(_ value: JSONValue) -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return (try? String(decoding: encoder.encode(value), as: UTF8.self)) ?? "{}"
+        var text = JSONText(capacity: 1024)
+        text.value(value)
+        return text.string
     }
 }

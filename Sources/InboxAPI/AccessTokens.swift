@@ -186,18 +186,3 @@ public struct TokenSigner: Sendable {
         return "\(header).\(payload).\(Base64URL.encode(signature))"
     }
 }
-
-/// base64url without padding (RFC 7515).
-public enum Base64URL {
-    public static func encode(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
-
-    public static func decode(_ text: String) -> [UInt8]? {
-        guard !text.contains("+"), !text.contains("/"), !text.contains("=") else { return nil }
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.utf8.count % 4 != 0 { base64 += "=" }
-        return Data(base64Encoded: base64).map { Array($0) }
-    }
-}

@@ -15,10 +15,8 @@ public enum BellRoutes {
                 let cursor = try context.pageCursor()
                 let unread = try context.booleanQuery("filter[unread]")
                 let person = context.person
-                let (page, unreadCount) = try Blocking.run {
-                    try await client.withConnection { connection in
-                        try BellReader.pageAndUnreadCount(person: person, unread: unread, after: cursor, limit: limit, on: connection)
-                    }
+                let (page, unreadCount) = try client.withConnectionBlocking { connection in
+                    try BellReader.pageAndUnreadCount(person: person, unread: unread, after: cursor, limit: limit, on: connection)
                 }
                 let filter = unread.map { String($0) }
                 var links: [(String, JSONValue)] = [
@@ -46,12 +44,10 @@ public enum BellRoutes {
                 }
                 let person = context.person
                 let metadata = context.eventMetadata
-                let entry = try Blocking.run {
-                    try await client.withConnection { connection -> BellEntry? in
-                        guard try BellReader.entry(id: id, person: person, on: connection) != nil else { return nil }
-                        try inline.append([try NewEvent(NotificationRead(personId: person, notificationId: id), metadata: metadata)], on: connection)
-                        return try BellReader.entry(id: id, person: person, on: connection)
-                    }
+                let entry = try client.withConnectionBlocking { connection -> BellEntry? in
+                    guard try BellReader.entry(id: id, person: person, on: connection) != nil else { return nil }
+                    try inline.append([try NewEvent(NotificationRead(personId: person, notificationId: id), metadata: metadata)], on: connection)
+                    return try BellReader.entry(id: id, person: person, on: connection)
                 }
                 guard let entry else { throw notFound(id) }
                 return Documents.response(["data": resource(entry, language: Language.negotiate(context.request.header("Accept-Language")))])
@@ -64,12 +60,10 @@ public enum BellRoutes {
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 let metadata = context.eventMetadata
-                let found = try Blocking.run {
-                    try await client.withConnection { connection -> Bool in
-                        guard try BellReader.entry(id: id, person: person, on: connection) != nil else { return false }
-                        try inline.append([try NewEvent(NotificationDeleted(personId: person, notificationId: id), metadata: metadata)], on: connection)
-                        return true
-                    }
+                let found = try client.withConnectionBlocking { connection -> Bool in
+                    guard try BellReader.entry(id: id, person: person, on: connection) != nil else { return false }
+                    try inline.append([try NewEvent(NotificationDeleted(personId: person, notificationId: id), metadata: metadata)], on: connection)
+                    return true
                 }
                 guard found else { throw notFound(id) }
                 return Documents.noContent

@@ -40,7 +40,7 @@ public enum DeviceRoutes {
                 let stored = fields
                 // Two registrations of one new token at once: the second finds the first's row.
                 let (row, created) = try Self.retryingUniqueViolations {
-                    try await client.transaction { connection -> (Device, Bool) in
+                    try client.transactionBlocking { connection -> (Device, Bool) in
                         let owner = try connection.query("SELECT id, person_id FROM devices WHERE push_token = $1 FOR UPDATE", token).first
                         if let owner, try owner.decode(String.self, "person_id") == person {
                             let id = try owner.decode(UUID.self, "id")
@@ -60,12 +60,10 @@ public enum DeviceRoutes {
             Route("GET", "/v1/me/devices", access: .signedIn(scope: scope)) { context in
                 let (number, size) = try context.numberedPage()
                 let person = context.person
-                let rows = try Blocking.run {
-                    try await client.query(
-                        "SELECT * FROM devices WHERE person_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3",
-                        binds: [PostgresBind(person), PostgresBind(Int64(size + 1)), PostgresBind(Int64((number - 1) * size))]
-                    ) { try Device(row: $0) }
-                }
+                let rows = try client.queryBlocking(
+                    "SELECT * FROM devices WHERE person_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3",
+                    binds: [PostgresBind(person), PostgresBind(Int64(size + 1)), PostgresBind(Int64((number - 1) * size))]
+                ) { try Device(row: $0) }
                 var links: [String: JSONValue] = [
                     "self": Documents.link("/v1/me/devices", [("page[number]", String(number)), ("page[size]", String(size))])
                 ]
@@ -77,7 +75,7 @@ public enum DeviceRoutes {
             Route("GET", "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
                 let id = try Self.id(context)
                 let person = context.person
-                guard let device = try Blocking.run({ try await Self.find(id: id, person: person, client: client) }) else { throw Self.notFound() }
+                guard let device = try Self.find(id: id, person: person, client: client) else { throw Self.notFound() }
                 return Documents.response(["data": device.resource])
             },
             Route("PATCH", "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
@@ -93,24 +91,20 @@ public enum DeviceRoutes {
                 }
                 var fields = try Self.fields(attributes)
                 let person = context.person
-                let current = try Blocking.run { try await Self.find(id: id, person: person, client: client) }
+                let current = try Self.find(id: id, person: person, client: client)
                 guard let current else { throw Self.notFound() }
                 if fields.platform == nil { fields.platform = current.platform }
                 try Self.check(&fields)
                 let changes = fields
-                let updated = try Blocking.run {
-                    try await client.withConnection { connection in try Self.update(id: id, person: person, with: changes, on: connection) }
-                }
+                let updated = try client.withConnectionBlocking { connection in try Self.update(id: id, person: person, with: changes, on: connection) }
                 guard let updated else { throw Self.notFound() }
                 return Documents.response(["data": updated.resource])
             },
             Route("DELETE", "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
                 let id = try Self.id(context)
                 let person = context.person
-                let deleted = try Blocking.run {
-                    try await client.withConnection { connection in
-                        try connection.query("DELETE FROM devices WHERE id = $1 AND person_id = $2", id, person).affectedRows ?? 0
-                    }
+                let deleted = try client.withConnectionBlocking { connection in
+                    try connection.query("DELETE FROM devices WHERE id = $1 AND person_id = $2", id, person).affectedRows ?? 0
                 }
                 guard deleted > 0 else { throw Self.notFound() }
                 return Documents.noContent
@@ -118,11 +112,11 @@ public enum DeviceRoutes {
         ]
     }
 
-    static func retryingUniqueViolations<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    static func retryingUniqueViolations<T>(_ body: () throws -> T) throws -> T {
         var attempt = 1
         while true {
             do {
-                return try Blocking.run(body)
+                return try body()
             } catch let error as PostgresError where error.isUniqueViolation && attempt < 3 {
                 attempt += 1
             }
@@ -161,8 +155,8 @@ public enum DeviceRoutes {
 
     static func notFound() -> APIError { APIError(status: 404, code: "not_found", detail: "You have no such device.") }
 
-    static func find(id: UUID, person: String, client: PostgresClient) async throws -> Device? {
-        try await client.query("SELECT * FROM devices WHERE id = $1 AND person_id = $2", binds: [PostgresBind(id), PostgresBind(person)]) {
+    static func find(id: UUID, person: String, client: PostgresClient) throws -> Device? {
+        try client.queryBlocking("SELECT * FROM devices WHERE id = $1 AND person_id = $2", binds: [PostgresBind(id), PostgresBind(person)]) {
             try Device(row: $0)
         }.first
     }

@@ -12,4 +12,19 @@ public enum InboxRoutes {
             + PreferenceRoutes.routes(client: client) + SavedSearchRoutes.routes(client: client) + InternalEventRoutes.routes(store: store)
         return served + [OpenAPI.route(describing: served)]
     }
+
+    /// The longest one statement of a request may run; past it the request is a 503.
+    public static let statementTimeout: Duration = .seconds(5)
+    /// Distinct statements each request connection keeps prepared: the routes run a few dozen.
+    public static let preparedStatements = 128
+
+    /// The pool for the routes' requests, apart from the projectors': statements stop after
+    /// `statementTimeout`, and each session prepares the statements it runs, so PostgreSQL parses
+    /// and plans a bell page once per connection rather than on every request.
+    public static func requestPool(connection: PostgresConfiguration, size: Int) throws -> PostgresClient {
+        try PostgresClient(
+            configuration: .init(
+                connection: connection.withStatementTimeout(statementTimeout).withPreparedStatements(preparedStatements),
+                maximumConnections: size, applicationName: "inbox-api"))
+    }
 }

@@ -81,9 +81,7 @@ public enum MetricsRoutes {
     public static func routes(metrics: RequestMetrics, client: PostgresClient) -> [Route] {
         [
             Route("GET", "/metrics") { _ in
-                let database = try Blocking.run {
-                    try await client.withConnection { connection in try Self.databaseMetrics(on: connection) }
-                }
+                let database = try client.withConnectionBlocking { connection in try Self.databaseMetrics(on: connection) }
                 return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database)
             }
         ]

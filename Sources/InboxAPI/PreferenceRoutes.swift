@@ -15,7 +15,7 @@ public enum PreferenceRoutes {
         [
             Route("GET", path, access: .signedIn(scope: "account:read")) { context in
                 let person = context.person
-                let stored = try Blocking.run { try await Self.stored(person: person, client: client) }
+                let stored = try Self.stored(person: person, client: client)
                 return Self.response(person: person, stored: stored, context: context)
             },
             Route("PATCH", path, access: .signedIn(scope: "account:write")) { context in
@@ -62,11 +62,9 @@ public enum PreferenceRoutes {
                 }
                 let metadata = context.eventMetadata
                 let appended = changes
-                var stored = try Blocking.run {
-                    try await client.withConnection { connection in
-                        if !appended.isEmpty { try inline.append(try appended.map { try NewEvent($0, metadata: metadata) }, on: connection) }
-                        return try Self.stored(person: person, on: connection)
-                    }
+                var stored = try client.withConnectionBlocking { connection in
+                    if !appended.isEmpty { try inline.append(try appended.map { try NewEvent($0, metadata: metadata) }, on: connection) }
+                    return try Self.stored(person: person, on: connection)
                 }
                 // What this request set is what it answers, also when the projection takes it a moment later.
                 for change in changes { stored[Key(category: change.category, channel: change.channel)] = change.enabled }
@@ -80,8 +78,8 @@ public enum PreferenceRoutes {
         let channel: NotificationChannel
     }
 
-    static func stored(person: String, client: PostgresClient) async throws -> [Key: Bool] {
-        try await client.withConnection { connection in try stored(person: person, on: connection) }
+    static func stored(person: String, client: PostgresClient) throws -> [Key: Bool] {
+        try client.withConnectionBlocking { connection in try stored(person: person, on: connection) }
     }
 
     static func stored(person: String, on connection: PostgresConnection) throws -> [Key: Bool] {

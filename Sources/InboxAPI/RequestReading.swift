@@ -76,7 +76,7 @@ extension RequestContext {
     ) throws -> [AppendedEvent] {
         let metadata = eventMetadata
         let new = try events.map { try NewEvent(catalogueEvent: $0, metadata: metadata) }
-        return try Blocking.run { try await client.withConnection { connection in try inline.append(new, on: connection) } }
+        return try client.withConnectionBlocking { connection in try inline.append(new, on: connection) }
     }
 
     /// Metadata for events this request appends: its origin, the person, and the request id.

@@ -19,14 +19,12 @@ public enum SavedSearchRoutes {
             Route("GET", path, access: .signedIn(scope: "account:read")) { context in
                 let (number, size) = try context.numberedPage()
                 let person = context.person
-                let rows = try Blocking.run {
-                    try await client.query(
-                        """
-                        SELECT * FROM saved_searches WHERE person_id = $1 AND NOT deleted
-                        ORDER BY created_at, saved_search_id LIMIT $2 OFFSET $3
-                        """, binds: [PostgresBind(person), PostgresBind(Int64(size + 1)), PostgresBind(Int64((number - 1) * size))]
-                    ) { try SavedSearch(row: $0) }
-                }
+                let rows = try client.queryBlocking(
+                    """
+                    SELECT * FROM saved_searches WHERE person_id = $1 AND NOT deleted
+                    ORDER BY created_at, saved_search_id LIMIT $2 OFFSET $3
+                    """, binds: [PostgresBind(person), PostgresBind(Int64(size + 1)), PostgresBind(Int64((number - 1) * size))]
+                ) { try SavedSearch(row: $0) }
                 var links: [String: JSONValue] = ["self": Documents.link(path, [("page[number]", String(number)), ("page[size]", String(size))])]
                 if rows.count > size { links["next"] = Documents.link(path, [("page[number]", String(number + 1)), ("page[size]", String(size))]) }
                 return Documents.response(["data": .array(rows.prefix(size).map(\.resource)), "links": .object(links)])
@@ -49,7 +47,7 @@ public enum SavedSearchRoutes {
             Route("GET", path + "/{id}", access: .signedIn(scope: "account:read")) { context in
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
-                guard let search = try Blocking.run({ try await Self.find(id: id, person: person, client: client) }) else { throw Self.notFound() }
+                guard let search = try Self.find(id: id, person: person, client: client) else { throw Self.notFound() }
                 return Documents.response(["data": search.resource])
             },
             Route("PATCH", path + "/{id}", access: .signedIn(scope: "account:write")) { context in
@@ -64,18 +62,16 @@ public enum SavedSearchRoutes {
                     push: try attributes.bool("push"))
                 let person = context.person
                 let metadata = context.eventMetadata
-                let updated = try Blocking.run {
-                    try await client.withConnection { connection -> SavedSearch? in
-                        guard var search = try Self.find(id: id, person: person, on: connection) else { return nil }
-                        let recorded = try inline.append([try NewEvent(change, metadata: metadata)], on: connection)[0].event.recordedAt
-                        // What this request set, also when the projection takes it a moment later.
-                        if let name = change.name { search.name = name }
-                        if let query = change.query { search.query = query }
-                        if let interval = change.interval { search.interval = interval.rawValue }
-                        if let push = change.push { search.push = push }
-                        search.updatedAt = recorded
-                        return search
-                    }
+                let updated = try client.withConnectionBlocking { connection -> SavedSearch? in
+                    guard var search = try Self.find(id: id, person: person, on: connection) else { return nil }
+                    let recorded = try inline.append([try NewEvent(change, metadata: metadata)], on: connection)[0].event.recordedAt
+                    // What this request set, also when the projection takes it a moment later.
+                    if let name = change.name { search.name = name }
+                    if let query = change.query { search.query = query }
+                    if let interval = change.interval { search.interval = interval.rawValue }
+                    if let push = change.push { search.push = push }
+                    search.updatedAt = recorded
+                    return search
                 }
                 guard let updated else { throw Self.notFound() }
                 return Documents.response(["data": updated.resource])
@@ -84,12 +80,10 @@ public enum SavedSearchRoutes {
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 let metadata = context.eventMetadata
-                let found = try Blocking.run {
-                    try await client.withConnection { connection -> Bool in
-                        guard try Self.find(id: id, person: person, on: connection) != nil else { return false }
-                        try inline.append([try NewEvent(SavedSearchDeleted(savedSearchId: id, personId: person), metadata: metadata)], on: connection)
-                        return true
-                    }
+                let found = try client.withConnectionBlocking { connection -> Bool in
+                    guard try Self.find(id: id, person: person, on: connection) != nil else { return false }
+                    try inline.append([try NewEvent(SavedSearchDeleted(savedSearchId: id, personId: person), metadata: metadata)], on: connection)
+                    return true
                 }
                 guard found else { throw Self.notFound() }
                 return Documents.noContent
@@ -116,8 +110,8 @@ public enum SavedSearchRoutes {
 
     static func notFound() -> APIError { APIError(status: 404, code: "not_found", detail: "You have no such saved search.") }
 
-    static func find(id: String, person: String, client: PostgresClient) async throws -> SavedSearch? {
-        try await client.withConnection { connection in try find(id: id, person: person, on: connection) }
+    static func find(id: String, person: String, client: PostgresClient) throws -> SavedSearch? {
+        try client.withConnectionBlocking { connection in try find(id: id, person: person, on: connection) }
     }
 
     static func find(id: String, person: String, on connection: PostgresConnection) throws -> SavedSearch? {

@@ -7,15 +7,9 @@ import Projections
 
 /// `inbox serve`: the JSON:API over HTTP until SIGTERM or SIGINT, then a graceful stop.
 enum ServeCommand {
-    /// The longest one statement of a request may run; past it the request is a 503.
-    static let statementTimeout: Duration = .seconds(5)
-
     static func serve(database: Database, configuration: InboxConfiguration, log: Log) async throws {
         // Requests get a pool of their own whose statements cannot run for ever.
-        let requestClient = try PostgresClient(
-            configuration: .init(
-                connection: database.client.configuration.connection.withStatementTimeout(statementTimeout),
-                maximumConnections: configuration.poolSize, applicationName: "inbox-api"))
+        let requestClient = try InboxRoutes.requestPool(connection: database.client.configuration.connection, size: configuration.poolSize)
         defer { requestClient.close() }
         let database = Database(client: requestClient, store: EventStore(client: requestClient, validator: database.store.validator), migrator: database.migrator, description: database.description)
         let gate = AppVersionGate(client: database.client)

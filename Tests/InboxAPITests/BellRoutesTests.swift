@@ -24,7 +24,7 @@ import Testing
         try await db.withProjectors { try await db.waitUntilProjected() }
 
         let api = APIServer(
-            routes: BellRoutes.routes(client: db.client), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
+            routes: BellRoutes.routes(client: try db.requestPool()), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
             verifier: AccessTokenTests.verifier)
         let server = try HTTPServer(configuration: .init(port: 0, threads: 4), handler: { api.handle($0) })
         defer { server.shutdown() }

@@ -9,7 +9,7 @@ import Testing
     static func withDevicesAPI(_ body: (APITestServer, [String: String], [String: String]) async throws -> Void) async throws {
         try await withTestDatabase { db in
             let api = APIServer(
-                routes: DeviceRoutes.routes(client: db.client), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
+                routes: DeviceRoutes.routes(client: try db.requestPool()), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
                 verifier: AccessTokenTests.verifier)
             let server = try HTTPServer(configuration: .init(port: 0, threads: 4), handler: { api.handle($0) })
             defer { server.shutdown() }

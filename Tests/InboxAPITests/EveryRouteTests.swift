@@ -14,7 +14,7 @@ import Testing
         try await withTestDatabase { db in
             try await InboxProjections.prepareLiveTables(client: db.client)
             let store = EventStore(client: db.client, validator: EventValidator(registry: InboxCatalogue.registry))
-            let routes = InboxRoutes.all(client: db.client, store: store, migrator: try Migrator(directory: TestDatabase.migrationsDirectory))
+            let routes = InboxRoutes.all(client: try db.requestPool(), store: store, migrator: try Migrator(directory: TestDatabase.migrationsDirectory))
             let api = APIServer(
                 routes: routes, gate: AppVersionGate(client: db.client, refreshInterval: .zero), verifier: AccessTokenTests.verifier,
                 services: ServiceCredentials(secrets: ["orders": "orders-secret-0123456789"]))

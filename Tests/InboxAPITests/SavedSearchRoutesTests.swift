@@ -13,7 +13,7 @@ import Testing
         defer { db.client.close() }
         try await db.withProjectors { try await db.waitUntilProjected() }
         let api = APIServer(
-            routes: SavedSearchRoutes.routes(client: db.client), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
+            routes: SavedSearchRoutes.routes(client: try db.requestPool()), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
             verifier: AccessTokenTests.verifier)
         let server = try HTTPServer(configuration: .init(port: 0, threads: 2), handler: { api.handle($0) })
         defer { server.shutdown() }

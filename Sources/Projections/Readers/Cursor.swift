@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// A place in a list that is walked newest first: the sort key of the last row handed out and its
@@ -19,16 +20,13 @@ public struct KeysetCursor: Sendable, Hashable {
 
     /// The opaque text handed to clients.
     public var token: String {
-        Data("v1|\(key)|\(id)".utf8).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        Base64URL.encode("v1|\(key)|\(id)".utf8)
     }
 
     public init(token: String) throws {
-        var base64 = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        guard token.utf8.count <= 512, !token.contains("+"), !token.contains("/") else { throw Malformed() }
-        while base64.utf8.count % 4 != 0 { base64 += "=" }
-        guard let data = Data(base64Encoded: base64), let text = String(data: data, encoding: .utf8) else { throw Malformed() }
+        guard token.utf8.count <= 512, let bytes = Base64URL.decode(token), let text = String(validating: bytes, as: UTF8.self) else {
+            throw Malformed()
+        }
         let parts = text.split(separator: "|", maxSplits: 2, omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0] == "v1", let key = Int64(parts[1]), !parts[2].isEmpty else { throw Malformed() }
         self.init(key: key, id: String(parts[2]))
