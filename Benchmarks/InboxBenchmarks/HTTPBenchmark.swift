@@ -56,18 +56,35 @@ struct HTTPBenchmark: Benchmark {
         // The API's own pool, as `inbox serve` makes it.
         let requestClient = try InboxRoutes.requestPool(connection: client.configuration.connection, size: 8)
         defer { requestClient.close() }
-        let routes = InboxRoutes.all(client: requestClient, store: EventStore(client: requestClient, validator: database.store.validator), migrator: try Migrator(directory: Migrator.locateDirectory(explicit: nil)))
-        let api = APIServer(routes: routes, gate: AppVersionGate(client: requestClient), verifier: verifier, rateLimiter: RateLimiter())
+        let store = EventStore(client: requestClient, validator: database.store.validator)
+        let migrator = try Migrator(directory: Migrator.locateDirectory(explicit: nil))
+        // As `inbox serve` runs by default: bell pages kept in memory, told of changes by NOTIFY.
+        let bellCache = BellCache()
+        let bellListener = try BellCacheListener(cache: bellCache, configuration: client.configuration.connection)
+        defer { bellListener.stop() }
+        let api = APIServer(
+            routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator, bellCache: bellCache), gate: AppVersionGate(client: requestClient),
+            verifier: verifier, rateLimiter: RateLimiter())
         let server = try HTTPServer(configuration: .init(port: 0, threads: 16), handler: { api.handle($0) })
         defer { server.shutdown() }
+        // The same without the cache (INBOX_BELL_CACHE_MB=0), on a port of its own.
+        let uncachedAPI = APIServer(
+            routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator), gate: AppVersionGate(client: requestClient),
+            verifier: verifier, rateLimiter: RateLimiter())
+        let uncachedServer = try HTTPServer(configuration: .init(port: 0, threads: 16), handler: { uncachedAPI.handle($0) })
+        defer { uncachedServer.shutdown() }
+        while !bellCache.isListening { try await Task.sleep(for: .milliseconds(20)) }
         let tokens = try (0..<people).map { try signer.mint(subject: "p\($0)", scopes: ["account:read", "account:write"], lifetime: 86_400) }
         let script = FileManager.default.temporaryDirectory.appendingPathComponent("inbox-wrk-\(UUID().uuidString).lua").path
         try Self.luaScript(tokens: tokens).write(toFile: script, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: script) }
         let base = "http://127.0.0.1:\(server.port)"
+        let uncachedBase = "http://127.0.0.1:\(uncachedServer.port)"
 
         let latencies = LatencyNotes()
-        func wrkCase(id: String, title: String, path: String, description: String, kind: ConfigurationResult.Kind) -> BenchmarkCase {
+        func wrkCase(
+            id: String, title: String, path: String, description: String, kind: ConfigurationResult.Kind, base: String = base
+        ) -> BenchmarkCase {
             BenchmarkCase(
                 id: id, title: title, description: description, kind: kind, batchSize: 1, appenders: Self.connections, eventsPerRound: 0,
                 run: { round in
@@ -80,8 +97,12 @@ struct HTTPBenchmark: Benchmark {
         let cases = [
             wrkCase(
                 id: "bell-page", title: "GET /v1/me/notifications", path: "/v1/me/notifications",
-                description: "The first bell page (25 entries, meta.unread) of a person picked in turn from \(people), each with \(Self.entriesPerPerson) entries; ES256 token verified on every request. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                description: "The first bell page (25 entries, meta.unread) of a person picked in turn from \(people), each with \(Self.entriesPerPerson) entries; ES256 token verified (and remembered); the bell cache on, as inbox serve runs by default. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
                 kind: .client),
+            wrkCase(
+                id: "bell-page-uncached", title: "GET /v1/me/notifications, no cache", path: "/v1/me/notifications",
+                description: "The same bell pages from a server without the bell cache (INBOX_BELL_CACHE_MB=0): every page read from PostgreSQL. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                kind: .client, base: uncachedBase),
             wrkCase(
                 id: "devices-list", title: "GET /v1/me/devices", path: "/v1/me/devices",
                 description: "The device list (\(Self.devicesPerPerson) devices) of a person picked in turn; token verified. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
@@ -95,6 +116,8 @@ struct HTTPBenchmark: Benchmark {
         var notes = latencies.notes
         notes["people"] = "\(people)"
         notes["httpThreads"] = "16"
+        let cache = bellCache.statistics
+        notes["bellCache"] = "\(cache.hits) pages from memory, \(cache.misses) from PostgreSQL, \(cache.bytes) bytes kept at the end"
         notes["loadGenerator"] = "wrk 4.1 on the same machine, 2 threads, \(Self.connections) connections, \(Self.seconds) s per round"
         return BenchmarkResult(benchmark: "http", configurations: configurations, notes: notes)
     }

@@ -17,7 +17,7 @@ struct Options: Sendable, Equatable {
         usage: inbox-bench [benchmark] [--rounds N] [--scale X] [--json PATH] [--help]
 
         benchmarks:
-        \(BenchmarkName.allCases.map { "  \($0.rawValue.padding(toLength: 10, withPad: " ", startingAt: 0))\($0.summary)" }.joined(separator: "\n"))
+        \(BenchmarkName.allCases.map { "  \($0.rawValue.padding(toLength: 12, withPad: " ", startingAt: 0))\($0.summary)" }.joined(separator: "\n"))
           (the first positional argument; `append` when none is given)
 
         options:

@@ -130,7 +130,26 @@ public final class APIServer: Sendable {
         {
             return header
         }
-        return UUID().uuidString.lowercased()
+        return newRequestId()
+    }
+
+    /// A random (version 4) UUID in lower case, from the system's generator (`getrandom`):
+    /// Foundation's `UUID()` opens /dev/urandom on every call here.
+    static func newRequestId() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let high = (generator.next() as UInt64) & 0xFFFF_FFFF_FFFF_0FFF | 0x0000_0000_0000_4000
+        let low = (generator.next() as UInt64) & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(36)
+        for (index, half) in [high, low].enumerated() {
+            for nibble in 0..<16 {
+                let position = index * 16 + nibble
+                if position == 8 || position == 12 || position == 16 || position == 20 { text.append(UInt8(ascii: "-")) }
+                text.append(digits[Int(half >> UInt64(60 - nibble * 4) & 0xF)])
+            }
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// JSON:API 1.0 content negotiation: a body must be `application/vnd.api+json` without

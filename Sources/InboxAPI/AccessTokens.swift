@@ -150,13 +150,16 @@ public struct TokenVerifier: Sendable {
 /// Tokens whose signature verified, by their `Authorization` header's exact text; at most 50,000,
 /// forgotten all at once when full (a cache miss costs one signature check).
 final class VerifiedTokens: Sendable {
-    private let tokens = Mutex<[String: AccessToken]>([:])
+    /// At most this many tokens are remembered (a stripe that fills up starts over).
+    static let capacity = 65_536
+    private let tokens = Striped<[String: AccessToken]>(count: 32) { [:] }
 
-    func token(for authorization: String) -> AccessToken? { tokens.withLock { $0[authorization] } }
+    func token(for authorization: String) -> AccessToken? { tokens.withLock(for: authorization) { $0[authorization] } }
 
     func remember(_ token: AccessToken, for authorization: String) {
-        tokens.withLock { tokens in
-            if tokens.count >= 50_000 { tokens.removeAll(keepingCapacity: true) }
+        let perStripe = Self.capacity / tokens.count
+        tokens.withLock(for: authorization) { tokens in
+            if tokens.count >= perStripe { tokens.removeAll(keepingCapacity: true) }
             tokens[authorization] = token
         }
     }

@@ -18,7 +18,9 @@ public final class AppVersionGate: Sendable {
 
     private let client: PostgresClient
     private let refreshInterval: Duration
-    private let cache = Mutex(Cache())
+    private let cache = ReadMostly(Cache())
+    /// Whether a request is re-reading the table: the others go on with the copy meanwhile.
+    private let refreshing = Atomic<Bool>(false)
 
     public init(client: PostgresClient, refreshInterval: Duration = .seconds(5)) {
         self.client = client
@@ -39,29 +41,29 @@ public final class AppVersionGate: Sendable {
             ])
     }
 
+    /// The minimums: the copy while it is fresh; a stale one is re-read by one request while the
+    /// others go on with the copy; the first requests wait for the first read.
     func minimums() -> [AppIdentity.Platform: Minimum] {
         let now = ContinuousClock.now
-        let (current, stale) = cache.withLock { cache in
-            (cache.minimums, cache.loadedAt.map { now - $0 >= refreshInterval } ?? true)
+        let current = cache.read()
+        if let loadedAt = current.loadedAt {
+            guard now - loadedAt >= refreshInterval,
+                refreshing.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
+            else { return current.minimums }
         }
-        guard stale else { return current }
-        let client = self.client
+        defer { if current.loadedAt != nil { refreshing.store(false, ordering: .releasing) } }
+        // When the database cannot be read, the last copy stands.
         guard
-            let rows = try? Blocking.run({
-                try await client.query("SELECT platform, minimum_version, store_url FROM app_minimum_versions") { row in
-                    (try row.decode(String.self, "platform"), try row.decode(String.self, "minimum_version"), try row.decode(String.self, "store_url"))
-                }
+            let rows = try? client.queryBlocking("SELECT platform, minimum_version, store_url FROM app_minimum_versions", { row in
+                (try row.decode(String.self, "platform"), try row.decode(String.self, "minimum_version"), try row.decode(String.self, "store_url"))
             })
-        else { return current }
+        else { return current.minimums }
         var loaded: [AppIdentity.Platform: Minimum] = [:]
         for (platform, version, url) in rows {
             guard let platform = AppIdentity.Platform(rawValue: platform), let version = AppVersion(version) else { continue }
             loaded[platform] = Minimum(version: version, storeURL: url)
         }
-        cache.withLock { cache in
-            cache.minimums = loaded
-            cache.loadedAt = now
-        }
+        cache.write(Cache(minimums: loaded, loadedAt: now))
         return loaded
     }
 }

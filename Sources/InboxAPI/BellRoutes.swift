@@ -6,15 +6,20 @@ import PostgresClient
 import Projections
 
 /// The bell (devices-and-push page): list in cursor pages, mark one or all read, clear one or all.
-/// Every change is an event in the log, projected inline so the next read shows it.
+/// Every change is an event in the log, projected inline so the next read shows it. With a `cache`,
+/// pages are answered from memory while they are current (see `BellCache`).
 public enum BellRoutes {
-    public static func routes(client: PostgresClient, inline: InlineProjections = InlineProjections()) -> [Route] {
+    public static func routes(client: PostgresClient, inline: InlineProjections = InlineProjections(), cache: BellCache? = nil) -> [Route] {
         [
             Route("GET", "/v1/me/notifications", access: .signedIn(scope: "account:read")) { context in
                 let limit = try context.pageLimit()
                 let cursor = try context.pageCursor()
                 let unread = try context.booleanQuery("filter[unread]")
                 let person = context.person
+                let language = Language.negotiate(context.request.header("Accept-Language"))
+                let key = BellCache.Key(person: person, unread: unread, cursor: cursor?.token, limit: limit, language: language.rawValue)
+                if let body = cache?.page(key) { return Self.listResponse(body, language: language) }
+                let ticket = cache?.ticket()
                 let (page, unreadCount) = try client.withConnectionBlocking { connection in
                     try BellReader.pageAndUnreadCount(person: person, unread: unread, after: cursor, limit: limit, on: connection)
                 }
@@ -25,10 +30,9 @@ public enum BellRoutes {
                 if let next = page.next {
                     links.append(("next", Documents.link("/v1/me/notifications", [("filter[unread]", filter), ("page[limit]", String(limit)), ("page[cursor]", next.token)])))
                 }
-                let language = Language.negotiate(context.request.header("Accept-Language"))
-                var response = Self.listDocument(page.rows, unread: unreadCount, links: links, language: language)
-                response.headers.append(("Content-Language", language.rawValue))
-                return response
+                let body = Self.listDocument(page.rows, unread: unreadCount, links: links, language: language)
+                cache?.keep(body, for: key, ticket: ticket)
+                return Self.listResponse(body, language: language)
             },
             Route("PATCH", "/v1/me/notifications/{id}", access: .signedIn(scope: "account:write")) { context in
                 let id = context.parameters["id"] ?? ""
@@ -44,6 +48,7 @@ public enum BellRoutes {
                 }
                 let person = context.person
                 let metadata = context.eventMetadata
+                defer { cache?.changed(people: [person]) }
                 let entry = try client.withConnectionBlocking { connection -> BellEntry? in
                     guard try BellReader.entry(id: id, person: person, on: connection) != nil else { return nil }
                     try inline.append([try NewEvent(NotificationRead(personId: person, notificationId: id), metadata: metadata)], on: connection)
@@ -53,6 +58,7 @@ public enum BellRoutes {
                 return Documents.response(["data": resource(entry, language: Language.negotiate(context.request.header("Accept-Language")))])
             },
             Route("POST", "/v1/me/notifications/read", access: .signedIn(scope: "account:write")) { context in
+                defer { cache?.changed(people: [context.person]) }
                 try context.appendInline([AllNotificationsRead(personId: context.person)], client: client, inline: inline)
                 return Documents.noContent
             },
@@ -60,6 +66,7 @@ public enum BellRoutes {
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 let metadata = context.eventMetadata
+                defer { cache?.changed(people: [person]) }
                 let found = try client.withConnectionBlocking { connection -> Bool in
                     guard try BellReader.entry(id: id, person: person, on: connection) != nil else { return false }
                     try inline.append([try NewEvent(NotificationDeleted(personId: person, notificationId: id), metadata: metadata)], on: connection)
@@ -69,6 +76,7 @@ public enum BellRoutes {
                 return Documents.noContent
             },
             Route("DELETE", "/v1/me/notifications", access: .signedIn(scope: "account:write")) { context in
+                defer { cache?.changed(people: [context.person]) }
                 try context.appendInline([AllNotificationsDeleted(personId: context.person)], client: client, inline: inline)
                 return Documents.noContent
             },
@@ -77,7 +85,11 @@ public enum BellRoutes {
 
     /// The list document, written directly: a page is the API's busiest answer, and each entry's
     /// `ids` goes out as the JSON the table holds, without being decoded and encoded again.
-    static func listDocument(_ entries: [BellEntry], unread: Int, links: [(String, JSONValue)], language: Language) -> HTTPResponse {
+    static func listResponse(_ body: [UInt8], language: Language) -> HTTPResponse {
+        HTTPResponse(status: 200, headers: [("Content-Type", JSONAPI.mediaType), ("Content-Language", language.rawValue)], body: body)
+    }
+
+    static func listDocument(_ entries: [BellEntry], unread: Int, links: [(String, JSONValue)], language: Language) -> [UInt8] {
         var text = JSONText(capacity: 512 + entries.count * 320)
         text.raw(#"{"data":["#)
         for (index, entry) in entries.enumerated() {
@@ -108,7 +120,7 @@ public enum BellRoutes {
         text.raw(#"},"meta":{"unread":"#)
         text.raw(String(unread))
         text.raw("}}")
-        return HTTPResponse(status: 200, headers: [("Content-Type", JSONAPI.mediaType)], body: text.bytes)
+        return text.bytes
     }
 
     static func resource(_ entry: BellEntry, language: Language) -> JSONValue {

@@ -28,12 +28,13 @@ public final class RequestMetrics: Sendable {
         var latency: [String: Latency] = [:]
     }
 
-    private let state = Mutex(State())
+    /// Every request adds to its thread's stripe; `text` adds the stripes up.
+    private let state = Striped<State>(count: 16) { State() }
 
     public init() {}
 
     public func record(method: String, route: String, status: Int, seconds: Double) {
-        state.withLock { state in
+        state.withThreadLock { state in
             state.requests[Key(method: method, route: route, status: status), default: 0] += 1
             var latency = state.latency[route] ?? Latency()
             for (index, bound) in Self.buckets.enumerated() where seconds <= bound { latency.counts[index] += 1 }
@@ -45,7 +46,13 @@ public final class RequestMetrics: Sendable {
 
     /// The request metrics in the Prometheus text format (0.0.4).
     public func text() -> String {
-        let snapshot = state.withLock { $0 }
+        var snapshot = State()
+        state.forEach { stripe in
+            snapshot.requests.merge(stripe.requests, uniquingKeysWith: +)
+            snapshot.latency.merge(stripe.latency) { total, more in
+                Latency(counts: zip(total.counts, more.counts).map(+), sum: total.sum + more.sum, count: total.count + more.count)
+            }
+        }
         var lines = [
             "# HELP inbox_http_requests_total HTTP requests answered, by route, method and status.",
             "# TYPE inbox_http_requests_total counter",
@@ -76,15 +83,29 @@ public final class RequestMetrics: Sendable {
 
 /// `GET /metrics`: the request metrics, and from the database the log's head, each projection's
 /// position, how far behind it is (by position, and the age of the oldest event it has not
-/// applied) and its parked events.
+/// applied) and its parked events; and the bell cache's hits, misses, size and whether it listens.
 public enum MetricsRoutes {
-    public static func routes(metrics: RequestMetrics, client: PostgresClient) -> [Route] {
+    public static func routes(metrics: RequestMetrics, client: PostgresClient, bellCache: BellCache? = nil) -> [Route] {
         [
             Route("GET", "/metrics") { _ in
                 let database = try client.withConnectionBlocking { connection in try Self.databaseMetrics(on: connection) }
-                return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database)
+                let cache = bellCache.map(Self.cacheMetrics) ?? ""
+                return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database + cache)
             }
         ]
+    }
+
+    static func cacheMetrics(_ cache: BellCache) -> String {
+        let (hits, misses, bytes) = cache.statistics
+        return [
+            "# HELP inbox_bell_cache_hits_total Bell pages answered from memory.", "# TYPE inbox_bell_cache_hits_total counter",
+            "inbox_bell_cache_hits_total \(hits)",
+            "# HELP inbox_bell_cache_misses_total Bell pages read from the database.", "# TYPE inbox_bell_cache_misses_total counter",
+            "inbox_bell_cache_misses_total \(misses)",
+            "# HELP inbox_bell_cache_bytes Bytes of bell pages kept.", "# TYPE inbox_bell_cache_bytes gauge", "inbox_bell_cache_bytes \(bytes)",
+            "# HELP inbox_bell_cache_listening 1 while the cache hears of every bell change (it answers nothing otherwise).",
+            "# TYPE inbox_bell_cache_listening gauge", "inbox_bell_cache_listening \(cache.isListening ? 1 : 0)",
+        ].joined(separator: "\n") + "\n"
     }
 
     static func databaseMetrics(on connection: PostgresConnection) throws -> String {

@@ -30,7 +30,8 @@ public final class RateLimiter: Sendable {
     }
 
     public let limits: Limits
-    private let state = Mutex(State())
+    /// Buckets by key, in stripes so that requests of different people do not wait for each other.
+    private let state = Striped<State>(count: 32) { State() }
 
     public init(limits: Limits = Limits()) {
         self.limits = limits
@@ -41,9 +42,9 @@ public final class RateLimiter: Sendable {
         let (rate, burst) = token.isGuest ? (limits.guestPerSecond, limits.guestBurst) : (limits.personPerSecond, limits.personBurst)
         // A guest token belongs to nobody: its own id is its key.
         let key = token.isGuest ? "guest:\(token.id)" : "person:\(token.subject)"
-        let wait = state.withLock { state -> Double? in
+        let wait = state.withLock(for: key) { state -> Double? in
             state.takes += 1
-            if state.takes % 10_000 == 0 {
+            if state.takes % 1_000 == 0 {
                 // Forget buckets that have been full for a while, so the table stays small.
                 state.buckets = state.buckets.filter { now - $0.value.updated < .seconds(600) }
             }

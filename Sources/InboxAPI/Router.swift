@@ -31,6 +31,13 @@ public struct Route: Sendable {
     public let pattern: String
     public let access: Access
     public let handler: @Sendable (RequestContext) throws -> HTTPResponse
+    /// The pattern's segments, split once: a literal, or `{name}` taking any non-empty segment.
+    let segments: [Segment]
+
+    enum Segment: Sendable {
+        case literal(Substring)
+        case parameter(String)
+    }
 
     public init(
         _ method: String, _ pattern: String, access: Access = .open, handler: @escaping @Sendable (RequestContext) throws -> HTTPResponse
@@ -39,9 +46,10 @@ public struct Route: Sendable {
         self.pattern = pattern
         self.access = access
         self.handler = handler
+        segments = pattern.split(separator: "/", omittingEmptySubsequences: false).map { segment in
+            segment.hasPrefix("{") && segment.hasSuffix("}") ? .parameter(String(segment.dropFirst().dropLast())) : .literal(segment)
+        }
     }
-
-    var segments: [Substring] { pattern.split(separator: "/", omittingEmptySubsequences: false) }
 
     /// Whether the route is part of the app's API (`/v1/...`): those are gated by app version.
     public var isAppAPI: Bool { pattern.hasPrefix("/v1/") }
@@ -75,15 +83,16 @@ public struct Router: Sendable {
         return .methodNotAllowed(allowed: Array(Set(allowed)).sorted())
     }
 
-    private static func parameters(of pattern: [Substring], in path: [Substring]) -> [String: String]? {
+    private static func parameters(of pattern: [Route.Segment], in path: [Substring]) -> [String: String]? {
         guard pattern.count == path.count else { return nil }
         var parameters: [String: String] = [:]
         for (expected, actual) in zip(pattern, path) {
-            if expected.hasPrefix("{") && expected.hasSuffix("}") {
+            switch expected {
+            case .parameter(let name):
                 guard !actual.isEmpty else { return nil }
-                parameters[String(expected.dropFirst().dropLast())] = String(actual)
-            } else if expected != actual {
-                return nil
+                parameters[name] = String(actual)
+            case .literal(let literal):
+                guard literal == actual else { return nil }
             }
         }
         return parameters

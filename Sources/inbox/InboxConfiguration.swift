@@ -26,6 +26,8 @@ struct InboxConfiguration: Sendable {
     var httpThreads: Int = 16
     /// `INBOX_HTTP_MAX_BODY_BYTES`: the largest request body accepted (larger: 413).
     var httpMaximumBodyBytes: Int = 1 << 20
+    /// `INBOX_BELL_CACHE_MB`: memory for bell pages kept between their changes; 0: none.
+    var bellCacheMegabytes: Int = 64
     /// `INBOX_TOKEN_KEYS`: the identity tier's public keys (a JWKS file, a PEM file or a folder of
     /// them); nil: the development key.
     var tokenKeysPath: String?
@@ -65,6 +67,8 @@ struct InboxConfiguration: Sendable {
                 meaning: "HTTP worker threads (1-256)"),
         Setting(variable: "INBOX_HTTP_MAX_BODY_BYTES", flag: "--http-max-body-bytes", defaultValue: "1048576",
                 meaning: "largest request body accepted, larger is 413 (1024-104857600)"),
+        Setting(variable: "INBOX_BELL_CACHE_MB", flag: "--bell-cache-mb", defaultValue: "64",
+                meaning: "memory for bell pages kept until the person's bell changes (0: none, up to 65536)"),
         Setting(variable: "INBOX_TOKEN_KEYS", flag: "--token-keys", defaultValue: "(unset: the development key)",
                 meaning: "the identity tier's ES256 public keys: a JWKS file, a PEM file, or a folder of <kid>.pem files"),
         Setting(variable: "INBOX_SERVICE_CREDENTIALS", flag: "--service-credentials", defaultValue: "(unset: /internal refuses every call)",
@@ -145,6 +149,12 @@ struct InboxConfiguration: Sendable {
                 throw Invalid(description: "INBOX_HTTP_THREADS (--http-threads) must be a whole number from 1 to 256, not \"\(text)\".")
             }
             configuration.httpThreads = threads
+        }
+        if let text = values["INBOX_BELL_CACHE_MB"] {
+            guard let megabytes = Int(text), (0...65_536).contains(megabytes) else {
+                throw Invalid(description: "INBOX_BELL_CACHE_MB (--bell-cache-mb) must be a whole number from 0 to 65536, not \"\(text)\".")
+            }
+            configuration.bellCacheMegabytes = megabytes
         }
         if let text = values["INBOX_HTTP_MAX_BODY_BYTES"] {
             guard let bytes = Int(text), (1024...104_857_600).contains(bytes) else {

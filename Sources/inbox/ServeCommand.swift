@@ -23,8 +23,15 @@ enum ServeCommand {
             throw UsageError(description: "INBOX_SERVICE_CREDENTIALS (--service-credentials): \(error)")
         }
         let metrics = RequestMetrics()
+        // Bell pages kept in memory while they are current, told of changes on a session of its own.
+        let bellCache = configuration.bellCacheMegabytes > 0 ? BellCache(capacityBytes: configuration.bellCacheMegabytes << 20) : nil
+        let bellListener = try bellCache.map { cache in
+            try BellCacheListener(cache: cache, configuration: database.client.configuration.connection) { message in log.info(message, [:]) }
+        }
+        defer { bellListener?.stop() }
         let api = APIServer(
-            routes: InboxRoutes.all(client: database.client, store: database.store, migrator: database.migrator, metrics: metrics),
+            routes: InboxRoutes.all(
+                client: database.client, store: database.store, migrator: database.migrator, metrics: metrics, bellCache: bellCache),
             gate: gate, verifier: verifier, services: services, metrics: metrics, rateLimiter: RateLimiter()
         ) { line in
             log.info("request", [

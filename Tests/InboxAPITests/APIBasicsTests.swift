@@ -38,6 +38,10 @@ import Testing
             #expect(ready.status == 200)
             let made = try #require(ready.header("X-Request-Id"))
             #expect(made.count == 36 && made != "not ok \u{7f}")
+            // A version 4 UUID in lower case, and a new one for every request.
+            #expect(UUID(uuidString: made) != nil && made == made.lowercased() && Array(made)[14] == "4")
+            let again = try await api.send("GET", "/healthz")
+            #expect(again.header("X-Request-Id") != made)
         }
     }
 

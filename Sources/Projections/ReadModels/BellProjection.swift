@@ -239,8 +239,10 @@ public struct BellProjection: Projection {
         }
 
         try facts.store(context: context)
-        try store(entries: entries, created: created, context: context)
+        let changed = try store(entries: entries, created: created, context: context)
         try enqueue(outbox, context: context)
+        // Live and inline, whoever keeps bell pages in memory learns whose changed when this commits.
+        if context.mode != .replay { try BellChanges.announce(people: changed, on: context.connection) }
     }
 
     /// A legacy entry keeps its own id; every other is derived from its event and person.
@@ -290,7 +292,8 @@ public struct BellProjection: Projection {
         return entries
     }
 
-    private func store(entries: [String: Entry], created: [String], context: ProjectionContext) throws {
+    /// Writes the batch's entries and counters; returns the people whose bell changed.
+    private func store(entries: [String: Entry], created: [String], context: ProjectionContext) throws -> [String] {
         let connection = context.connection
         var counters: [String: Counter] = [:]
         var inserts: [Entry] = []
@@ -359,6 +362,7 @@ public struct BellProjection: Projection {
                 FROM unnest($1::text[], $2::int[], $3::int[]) AS u(person, unread, total) WHERE t.person_id = u.person
                 """, people, people.map { counters[$0]!.unread }, people.map { counters[$0]!.total })
         }
+        return people
     }
 
     private func enqueue(_ rows: [OutboxRow], context: ProjectionContext) throws {

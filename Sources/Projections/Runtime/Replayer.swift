@@ -201,6 +201,8 @@ public final class Replayer: Sendable {
                         """, projection.name)
                     try connection.query("DELETE FROM projection_replays WHERE projection = $1", projection.name)
                 }
+                // Bell pages kept in memory were read from the tables just retired.
+                if projections.contains(where: { $0.name == BellProjection().name }) { try BellChanges.announceEverybody(on: connection) }
             }
             for projection in projections {
                 try connection.execute("DROP SCHEMA IF EXISTS \"retired_\(projection.name)\" CASCADE")
