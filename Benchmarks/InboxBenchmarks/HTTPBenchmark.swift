@@ -65,13 +65,13 @@ struct HTTPBenchmark: Benchmark {
         let api = APIServer(
             routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator, bellCache: bellCache), gate: AppVersionGate(client: requestClient),
             verifier: verifier, rateLimiter: RateLimiter())
-        let server = try HTTPServer(configuration: .init(port: 0, threads: 16), handler: { api.handle($0) })
+        let server = try HTTPServer(configuration: .init(port: 0, blockingThreads: 16), replying: { api.reply($0) })
         defer { server.shutdown() }
         // The same without the cache (INBOX_BELL_CACHE_MB=0), on a port of its own.
         let uncachedAPI = APIServer(
             routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator), gate: AppVersionGate(client: requestClient),
             verifier: verifier, rateLimiter: RateLimiter())
-        let uncachedServer = try HTTPServer(configuration: .init(port: 0, threads: 16), handler: { uncachedAPI.handle($0) })
+        let uncachedServer = try HTTPServer(configuration: .init(port: 0, blockingThreads: 16), replying: { uncachedAPI.reply($0) })
         defer { uncachedServer.shutdown() }
         while !bellCache.isListening { try await Task.sleep(for: .milliseconds(20)) }
         let tokens = try (0..<people).map { try signer.mint(subject: "p\($0)", scopes: ["account:read", "account:write"], lifetime: 86_400) }
@@ -115,7 +115,7 @@ struct HTTPBenchmark: Benchmark {
         let configurations = try await runInterleaved(cases, rounds: rounds)
         var notes = latencies.notes
         notes["people"] = "\(people)"
-        notes["httpThreads"] = "16"
+        notes["httpThreads"] = "\(HTTPServer.defaultThreads) event loops, 16 blocking threads"
         let cache = bellCache.statistics
         notes["bellCache"] = "\(cache.hits) pages from memory, \(cache.misses) from PostgreSQL, \(cache.bytes) bytes kept at the end"
         notes["loadGenerator"] = "wrk 4.1 on the same machine, 2 threads, \(Self.connections) connections, \(Self.seconds) s per round"

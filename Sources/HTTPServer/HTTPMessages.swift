@@ -52,3 +52,10 @@ public struct HTTPResponse: Sendable {
         headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
     }
 }
+
+/// What a handler gives back: the response now, or work that waits (on a database) to run on one
+/// of the server's blocking threads while the connection waits, suspended.
+public enum HTTPReply: Sendable {
+    case now(HTTPResponse)
+    case later(@Sendable () -> HTTPResponse)
+}

@@ -15,28 +15,35 @@ import Synchronization
 /// - `shutdown` stops accepting, lets the requests in flight finish (up to a grace period), then
 ///   closes every connection.
 ///
-/// The handler runs on one of libmicrohttpd's `threads` worker threads, never on Swift's
-/// cooperative pool, so it may block (on the database, say); while it does, the other connections
-/// of that worker wait, which is why there are several.
+/// The handler runs on one of libmicrohttpd's `threads` worker threads (an event loop each), never
+/// on Swift's cooperative pool. What it can answer at once (from memory) it answers there; work
+/// that waits (on the database, say) it hands back as `HTTPReply.later`, which runs on one of the
+/// server's `blockingThreads` while its connection is suspended, so the worker goes on with its
+/// other connections meanwhile and a slow request delays only itself.
 public final class HTTPServer: Sendable {
     public struct Configuration: Sendable {
         /// The address to listen on: `127.0.0.1` (loopback) or `0.0.0.0` (every interface).
         public var host: String = "127.0.0.1"
         /// 0 picks a free port (see `port` once started).
         public var port: UInt16 = 8080
-        public var threads: Int = 16
+        /// libmicrohttpd's worker threads: event loops that read requests and write answers.
+        public var threads: Int = HTTPServer.defaultThreads
+        /// Threads that run the work requests hand back as `HTTPReply.later`, each waiting for its
+        /// own (the database): how many such requests are in progress at once.
+        public var blockingThreads: Int = 16
         public var maximumBodyBytes: Int = 1 << 20
         public var maximumHeaderBytes: Int = 64 * 1024
         public var connectionLimit: Int = 1024
         public var idleTimeoutSeconds: Int = 30
 
         public init(
-            host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = 16, maximumBodyBytes: Int = 1 << 20,
-            maximumHeaderBytes: Int = 64 * 1024, connectionLimit: Int = 1024, idleTimeoutSeconds: Int = 30
+            host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = HTTPServer.defaultThreads, blockingThreads: Int = 16,
+            maximumBodyBytes: Int = 1 << 20, maximumHeaderBytes: Int = 64 * 1024, connectionLimit: Int = 1024, idleTimeoutSeconds: Int = 30
         ) {
             self.host = host
             self.port = port
             self.threads = threads
+            self.blockingThreads = blockingThreads
             self.maximumBodyBytes = maximumBodyBytes
             self.maximumHeaderBytes = maximumHeaderBytes
             self.connectionLimit = connectionLimit
@@ -44,7 +51,10 @@ public final class HTTPServer: Sendable {
         }
     }
 
-    public typealias Handler = @Sendable (HTTPRequest) -> HTTPResponse
+    /// One event loop per core.
+    public static let defaultThreads = max(2, ProcessInfo.processInfo.activeProcessorCount)
+
+    public typealias Handler = @Sendable (HTTPRequest) -> HTTPReply
 
     public struct StartFailure: Error, CustomStringConvertible {
         public var description: String
@@ -56,10 +66,17 @@ public final class HTTPServer: Sendable {
     private let core: Core
     private let daemon: Mutex<DaemonHandle?>
 
+    /// Starts listening, with a handler that answers every request at once.
+    public convenience init(configuration: Configuration, handler: @escaping @Sendable (HTTPRequest) -> HTTPResponse) throws {
+        try self.init(configuration: configuration, replying: { .now(handler($0)) })
+    }
+
     /// Starts listening.
-    public init(configuration: Configuration, handler: @escaping Handler) throws {
+    public init(configuration: Configuration, replying handler: @escaping Handler) throws {
         self.configuration = configuration
-        let core = Core(handler: handler, maximumBodyBytes: configuration.maximumBodyBytes)
+        let core = Core(
+            handler: handler, maximumBodyBytes: configuration.maximumBodyBytes,
+            pool: BlockingPool(threads: max(1, configuration.blockingThreads), name: "http-blocking"))
         self.core = core
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -68,7 +85,7 @@ public final class HTTPServer: Sendable {
             throw StartFailure(description: "\"\(configuration.host)\" is not an IPv4 address to listen on.")
         }
         let context = Unmanaged.passUnretained(core).toOpaque()
-        let flags = UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue) | UInt32(MHD_USE_ITC.rawValue)
+        let flags = UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue) | UInt32(MHD_ALLOW_SUSPEND_RESUME.rawValue)
         let started: OpaquePointer? = withUnsafePointer(to: &address) { addressPointer in
             let options = [
                 MHD_OptionItem(option: .SOCK_ADDR, value: 0, ptr_value: UnsafeMutableRawPointer(mutating: addressPointer)),
@@ -88,6 +105,7 @@ public final class HTTPServer: Sendable {
             }
         }
         guard let started else {
+            core.pool.stop()
             throw StartFailure(
                 description: "Cannot listen on \(configuration.host):\(configuration.port) (in use, or not an address of this machine).")
         }
@@ -111,7 +129,15 @@ public final class HTTPServer: Sendable {
         while core.inFlight.load(ordering: .acquiring) > 0 && ContinuousClock.now < deadline {
             usleep(5_000)
         }
+        // libmicrohttpd must not be stopped with a connection suspended: work still running (past
+        // the grace period) is waited for a little longer; it is bounded by the database's
+        // statement timeout.
+        let lastDeadline = ContinuousClock.now + .seconds(30)
+        while core.suspended.load(ordering: .acquiring) > 0 && ContinuousClock.now < lastDeadline {
+            usleep(5_000)
+        }
         MHD_stop_daemon(running)
+        core.pool.stop()
     }
 
     deinit { shutdown(gracePeriod: .zero) }
@@ -126,18 +152,29 @@ struct DaemonHandle: @unchecked Sendable {
 final class Core: Sendable {
     let handler: HTTPServer.Handler
     let maximumBodyBytes: Int
+    let pool: BlockingPool
     let inFlight = Atomic<Int>(0)
+    /// Connections suspended while their request's work runs on the pool.
+    let suspended = Atomic<Int>(0)
 
-    init(handler: @escaping HTTPServer.Handler, maximumBodyBytes: Int) {
+    init(handler: @escaping HTTPServer.Handler, maximumBodyBytes: Int, pool: BlockingPool) {
         self.handler = handler
         self.maximumBodyBytes = maximumBodyBytes
+        self.pool = pool
     }
 }
 
-/// One request's body as it arrives. Touched only by the worker thread of its connection.
-final class RequestState {
+/// One request's body as it arrives, touched only by the worker thread of its connection; and the
+/// answer its work on the pool left for that thread to send once the connection is resumed.
+final class RequestState: @unchecked Sendable {
     var body: [UInt8] = []
     var tooLarge = false
+    let answer = Mutex<HTTPResponse?>(nil)
+}
+
+/// A connection handed to the pool: libmicrohttpd lets any thread resume it.
+struct SuspendedConnection: @unchecked Sendable {
+    let pointer: OpaquePointer
 }
 
 private let accessHandler: MHD_AccessHandlerCallback = { context, connection, url, method, _, uploadData, uploadDataSize, stateSlot in
@@ -171,6 +208,8 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
         return .YES
     }
     if state.tooLarge { return send(tooLargeResponse(core.maximumBodyBytes), on: connection) }
+    // Called again after a resume: the pool's answer is waiting.
+    if let answer = state.answer.withLock({ answer in answer.take() }) { return send(answer, on: connection) }
     let request = HTTPRequest(
         method: method.map { String(cString: $0) } ?? "GET",
         path: URLDecoding.decode(url.map { String(cString: $0) } ?? "/", plusIsSpace: false),
@@ -180,7 +219,21 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
         },
         headers: headers(connection), body: state.body)
     state.body = []
-    return send(core.handler(request), on: connection)
+    switch core.handler(request) {
+    case .now(let response):
+        return send(response, on: connection)
+    case .later(let work):
+        MHD_suspend_connection(connection)
+        core.suspended.add(1, ordering: .relaxed)
+        let suspended = SuspendedConnection(pointer: connection)
+        core.pool.submit {
+            let response = work()
+            state.answer.withLock { $0 = response }
+            core.suspended.subtract(1, ordering: .releasing)
+            MHD_resume_connection(suspended.pointer)
+        }
+        return .YES
+    }
 }
 
 private let keepEscaped: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<CChar>?) -> Int = { _, _, text in

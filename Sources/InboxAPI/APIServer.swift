@@ -42,12 +42,12 @@ public final class APIServer: Sendable {
         self.log = log
     }
 
-    public func handle(_ request: HTTPRequest) -> HTTPResponse {
+    /// Answers what can be answered at once (errors, routes that never wait, a route's answer from
+    /// memory) on the calling thread, and hands back the rest as work to run where it may block.
+    public func reply(_ request: HTTPRequest) -> HTTPReply {
         let started = ContinuousClock.now
         let requestId = Self.requestId(from: request.header("X-Request-Id"))
-        var pattern = request.path
-        var matched = false
-        var response: HTTPResponse
+        var route: Route?
         do {
             // HEAD is GET without the body (libmicrohttpd leaves the body out).
             let method = request.method == "HEAD" ? "GET" : request.method
@@ -58,45 +58,67 @@ public final class APIServer: Sendable {
                 throw APIError(
                     status: 405, code: "method_not_allowed", detail: "\(request.path) answers \(allowed.joined(separator: ", ")).",
                     headers: [("Allow", allowed.joined(separator: ", "))])
-            case .found(let route, let parameters):
-                pattern = route.pattern
-                matched = true
+            case .found(let found, let parameters):
+                route = found
                 var identity = AppIdentity.integration
-                if route.isAppAPI {
+                if found.isAppAPI {
                     identity = try AppIdentity.parse(request.header(AppIdentity.headerName))
                     try gate?.check(identity)
                     try Self.negotiate(request)
                 }
-                let token = try authorize(request, for: route.access)
-                let service = route.access == .service ? try services.authenticate(request.header("Authorization")) : nil
-                response = try route.handler(
-                    RequestContext(
-                        request: request, parameters: parameters, identity: identity, token: token, service: service, requestId: requestId))
+                let token = try authorize(request, for: found.access)
+                let service = found.access == .service ? try services.authenticate(request.header("Authorization")) : nil
+                let context = RequestContext(
+                    request: request, parameters: parameters, identity: identity, token: token, service: service, requestId: requestId)
+                if let fromMemory = try found.fromMemory?(context) {
+                    return .now(finish(fromMemory, request: request, route: found, requestId: requestId, started: started))
+                }
+                guard found.waits else {
+                    return .now(finish(try found.handler(context), request: request, route: found, requestId: requestId, started: started))
+                }
+                return .later { [self] in
+                    let response: HTTPResponse
+                    do { response = try found.handler(context) } catch { response = Self.response(for: error) }
+                    return finish(response, request: request, route: found, requestId: requestId, started: started)
+                }
             }
-        } catch let error as APIError {
-            response = error.response
-        } catch let error as PostgresError where error.sqlState == "57014" {
+        } catch {
+            return .now(finish(Self.response(for: error), request: request, route: route, requestId: requestId, started: started))
+        }
+    }
+
+    /// An error as the response that says it.
+    static func response(for error: any Error) -> HTTPResponse {
+        switch error {
+        case let error as APIError: return error.response
+        case let error as PostgresError where error.sqlState == "57014":
             // The request's statement ran past the API's statement timeout.
-            response = APIError(
+            return APIError(
                 status: 503, code: "timeout", detail: "The request took too long and was stopped; it can be retried.",
                 headers: [("Retry-After", "1")]
             ).response
-        } catch let error as PostgresError where error.isConnectionError {
-            response = APIError(
+        case let error as PostgresError where error.isConnectionError:
+            return APIError(
                 status: 503, code: "database_unavailable", detail: "The database cannot be reached; the request can be retried.",
                 headers: [("Retry-After", "1")]
             ).response
-        } catch {
-            response = APIError(status: 500, code: "internal_error", detail: "The request failed on our side; it can be retried.").response
+        default:
+            return APIError(status: 500, code: "internal_error", detail: "The request failed on our side; it can be retried.").response
         }
+    }
+
+    /// The request id on the response, the request counted in the metrics and logged.
+    private func finish(
+        _ response: HTTPResponse, request: HTTPRequest, route: Route?, requestId: String, started: ContinuousClock.Instant
+    ) -> HTTPResponse {
+        var response = response
         response.headers.append(("X-Request-Id", requestId))
         let duration = ContinuousClock.now - started
         // Unknown paths are counted under one label, so a scan of random paths cannot grow the metrics.
-        let route = matched ? pattern : "unmatched"
         metrics?.record(
-            method: request.method, route: route, status: response.status,
+            method: request.method, route: route?.pattern ?? "unmatched", status: response.status,
             seconds: Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
-        log(RequestLogLine(method: request.method, route: pattern, status: response.status, duration: duration, requestId: requestId))
+        log(RequestLogLine(method: request.method, route: route?.pattern ?? request.path, status: response.status, duration: duration, requestId: requestId))
         return response
     }
 

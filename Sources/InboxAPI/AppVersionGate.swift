@@ -41,23 +41,42 @@ public final class AppVersionGate: Sendable {
             ])
     }
 
-    /// The minimums: the copy while it is fresh; a stale one is re-read by one request while the
-    /// others go on with the copy; the first requests wait for the first read.
+    /// The minimums: the copy while it is fresh. A stale copy is re-read in the background by
+    /// the first request to notice (the others, and that one, go on with the copy meanwhile), so no
+    /// request waits for it; only the very first requests wait for the first read.
     func minimums() -> [AppIdentity.Platform: Minimum] {
         let now = ContinuousClock.now
         let current = cache.read()
-        if let loadedAt = current.loadedAt {
-            guard now - loadedAt >= refreshInterval,
-                refreshing.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
-            else { return current.minimums }
+        guard current.loadedAt != nil else { return (try? load(at: now)) ?? [:] }
+        if now - current.loadedAt! >= refreshInterval,
+            refreshing.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
+        {
+            Task { [self] in
+                // When the database cannot be read, the last copy stands.
+                _ = try? await self.loadInBackground()
+                refreshing.store(false, ordering: .releasing)
+            }
         }
-        defer { if current.loadedAt != nil { refreshing.store(false, ordering: .releasing) } }
-        // When the database cannot be read, the last copy stands.
-        guard
-            let rows = try? client.queryBlocking("SELECT platform, minimum_version, store_url FROM app_minimum_versions", { row in
-                (try row.decode(String.self, "platform"), try row.decode(String.self, "minimum_version"), try row.decode(String.self, "store_url"))
-            })
-        else { return current.minimums }
+        return current.minimums
+    }
+
+    static let query = "SELECT platform, minimum_version, store_url FROM app_minimum_versions"
+
+    private func load(at now: ContinuousClock.Instant) throws -> [AppIdentity.Platform: Minimum] {
+        store(try client.queryBlocking(Self.query, Self.decode), at: now)
+    }
+
+    private func loadInBackground() async throws {
+        let rows = try await client.query(Self.query, Self.decode)
+        store(rows, at: .now)
+    }
+
+    @Sendable private static func decode(_ row: PostgresRow) throws -> (String, String, String) {
+        (try row.decode(String.self, "platform"), try row.decode(String.self, "minimum_version"), try row.decode(String.self, "store_url"))
+    }
+
+    @discardableResult
+    private func store(_ rows: [(String, String, String)], at now: ContinuousClock.Instant) -> [AppIdentity.Platform: Minimum] {
         var loaded: [AppIdentity.Platform: Minimum] = [:]
         for (platform, version, url) in rows {
             guard let platform = AppIdentity.Platform(rawValue: platform), let version = AppVersion(version) else { continue }

@@ -11,28 +11,30 @@ import Projections
 public enum BellRoutes {
     public static func routes(client: PostgresClient, inline: InlineProjections = InlineProjections(), cache: BellCache? = nil) -> [Route] {
         [
-            Route("GET", "/v1/me/notifications", access: .signedIn(scope: "account:read")) { context in
-                let limit = try context.pageLimit()
-                let cursor = try context.pageCursor()
-                let unread = try context.booleanQuery("filter[unread]")
-                let person = context.person
-                let language = Language.negotiate(context.request.header("Accept-Language"))
-                let key = BellCache.Key(person: person, unread: unread, cursor: cursor?.token, limit: limit, language: language.rawValue)
-                if let body = cache?.page(key) { return Self.listResponse(body, language: language) }
+            Route(
+                "GET", "/v1/me/notifications", access: .signedIn(scope: "account:read"),
+                fromMemory: { context in
+                    guard let cache else { return nil }
+                    let list = try ListRequest(context)
+                    return cache.page(list.key).map { Self.listResponse($0, language: list.language) }
+                }
+            ) { context in
+                let list = try ListRequest(context)
                 let ticket = cache?.ticket()
                 let (page, unreadCount) = try client.withConnectionBlocking { connection in
-                    try BellReader.pageAndUnreadCount(person: person, unread: unread, after: cursor, limit: limit, on: connection)
+                    try BellReader.pageAndUnreadCount(person: list.key.person, unread: list.unread, after: list.cursor, limit: list.limit, on: connection)
                 }
-                let filter = unread.map { String($0) }
+                let filter = list.unread.map { String($0) }
+                let limit = String(list.limit)
                 var links: [(String, JSONValue)] = [
-                    ("self", Documents.link("/v1/me/notifications", [("filter[unread]", filter), ("page[limit]", String(limit)), ("page[cursor]", cursor?.token)]))
+                    ("self", Documents.link("/v1/me/notifications", [("filter[unread]", filter), ("page[limit]", limit), ("page[cursor]", list.key.cursor)]))
                 ]
                 if let next = page.next {
-                    links.append(("next", Documents.link("/v1/me/notifications", [("filter[unread]", filter), ("page[limit]", String(limit)), ("page[cursor]", next.token)])))
+                    links.append(("next", Documents.link("/v1/me/notifications", [("filter[unread]", filter), ("page[limit]", limit), ("page[cursor]", next.token)])))
                 }
-                let body = Self.listDocument(page.rows, unread: unreadCount, links: links, language: language)
-                cache?.keep(body, for: key, ticket: ticket)
-                return Self.listResponse(body, language: language)
+                let body = Self.listDocument(page.rows, unread: unreadCount, links: links, language: list.language)
+                cache?.keep(body, for: list.key, ticket: ticket)
+                return Self.listResponse(body, language: list.language)
             },
             Route("PATCH", "/v1/me/notifications/{id}", access: .signedIn(scope: "account:write")) { context in
                 let id = context.parameters["id"] ?? ""
@@ -85,6 +87,24 @@ public enum BellRoutes {
 
     /// The list document, written directly: a page is the API's busiest answer, and each entry's
     /// `ids` goes out as the JSON the table holds, without being decoded and encoded again.
+    /// What a list request asks for, read from its query and headers (400 naming a bad parameter).
+    struct ListRequest {
+        var limit: Int
+        var cursor: KeysetCursor?
+        var unread: Bool?
+        var language: Language
+        /// Everything the page depends on: whose, which part, in which language.
+        var key: BellCache.Key
+
+        init(_ context: RequestContext) throws(APIError) {
+            limit = try context.pageLimit()
+            cursor = try context.pageCursor()
+            unread = try context.booleanQuery("filter[unread]")
+            language = Language.negotiate(context.request.header("Accept-Language"))
+            key = BellCache.Key(person: context.person, unread: unread, cursor: cursor?.token, limit: limit, language: language.rawValue)
+        }
+    }
+
     static func listResponse(_ body: [UInt8], language: Language) -> HTTPResponse {
         HTTPResponse(status: 200, headers: [("Content-Type", JSONAPI.mediaType), ("Content-Language", language.rawValue)], body: body)
     }

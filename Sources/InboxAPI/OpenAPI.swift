@@ -94,6 +94,6 @@ public enum OpenAPI {
     public static func route(describing routes: [Route]) -> Route {
         let placeholder = Route("GET", "/openapi.json") { _ in HTTPResponse(status: 204) }
         let body = JSONAPI.encode(document(routes: routes + [placeholder]))
-        return Route("GET", "/openapi.json") { _ in HTTPResponse(status: 200, contentType: "application/json", body: body) }
+        return Route("GET", "/openapi.json", waits: false) { _ in HTTPResponse(status: 200, contentType: "application/json", body: body) }
     }
 }

@@ -10,7 +10,7 @@ public enum OperationsRoutes {
     /// every migration is applied (503 otherwise, saying which).
     public static func routes(client: PostgresClient, migrator: Migrator) -> [Route] {
         [
-            Route("GET", "/healthz") { _ in
+            Route("GET", "/healthz", waits: false) { _ in
                 HTTPResponse(status: 200, contentType: JSONAPI.mediaType, body: JSONAPI.encode(.object(["meta": .object(["status": .string("ok")])])))
             },
             Route("GET", "/readyz") { _ in

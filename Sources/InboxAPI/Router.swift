@@ -26,10 +26,16 @@ public enum Access: Sendable, Hashable {
 
 /// One route: a method, a path pattern (`/v1/me/devices/{id}`), who may call it, and its handler.
 /// The routes list is the one table of every route's scope.
+///
+/// A handler that `waits` (on the database) runs on one of the HTTP server's blocking threads;
+/// one that does not runs on the thread that read the request. `fromMemory`, when a route has it,
+/// is asked first, on that thread, and answers when it can without waiting (the bell cache).
 public struct Route: Sendable {
     public let method: String
     public let pattern: String
     public let access: Access
+    public let waits: Bool
+    public let fromMemory: (@Sendable (RequestContext) throws -> HTTPResponse?)?
     public let handler: @Sendable (RequestContext) throws -> HTTPResponse
     /// The pattern's segments, split once: a literal, or `{name}` taking any non-empty segment.
     let segments: [Segment]
@@ -40,11 +46,15 @@ public struct Route: Sendable {
     }
 
     public init(
-        _ method: String, _ pattern: String, access: Access = .open, handler: @escaping @Sendable (RequestContext) throws -> HTTPResponse
+        _ method: String, _ pattern: String, access: Access = .open, waits: Bool = true,
+        fromMemory: (@Sendable (RequestContext) throws -> HTTPResponse?)? = nil,
+        handler: @escaping @Sendable (RequestContext) throws -> HTTPResponse
     ) {
         self.method = method
         self.pattern = pattern
         self.access = access
+        self.waits = waits
+        self.fromMemory = fromMemory
         self.handler = handler
         segments = pattern.split(separator: "/", omittingEmptySubsequences: false).map { segment in
             segment.hasPrefix("{") && segment.hasSuffix("}") ? .parameter(String(segment.dropFirst().dropLast())) : .literal(segment)

@@ -22,7 +22,8 @@ struct InboxConfiguration: Sendable {
     /// `INBOX_HTTP_HOST`, `INBOX_HTTP_PORT`: where `serve` listens (loopback by default).
     var httpHost: String = "127.0.0.1"
     var httpPort: UInt16 = 8080
-    /// `INBOX_HTTP_THREADS`: the HTTP worker threads.
+    /// `INBOX_HTTP_THREADS`: the threads that run requests waiting on the database (the event
+    /// loops that read and write the connections are one per core).
     var httpThreads: Int = 16
     /// `INBOX_HTTP_MAX_BODY_BYTES`: the largest request body accepted (larger: 413).
     var httpMaximumBodyBytes: Int = 1 << 20
@@ -64,7 +65,7 @@ struct InboxConfiguration: Sendable {
         Setting(variable: "INBOX_HTTP_PORT", flag: "--http-port", defaultValue: "8080",
                 meaning: "TCP port the API listens on (0: any free port, printed at start)"),
         Setting(variable: "INBOX_HTTP_THREADS", flag: "--http-threads", defaultValue: "16",
-                meaning: "HTTP worker threads (1-256)"),
+                meaning: "threads running requests that wait on the database, one request each (1-256)"),
         Setting(variable: "INBOX_HTTP_MAX_BODY_BYTES", flag: "--http-max-body-bytes", defaultValue: "1048576",
                 meaning: "largest request body accepted, larger is 413 (1024-104857600)"),
         Setting(variable: "INBOX_BELL_CACHE_MB", flag: "--bell-cache-mb", defaultValue: "64",

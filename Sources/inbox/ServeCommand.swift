@@ -41,9 +41,9 @@ enum ServeCommand {
         }
         let server = try HTTPServer(
             configuration: .init(
-                host: configuration.httpHost, port: configuration.httpPort, threads: configuration.httpThreads,
+                host: configuration.httpHost, port: configuration.httpPort, blockingThreads: configuration.httpThreads,
                 maximumBodyBytes: configuration.httpMaximumBodyBytes),
-            handler: { request in api.handle(request) })
+            replying: { request in api.reply(request) })
         let url = "http://\(configuration.httpHost):\(server.port)"
         log.info("serving the API", ["url": url])
         FileHandle.standardOutput.write(Data("The API listens on \(url) (try \(url)/healthz).\n".utf8))

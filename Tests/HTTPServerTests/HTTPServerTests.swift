@@ -9,7 +9,9 @@ import Testing
 
 /// The HTTP server through real sockets on loopback.
 @Suite struct HTTPServerTests {
-    static func start(_ configuration: HTTPServer.Configuration = .init(port: 0, threads: 4), handler: @escaping HTTPServer.Handler) throws -> HTTPServer {
+    static func start(
+        _ configuration: HTTPServer.Configuration = .init(port: 0, threads: 4), handler: @escaping @Sendable (HTTPRequest) -> HTTPResponse
+    ) throws -> HTTPServer {
         try HTTPServer(configuration: configuration, handler: handler)
     }
 
@@ -107,6 +109,65 @@ import Testing
         #expect(throws: RawHTTPClient.Failure.self) {
             _ = try RawHTTPClient.exchange(port: port, Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
         }
+    }
+
+    /// Work handed back as `.later` runs on a blocking thread with its connection suspended: the
+    /// one event loop goes on answering other connections meanwhile. The slow request is let go
+    /// only after the fast one was answered, so if the fast one waited behind it, the test would
+    /// time out instead of passing.
+    @Test func aRequestWaitingOnItsWorkDoesNotHoldUpTheOthersOfItsEventLoop() async throws {
+        let release = DispatchSemaphore(value: 0)
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 1, blockingThreads: 2)) { request in
+            guard request.path == "/slow" else { return .now(Self.echo(request)) }
+            return .later {
+                _ = release.wait(timeout: .now() + 10)
+                return HTTPResponse(status: 200, contentType: "text/plain", body: "slow done")
+            }
+        }
+        defer { server.shutdown() }
+        let port = server.port
+        let slow = Task.detached { try RawHTTPClient.exchange(port: port, Array("GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)) }
+        try await Task.sleep(for: .milliseconds(100))
+        let fast = try RawHTTPClient.exchange(port: port, Array("GET /fast HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), timeout: 5)
+        #expect(fast.contains("GET /fast?"), "\(fast)")
+        release.signal()
+        let reply = try await slow.value
+        #expect(RawHTTPClient.statuses(reply) == [200] && reply.contains("slow done"), "\(reply)")
+    }
+
+    /// Pipelined on one connection, an answer that waits and answers given at once keep their order.
+    @Test func pipelinedRequestsKeepTheirOrderWhenSomeWait() throws {
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 1, blockingThreads: 4)) { request in
+            guard request.path.hasPrefix("/later") else { return .now(Self.echo(request)) }
+            return .later {
+                usleep(50_000)
+                return Self.echo(request)
+            }
+        }
+        defer { server.shutdown() }
+        let requests = ["/later-a", "/b", "/later-c", "/d"].map { "GET \($0) HTTP/1.1\r\nHost: x\r\n\r\n" }.joined()
+            + "GET /e HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        let reply = try RawHTTPClient.exchange(port: server.port, Array(requests.utf8))
+        #expect(RawHTTPClient.statuses(reply) == [200, 200, 200, 200, 200], "\(reply)")
+        let order = ["GET /later-a?", "GET /b?", "GET /later-c?", "GET /d?", "GET /e?"].compactMap { reply.range(of: $0)?.lowerBound }
+        #expect(order.count == 5 && order == order.sorted(), "\(reply)")
+    }
+
+    @Test func shutdownWaitsForWorkStillRunning() async throws {
+        let started = Atomic<Bool>(false)
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 1)) { request in
+            .later {
+                started.store(true, ordering: .sequentiallyConsistent)
+                usleep(400_000)
+                return HTTPResponse(status: 200, contentType: "text/plain", body: "slow \(request.path)")
+            }
+        }
+        let port = server.port
+        let inFlight = Task.detached { try RawHTTPClient.exchange(port: port, Array("GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)) }
+        while !started.load(ordering: .sequentiallyConsistent) { try await Task.sleep(for: .milliseconds(5)) }
+        await Task.detached { server.shutdown(gracePeriod: .seconds(5)) }.value
+        let reply = try await inFlight.value
+        #expect(RawHTTPClient.statuses(reply) == [200] && reply.contains("slow /slow"), "\(reply)")
     }
 
     @Test func aPortInUseIsAClearError() throws {

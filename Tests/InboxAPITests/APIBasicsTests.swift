@@ -96,7 +96,13 @@ import Testing
             #expect(try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "ios/2.4.0"]).status == 200)
             try await api.db.client.execute(
                 "INSERT INTO app_minimum_versions (platform, minimum_version, store_url) VALUES ('ios', '2.9.1', 'https://apps.apple.com/app/wristler')")
-            let old = try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "ios/2.4.0"])
+            // The copy is re-read in the background once stale (at once here): a request or two later.
+            var old = try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "ios/2.4.0"])
+            let deadline = ContinuousClock.now + .seconds(5)
+            while old.status != 426 && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(20))
+                old = try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": "ios/2.4.0"])
+            }
             #expect(old.status == 426)
             #expect(old.firstError["code"] as? String == "app_update_required")
             #expect(old.firstError["title"] as? String == "Upgrade Required")
@@ -162,7 +168,7 @@ import Testing
                 return HTTPResponse(status: 204)
             }
             let api = APIServer(routes: [slow], gate: nil)
-            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), handler: { api.handle($0) })
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
             defer { server.shutdown() }
             let started = ContinuousClock.now
             let reply = try await APITestServer(server: server, db: db).send("GET", "/v1/test/slow")

@@ -20,7 +20,7 @@ struct APITestServer {
         let gate = AppVersionGate(client: db.client, refreshInterval: .zero)
         let migrator = try Migrator(directory: TestDatabase.migrationsDirectory)
         let api = APIServer(routes: OperationsRoutes.routes(client: db.client, migrator: migrator) + extraRoutes, gate: gate)
-        let server = try HTTPServer(configuration: .init(port: 0, threads: 4), handler: { api.handle($0) })
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 4), replying: { api.reply($0) })
         return APITestServer(server: server, db: db)
     }
 

@@ -103,7 +103,7 @@ import Testing
         try await withTestDatabase { db in
             let gate = AppVersionGate(client: db.client, refreshInterval: .zero)
             let api = APIServer(routes: [Self.route], gate: gate, verifier: AccessTokenTests.verifier)
-            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), handler: { api.handle($0) })
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
             defer { server.shutdown() }
             let client = APITestServer(server: server, db: db)
             let signer = AccessTokenTests.signer

@@ -103,7 +103,7 @@ import Testing
         let api = APIServer(
             routes: BellRoutes.routes(client: try db.requestPool(), cache: cache), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
             verifier: AccessTokenTests.verifier)
-        let server = try HTTPServer(configuration: .init(port: 0, threads: 4), handler: { api.handle($0) })
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 4), replying: { api.reply($0) })
         defer { server.shutdown() }
         let client = APITestServer(server: server, db: db)
         let p1 = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: ["account:read", "account:write"]))]

@@ -11,7 +11,7 @@ import Testing
             let api = APIServer(
                 routes: DeviceRoutes.routes(client: try db.requestPool()), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
                 verifier: AccessTokenTests.verifier)
-            let server = try HTTPServer(configuration: .init(port: 0, threads: 4), handler: { api.handle($0) })
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 4), replying: { api.reply($0) })
             defer { server.shutdown() }
             func headers(_ person: String) throws -> [String: String] {
                 ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: person, scopes: ["account:write"])),

@@ -16,7 +16,7 @@ import Testing
             let api = APIServer(
                 routes: InternalEventRoutes.routes(store: store), gate: nil, verifier: AccessTokenTests.verifier,
                 services: ServiceCredentials(secrets: ["orders": secret]))
-            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), handler: { api.handle($0) })
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
             defer { server.shutdown() }
             try await body(APITestServer(server: server, db: db))
         }

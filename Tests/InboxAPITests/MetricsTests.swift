@@ -17,7 +17,7 @@ import Testing
             let routes = InboxRoutes.all(
                 client: db.client, store: db.store, migrator: try Migrator(directory: TestDatabase.migrationsDirectory), metrics: metrics)
             let api = APIServer(routes: routes, gate: nil, metrics: metrics)
-            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), handler: { api.handle($0) })
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
             defer { server.shutdown() }
             let client = APITestServer(server: server, db: db)
             for _ in 0..<3 { _ = try await client.send("GET", "/healthz") }

@@ -11,7 +11,7 @@ import Testing
         try await withTestDatabase { db in
             let routes = InboxRoutes.all(client: db.client, store: db.store, migrator: try Migrator(directory: TestDatabase.migrationsDirectory))
             let api = APIServer(routes: routes, gate: nil)
-            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), handler: { api.handle($0) })
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
             defer { server.shutdown() }
             let reply = try await APITestServer(server: server, db: db).send("GET", "/openapi.json")
             #expect(reply.status == 200)

@@ -12,7 +12,7 @@ import Testing
             // Refilled so slowly that a slow machine cannot refill a request during the test.
             let limiter = RateLimiter(limits: .init(personPerSecond: 0.01, personBurst: 5, guestPerSecond: 0.01, guestBurst: 2))
             let api = APIServer(routes: [route], gate: nil, verifier: AccessTokenTests.verifier, rateLimiter: limiter)
-            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), handler: { api.handle($0) })
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
             defer { server.shutdown() }
             let client = APITestServer(server: server, db: db)
             let person = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: []))]

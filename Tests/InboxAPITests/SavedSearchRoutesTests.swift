@@ -15,7 +15,7 @@ import Testing
         let api = APIServer(
             routes: SavedSearchRoutes.routes(client: try db.requestPool()), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
             verifier: AccessTokenTests.verifier)
-        let server = try HTTPServer(configuration: .init(port: 0, threads: 2), handler: { api.handle($0) })
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
         defer { server.shutdown() }
         let client = APITestServer(server: server, db: db)
         func headers(_ person: String) throws -> [String: String] {
