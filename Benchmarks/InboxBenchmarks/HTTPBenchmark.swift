@@ -62,15 +62,18 @@ struct HTTPBenchmark: Benchmark {
         let bellCache = BellCache()
         let bellListener = try BellCacheListener(cache: bellCache, configuration: client.configuration.connection)
         defer { bellListener.stop() }
+        // The rate limiter on, with room for what wrk asks of each person (about 25 requests a
+        // second each, past the 20 a person gets in production): the rows measure answers, not 429s.
+        let limiter = RateLimiter(limits: .init(personPerSecond: 1_000, personBurst: 1_000))
         let api = APIServer(
             routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator, bellCache: bellCache), gate: AppVersionGate(client: requestClient),
-            verifier: verifier, rateLimiter: RateLimiter())
+            verifier: verifier, rateLimiter: limiter)
         let server = try HTTPServer(configuration: .init(port: 0, blockingThreads: 16), replying: { api.reply($0) })
         defer { server.shutdown() }
         // The same without the cache (INBOX_BELL_CACHE_MB=0), on a port of its own.
         let uncachedAPI = APIServer(
             routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator), gate: AppVersionGate(client: requestClient),
-            verifier: verifier, rateLimiter: RateLimiter())
+            verifier: verifier, rateLimiter: limiter)
         let uncachedServer = try HTTPServer(configuration: .init(port: 0, blockingThreads: 16), replying: { uncachedAPI.reply($0) })
         defer { uncachedServer.shutdown() }
         while !bellCache.isListening { try await Task.sleep(for: .milliseconds(20)) }
@@ -82,15 +85,21 @@ struct HTTPBenchmark: Benchmark {
         let uncachedBase = "http://127.0.0.1:\(uncachedServer.port)"
 
         let latencies = LatencyNotes()
+        /// `alongside` runs while wrk does (and is cancelled after); it says what it did.
         func wrkCase(
-            id: String, title: String, path: String, description: String, kind: ConfigurationResult.Kind, base: String = base
+            id: String, title: String, path: String, description: String, kind: ConfigurationResult.Kind, base: String = base,
+            alongside: (@Sendable (_ round: Int) async -> String)? = nil
         ) -> BenchmarkCase {
             BenchmarkCase(
                 id: id, title: title, description: description, kind: kind, batchSize: 1, appenders: Self.connections, eventsPerRound: 0,
                 run: { round in
-                    let result = try Self.wrk(url: base + path, script: script)
+                    let side = alongside.map { work in Task { await work(round) } }
+                    // On a thread of its own: waiting for wrk must not hold one of the cooperative pool's.
+                    let result = try await BlockingThread.run { try Self.wrk(url: base + path, script: script) }
+                    side?.cancel()
+                    let done = await side?.value
                     latencies.add(id, round: round, p50: result.p50, p99: result.p99)
-                    progress("  \(title): p50 \(Self.format(result.p50)), p99 \(Self.format(result.p99)), \(result.errors) socket errors, \(result.non2xx) non-2xx")
+                    progress("  \(title): p50 \(Self.format(result.p50)), p99 \(Self.format(result.p99)), \(result.errors) socket errors, \(result.non2xx) non-2xx\(done.map { ", " + $0 } ?? "")")
                     return Measurement(round: round, events: result.requests, elapsed: .milliseconds(Int64(result.seconds * 1000)))
                 })
         }
@@ -99,6 +108,23 @@ struct HTTPBenchmark: Benchmark {
                 id: "bell-page", title: "GET /v1/me/notifications", path: "/v1/me/notifications",
                 description: "The first bell page (25 entries, meta.unread) of a person picked in turn from \(people), each with \(Self.entriesPerPerson) entries; ES256 token verified (and remembered); the bell cache on, as inbox serve runs by default. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
                 kind: .client),
+            wrkCase(
+                id: "bell-page-changing", title: "GET /v1/me/notifications, bells changing", path: "/v1/me/notifications",
+                description: "The same with the bells changing meanwhile: a writer appends a sign-in for the next person every 10 ms (about 80 a second), projected inline, and each change forgets that person's pages. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                kind: .client,
+                alongside: { round in
+                    let inline = InlineProjections()
+                    var changed = 0
+                    while !Task.isCancelled {
+                        let person = "p\((changed * 7_919 + round * 104_729) % people)"
+                        guard let event = try? NewEvent(SignedIn(personId: person, signInId: "change-\(round)-\(changed)", platform: "app:ios", device: "iPhone"))
+                        else { break }
+                        _ = try? await client.withConnection { connection in try inline.append([event], on: connection) }
+                        changed += 1
+                        try? await Task.sleep(for: .milliseconds(10))
+                    }
+                    return "\(changed) bells changed"
+                }),
             wrkCase(
                 id: "bell-page-uncached", title: "GET /v1/me/notifications, no cache", path: "/v1/me/notifications",
                 description: "The same bell pages from a server without the bell cache (INBOX_BELL_CACHE_MB=0): every page read from PostgreSQL. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
