@@ -73,7 +73,7 @@ public final class BellCache: Sendable {
     private let hits = Atomic<Int>(0)
     private let misses = Atomic<Int>(0)
 
-    public init(capacityBytes: Int = 64 << 20, lifetime: Duration = .seconds(60)) {
+    public init(capacityBytes: Int = 64 << 20, lifetime: Duration = .seconds(300)) {
         self.capacityBytes = capacityBytes
         self.lifetime = lifetime
         shards = Striped(count: 32) { Shard() }
