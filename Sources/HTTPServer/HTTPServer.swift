@@ -229,8 +229,9 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
         core.pool.submit {
             let response = work()
             state.answer.withLock { $0 = response }
-            core.suspended.subtract(1, ordering: .releasing)
             MHD_resume_connection(suspended.pointer)
+            // Only now may `shutdown` stop the daemon: the resume has touched the connection.
+            core.suspended.subtract(1, ordering: .releasing)
         }
         return .YES
     }

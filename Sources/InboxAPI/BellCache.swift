@@ -103,38 +103,32 @@ public final class BellCache: Sendable {
     /// Keeps `body` for `key` unless the person's bell changed since `ticket` was taken.
     public func keep(_ body: [UInt8], for key: Key, ticket: Ticket?, now: ContinuousClock.Instant = .now) {
         guard let ticket else { return }
-        let letGo = shards.withLock(for: key.person) { shard -> Bool in
-            guard listening.load(ordering: .acquiring), ticket.change >= floor.load(ordering: .acquiring) else { return false }
+        shards.withLock(for: key.person) { shard in
+            guard listening.load(ordering: .acquiring), ticket.change >= floor.load(ordering: .acquiring) else { return }
             var person = shard.people[key.person] ?? Person()
-            guard person.changedAt <= ticket.change else { return false }
+            guard person.changedAt <= ticket.change else { return }
             shard.bytes += body.count - (person.pages[key]?.body.count ?? 0)
             person.pages[key] = Page(body: body, expiresAt: now + lifetime * Double.random(in: 0.75...1))
             shard.people[key.person] = person
-            guard shard.bytes > shardCapacity || shard.people.count > Self.peoplePerShard else { return false }
-            Self.letGo(&shard, below: shardCapacity * 3 / 4)
-            return true
+            if shard.bytes > shardCapacity || shard.people.count > Self.peoplePerShard {
+                letGo(&shard, below: shardCapacity * 3 / 4)
+            }
         }
-        // Whose changes those people missed is forgotten with them: reads in flight are not kept.
-        if letGo { floor.store(changes.add(1, ordering: .acquiringAndReleasing).newValue, ordering: .releasing) }
     }
 
     /// Forgets the pages of `people`, whose bells changed.
     public func changed(people: some Sequence<String>) {
-        var letGo = false
         for name in people {
             let change = changes.add(1, ordering: .acquiringAndReleasing).newValue
-            letGo = shards.withLock(for: name) { shard -> Bool in
+            shards.withLock(for: name) { shard in
                 var person = shard.people[name] ?? Person()
                 shard.bytes -= person.bytes
                 person.pages = [:]
                 person.changedAt = max(person.changedAt, change)
                 shard.people[name] = person
-                guard shard.people.count > Self.peoplePerShard else { return false }
-                Self.letGo(&shard, below: shard.bytes)
-                return true
-            } || letGo
+                if shard.people.count > Self.peoplePerShard { letGo(&shard, below: shard.bytes) }
+            }
         }
-        if letGo { floor.store(changes.add(1, ordering: .acquiringAndReleasing).newValue, ordering: .releasing) }
     }
 
     /// Forgets every page: anybody's bell may have changed.
@@ -161,12 +155,14 @@ public final class BellCache: Sendable {
     }
 
     /// Lets people go (in no particular order) until their pages take at most `bytes` and few
-    /// enough people are remembered.
-    private static func letGo(_ shard: inout Shard, below bytes: Int) {
+    /// enough people are remembered. Whose changes those people missed is forgotten with them, so
+    /// first the floor rises, under the stripe's lock: no read that began before is kept after.
+    private func letGo(_ shard: inout Shard, below bytes: Int) {
+        floor.store(changes.add(1, ordering: .acquiringAndReleasing).newValue, ordering: .releasing)
         for (name, person) in shard.people {
             shard.people[name] = nil
             shard.bytes -= person.bytes
-            if shard.bytes <= bytes && shard.people.count <= peoplePerShard / 2 { break }
+            if shard.bytes <= bytes && shard.people.count <= Self.peoplePerShard / 2 { break }
         }
     }
 }

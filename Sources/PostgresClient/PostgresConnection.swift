@@ -84,10 +84,21 @@ public final class PostgresConnection {
     /// Runs one parameterized statement with parameters given as a list.
     @discardableResult
     public func query(_ sql: String, binds: [PostgresBind]) throws -> PostgresRows {
+        try query(sql, binds: binds, retried: false)
+    }
+
+    private func query(_ sql: String, binds: [PostgresBind], retried: Bool) throws -> PostgresRows {
         let connection = try liveHandle()
         if let name = try preparedName(sql, binds, on: connection) {
+            let outsideTransaction = PQtransactionStatus(connection) == PQTRANS_IDLE
             let result = withParameters(binds) { _, values in PQexecPrepared(connection, name, Int32(binds.count), values, nil, nil, 0) }
-            return try checkedPrepared(result, sql: sql, binds: binds)
+            do {
+                return try checkedPrepared(result, sql: sql, binds: binds)
+            } catch let error as PostgresError where error.sqlState == "0A000" && outsideTransaction && !retried {
+                // Refused because its table changed shape (a column added by a migration, say):
+                // nothing ran, so once more, prepared afresh. In a transaction the refusal stands.
+                return try query(sql, binds: binds, retried: true)
+            }
         }
         let result = withParameters(binds) { types, values in
             PQexecParams(connection, sql, Int32(binds.count), types, values, nil, nil, 0)
@@ -304,9 +315,10 @@ public final class PostgresConnection {
     }
 
     /// The rows of a statement that may have run prepared. PostgreSQL refuses to run a prepared
-    /// statement whose result columns changed since it was prepared (a table swapped for one of
-    /// another shape: "cached plan must not change result type", SQLSTATE 0A000); the statement is
-    /// forgotten then, so the next call prepares it afresh.
+    /// statement whose result columns changed since it was prepared (a column added, a table
+    /// swapped for one of another shape: "cached plan must not change result type", SQLSTATE
+    /// 0A000); the statement is forgotten then, so that it is prepared afresh: at once by `query`
+    /// outside a transaction, on the next call otherwise (and in a pipeline).
     private func checkedPrepared(_ result: OpaquePointer?, sql: String, binds: [PostgresBind]) throws -> PostgresRows {
         do {
             return try PostgresRows(checking: result, connection: self, sql: sql)

@@ -63,6 +63,20 @@ import Testing
         #expect(cache.page(Self.key("p3")) == nil)
     }
 
+    /// Letting people go to stay within the bytes forgets whose bell changed when, so a read that
+    /// began before must not be kept afterwards, even for a person whose record is gone.
+    @Test func aReadThatBeganBeforePeopleWereLetGoIsNotKept() {
+        let cache = BellCache(capacityBytes: 32 * 1_000)
+        cache.setListening(true)
+        let old = cache.ticket()
+        cache.changed(people: ["p"])
+        for person in 0..<400 { cache.keep([UInt8](repeating: 1, count: 600), for: Self.key("q\(person)"), ticket: cache.ticket()) }
+        cache.keep([9], for: Self.key("p"), ticket: old)
+        #expect(cache.page(Self.key("p")) == nil)
+        cache.keep([8], for: Self.key("p"), ticket: cache.ticket())
+        #expect(cache.page(Self.key("p")) == [8])
+    }
+
     @Test func aPageIsKeptAtMostItsLifetimeAndTheCacheWithinItsBytes() {
         let cache = BellCache(capacityBytes: 320_000, lifetime: .seconds(5))
         cache.setListening(true)
