@@ -27,8 +27,8 @@ public final class AppVersionGate: Sendable {
         self.refreshInterval = refreshInterval
     }
 
-    /// Throws the 426 for an app below its platform's minimum. Blocks to re-read the table when
-    /// the copy is stale; when the database cannot be read, the last copy stands.
+    /// Throws the 426 for an app below its platform's minimum, by the copy of the table (see
+    /// `minimums`); when the database cannot be read, the last copy stands.
     public func check(_ identity: AppIdentity) throws(APIError) {
         guard let platform = identity.platform, let version = identity.version else { return }
         guard let minimum = minimums()[platform], version < minimum.version else { return }
@@ -47,7 +47,12 @@ public final class AppVersionGate: Sendable {
     func minimums() -> [AppIdentity.Platform: Minimum] {
         let now = ContinuousClock.now
         let current = cache.read()
-        guard current.loadedAt != nil else { return (try? load(at: now)) ?? [:] }
+        guard current.loadedAt != nil else {
+            // The first read. When the database cannot be read, nothing is gated for now and the
+            // next read is the background one, so requests do not each wait for the database.
+            guard let loaded = try? load(at: now) else { return store([], at: now) }
+            return loaded
+        }
         if now - current.loadedAt! >= refreshInterval,
             refreshing.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
         {
