@@ -34,8 +34,11 @@ let package = Package(
             path: "Sources/CLibraries/CShims"),
 
         // Thin Swift wrappers: the only modules that see C pointers.
+        // Locks for state that many threads touch: ones that sleep rather than spin, stripes, and a
+        // readers-writer lock.
+        .target(name: "Locks", swiftSettings: swiftSettings),
         .target(
-            name: "PostgresClient", dependencies: ["CLibPQ"], swiftSettings: swiftSettings),
+            name: "PostgresClient", dependencies: ["CLibPQ", "Locks"], swiftSettings: swiftSettings),
         .target(
             name: "Crypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         .target(
@@ -69,7 +72,7 @@ let package = Package(
 
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
-            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto"],
+            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Locks"],
             swiftSettings: swiftSettings),
 
         .executableTarget(

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 import InboxDomain
-import Synchronization
+import Locks
 
 /// A verified access token: who (`sub`), what they may do (`scope`), and whether it is a guest's.
 public struct AccessToken: Sendable, Hashable {

@@ -1,4 +1,5 @@
 import Foundation
+import Locks
 import PostgresClient
 import Synchronization
 

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locks
 
 /// A bounded pool of PostgreSQL connections, each on a thread of its own.
 ///
@@ -43,7 +43,7 @@ public final class PostgresClient: Sendable {
     /// A blocked thread's side of the hand-over: the pool stores the result and signals.
     private final class ThreadWaiter: Sendable {
         private let semaphore = DispatchSemaphore(value: 0)
-        private let result = Mutex<Result<ConnectionWorker, any Error>?>(nil)
+        private let result = Locked<Result<ConnectionWorker, any Error>?>(nil)
 
         func resume(with result: Result<ConnectionWorker, any Error>) {
             self.result.withLock { $0 = result }
@@ -57,7 +57,7 @@ public final class PostgresClient: Sendable {
     }
 
     public let configuration: Configuration
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     public init(configuration: Configuration) throws {
         guard configuration.maximumConnections >= 1 else {
