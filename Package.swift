@@ -33,12 +33,13 @@ let package = Package(
             name: "CShims", dependencies: ["CCurl", "CMicroHTTPD"],
             path: "Sources/CLibraries/CShims"),
 
+        // Threads and the state many of them touch: locks that sleep rather than spin, stripes, a
+        // readers-writer lock, and threads that run blocking jobs.
+        .target(name: "Threads", swiftSettings: swiftSettings),
+
         // Thin Swift wrappers: the only modules that see C pointers.
-        // Locks for state that many threads touch: ones that sleep rather than spin, stripes, and a
-        // readers-writer lock.
-        .target(name: "Locks", swiftSettings: swiftSettings),
         .target(
-            name: "PostgresClient", dependencies: ["CLibPQ", "Locks"], swiftSettings: swiftSettings),
+            name: "PostgresClient", dependencies: ["CLibPQ", "Threads"], swiftSettings: swiftSettings),
         .target(
             name: "Crypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         .target(
@@ -47,7 +48,7 @@ let package = Package(
 
         // HTTP/1.1 on libmicrohttpd: requests in, responses out; no routing, no JSON:API.
         .target(
-            name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims"], swiftSettings: swiftSettings),
+            name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Threads"], swiftSettings: swiftSettings),
 
         // Process lifecycle: signals today, the service group of the roles later.
         .target(name: "Lifecycle", swiftSettings: swiftSettings),
@@ -72,7 +73,7 @@ let package = Package(
 
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
-            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Locks"],
+            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads"],
             swiftSettings: swiftSettings),
 
         .executableTarget(

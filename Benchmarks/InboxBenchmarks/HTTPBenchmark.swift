@@ -95,7 +95,7 @@ struct HTTPBenchmark: Benchmark {
             alongside: (@Sendable (_ round: Int) async -> String)? = nil
         ) -> BenchmarkCase {
             BenchmarkCase(
-                id: id, title: title, description: description, kind: kind, batchSize: 1, appenders: Self.connections, eventsPerRound: 0,
+                id: id, title: title, description: description + " wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.", kind: kind, batchSize: 1, appenders: Self.connections, eventsPerRound: 0,
                 run: { round in
                     let side = alongside.map { work in Task { await work(round) } }
                     // On a thread of its own: waiting for wrk must not hold one of the cooperative pool's.
@@ -110,11 +110,11 @@ struct HTTPBenchmark: Benchmark {
         let cases = [
             wrkCase(
                 id: "bell-page", title: "GET /v1/me/notifications", path: "/v1/me/notifications",
-                description: "The first bell page (25 entries, meta.unread) of a person picked in turn from \(people), each with \(Self.entriesPerPerson) entries; ES256 token verified (and remembered); the bell cache on, as inbox serve runs by default. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                description: "The first bell page (25 entries, meta.unread) of a person picked in turn from \(people), each with \(Self.entriesPerPerson) entries; ES256 token verified (and remembered); the bell cache on, as inbox serve runs by default.",
                 kind: .client),
             wrkCase(
                 id: "bell-page-changing", title: "GET /v1/me/notifications, bells changing", path: "/v1/me/notifications",
-                description: "The same with the bells changing meanwhile: a writer appends a sign-in for the next person every 10 ms (about 80 a second), projected inline, and each change forgets that person's pages. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                description: "The same with the bells changing meanwhile: a writer appends a sign-in for the next person every 10 ms (about 80 a second), projected inline, and each change forgets that person's pages.",
                 kind: .client,
                 alongside: { round in
                     let inline = InlineProjections()
@@ -131,15 +131,15 @@ struct HTTPBenchmark: Benchmark {
                 }),
             wrkCase(
                 id: "bell-page-uncached", title: "GET /v1/me/notifications, no cache", path: "/v1/me/notifications",
-                description: "The same bell pages from a server without the bell cache (INBOX_BELL_CACHE_MB=0): every page read from PostgreSQL. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                description: "The same bell pages from a server without the bell cache (INBOX_BELL_CACHE_MB=0): every page read from PostgreSQL.",
                 kind: .client, base: uncachedBase),
             wrkCase(
                 id: "devices-list", title: "GET /v1/me/devices", path: "/v1/me/devices",
-                description: "The device list (\(Self.devicesPerPerson) devices) of a person picked in turn; token verified. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                description: "The device list (\(Self.devicesPerPerson) devices) of a person picked in turn; token verified.",
                 kind: .client),
             wrkCase(
                 id: "healthz", title: "GET /healthz", path: "/healthz",
-                description: "The same server answering /healthz (no token, no database): the ceiling of the HTTP layer on this machine. wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.",
+                description: "The same server answering /healthz (no token, no database): the ceiling of the HTTP layer on this machine.",
                 kind: .serverSide),
         ]
         let configurations = try await runInterleaved(cases, rounds: rounds)

@@ -111,16 +111,24 @@ public struct Migrator: Sendable {
 
     /// Versions already applied, with their checksums.
     public func applied(client: PostgresClient) async throws -> [Int: String] {
-        try await client.withConnection { connection in
-            let exists = try connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL").scalar(Bool.self)
-            return exists ? try Self.applied(on: connection) : [:]
-        }
+        try await client.withConnection { connection in try Self.appliedIfAny(on: connection) }
     }
 
     /// Migrations not yet applied (for readiness checks and `inbox status`).
     public func pending(client: PostgresClient) async throws -> [Migration] {
-        let applied = try await applied(client: client)
+        try await client.withConnection { connection in try pending(on: connection) }
+    }
+
+    /// Migrations not yet applied, read on a connection the caller holds.
+    public func pending(on connection: PostgresConnection) throws -> [Migration] {
+        let applied = try Self.appliedIfAny(on: connection)
         return migrations.filter { applied[$0.version] == nil }
+    }
+
+    /// The applied migrations, none when the table is not there yet.
+    static func appliedIfAny(on connection: PostgresConnection) throws -> [Int: String] {
+        let exists = try connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL").scalar(Bool.self)
+        return exists ? try applied(on: connection) : [:]
     }
 
     static func migrate(_ migrations: [Migration], on connection: PostgresConnection) throws -> [Migration] {

@@ -2,6 +2,7 @@ import CMicroHTTPD
 import CShims
 import Foundation
 import Synchronization
+import Threads
 
 /// An HTTP/1.1 server on libmicrohttpd: the library parses requests (keep-alive, pipelining and
 /// chunked bodies included) and writes responses; this type collects each request's body within a

@@ -69,7 +69,7 @@ public struct APIError: Error, Sendable {
         }
         if !meta.isEmpty { object["meta"] = .object(meta) }
         let document: JSONValue = .object(["jsonapi": .object(["version": .string("1.0")]), "errors": .array([.object(object)])])
-        return HTTPResponse(status: status, contentType: JSONAPI.mediaType, body: JSONAPI.encode(document), headers: headers)
+        return JSONAPI.response(status: status, document, headers: headers)
     }
 }
 
@@ -78,9 +78,17 @@ public enum JSONAPI {
     public static let mediaType = "application/vnd.api+json"
 
     /// Compact JSON with sorted keys (the same document is always the same bytes).
-    public static func encode(_ value: JSONValue) -> String {
+    public static func bytes(_ value: JSONValue) -> [UInt8] {
         var text = JSONText(capacity: 1024)
         text.value(value)
-        return text.string
+        return text.bytes
+    }
+
+    /// `bytes` as text.
+    public static func encode(_ value: JSONValue) -> String { String(decoding: bytes(value), as: UTF8.self) }
+
+    /// A response carrying `document` as JSON:API, written straight into the body.
+    public static func response(status: Int = 200, _ document: JSONValue, headers: [(name: String, value: String)] = []) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [("Content-Type", mediaType)] + headers, body: bytes(document))
     }
 }

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 import InboxDomain
-import Locks
+import Threads
 
 /// A verified access token: who (`sub`), what they may do (`scope`), and whether it is a guest's.
 public struct AccessToken: Sendable, Hashable {
@@ -183,8 +183,8 @@ public struct TokenSigner: Sendable {
             "exp": .integer(Int64(issuedAt.timeIntervalSince1970 + lifetime)), "jti": .string(id),
         ]
         if guest { claims["guest"] = .bool(true) }
-        let header = Base64URL.encode(Array(JSONAPI.encode(.object(["alg": .string("ES256"), "kid": .string(kid), "typ": .string("JWT")])).utf8))
-        let payload = Base64URL.encode(Array(JSONAPI.encode(.object(claims)).utf8))
+        let header = Base64URL.encode(JSONAPI.bytes(.object(["alg": .string("ES256"), "kid": .string(kid), "typ": .string("JWT")])))
+        let payload = Base64URL.encode(JSONAPI.bytes(.object(claims)))
         let signature = try key.sign(Array("\(header).\(payload)".utf8))
         return "\(header).\(payload).\(Base64URL.encode(signature))"
     }

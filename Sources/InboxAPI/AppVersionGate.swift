@@ -1,7 +1,7 @@
 import Foundation
-import Locks
 import PostgresClient
 import Synchronization
+import Threads
 
 /// The oldest release of each platform the API still serves, and where to get a newer one:
 /// `app_minimum_versions`, re-read every `refreshInterval`, so raising a minimum needs no restart.

@@ -1,8 +1,8 @@
 import Foundation
-import Locks
 import PostgresClient
 import Projections
 import Synchronization
+import Threads
 
 /// Bell pages as last answered, by person and request, kept until the person's bell changes.
 ///

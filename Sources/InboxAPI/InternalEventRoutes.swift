@@ -39,7 +39,9 @@ public enum InternalEventRoutes {
                 let batch = events
                 let appended: [AppendedEvent]
                 do {
-                    appended = try Blocking.run { try await store.append(batch) }
+                    appended = try store.client.withConnectionBlocking { connection in
+                        try EventStore.append(batch, validator: store.validator, on: connection)
+                    }
                 } catch let error as EventLogError {
                     switch error {
                     case .invalidEvent(let index, let field, let reason):

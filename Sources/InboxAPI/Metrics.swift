@@ -1,9 +1,9 @@
 import EventLog
 import Foundation
 import HTTPServer
-import Locks
 import PostgresClient
 import Projections
+import Threads
 
 /// Counters and latency histograms of the requests, by route (its pattern), method and status,
 /// for `GET /metrics` in the Prometheus text format.

@@ -11,12 +11,12 @@ public enum OperationsRoutes {
     public static func routes(client: PostgresClient, migrator: Migrator) -> [Route] {
         [
             Route("GET", "/healthz", waits: false) { _ in
-                HTTPResponse(status: 200, contentType: JSONAPI.mediaType, body: JSONAPI.encode(.object(["meta": .object(["status": .string("ok")])])))
+                JSONAPI.response(.object(["meta": .object(["status": .string("ok")])]))
             },
             Route("GET", "/readyz") { _ in
                 let pending: [Migration]
                 do {
-                    pending = try Blocking.run { try await migrator.pending(client: client) }
+                    pending = try client.withConnectionBlocking { connection in try migrator.pending(on: connection) }
                 } catch {
                     throw APIError(status: 503, code: "database_unavailable", detail: "The database does not answer: \(error)")
                 }
@@ -25,8 +25,7 @@ public enum OperationsRoutes {
                         status: 503, code: "migrations_pending",
                         detail: "Migrations not applied yet: \(pending.map(\.fileName).joined(separator: ", ")).")
                 }
-                return HTTPResponse(
-                    status: 200, contentType: JSONAPI.mediaType, body: JSONAPI.encode(.object(["meta": .object(["status": .string("ready")])])))
+                return JSONAPI.response(.object(["meta": .object(["status": .string("ready")])]))
             },
         ]
     }

@@ -1,5 +1,5 @@
 import Foundation
-import Locks
+import Threads
 
 /// Requests per token, as token buckets: a person's token may burst to `personBurst` requests and
 /// refills at `personPerSecond`; a guest's, more tightly. Over it: `429 too_many_requests` with

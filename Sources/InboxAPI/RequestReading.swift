@@ -93,7 +93,7 @@ enum Documents {
     static func response(status: Int = 200, _ document: [String: JSONValue]) -> HTTPResponse {
         var document = document
         document["jsonapi"] = .object(["version": .string("1.0")])
-        return HTTPResponse(status: status, contentType: JSONAPI.mediaType, body: JSONAPI.encode(.object(document)))
+        return JSONAPI.response(status: status, .object(document))
     }
 
     static let noContent = HTTPResponse(status: 204)

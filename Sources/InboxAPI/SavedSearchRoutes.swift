@@ -99,7 +99,7 @@ public enum SavedSearchRoutes {
             }
             return nil
         case .object(let members)?:
-            guard JSONAPI.encode(.object(members)).utf8.count <= 16_384 else {
+            guard JSONAPI.bytes(.object(members)).count <= 16_384 else {
                 throw APIError(status: 422, code: "invalid_field", detail: "query is larger than 16 KiB.", source: Attributes.pointer("query"))
             }
             return .object(members)

@@ -1,14 +1,13 @@
 import Foundation
+import Threads
 
 /// A thread that owns one connection and runs jobs on it one at a time. libpq calls block, so they
 /// run here and never on Swift's cooperative thread pool; callers await a continuation instead.
 final class ConnectionWorker: @unchecked Sendable {
     typealias Job = @Sendable (ConnectionWorker) -> Void
 
-    // Guarded by `condition`.
-    private let condition = NSCondition()
-    private var jobs: [Job] = []
-    private var stopping = false
+    /// The worker's one thread.
+    private let thread: BlockingPool
 
     // Touched by one thread at a time: the worker's own, or the thread that has the worker checked
     // out of the pool (`PostgresClient.withConnectionBlocking`); the pool's lock orders the two.
@@ -24,21 +23,12 @@ final class ConnectionWorker: @unchecked Sendable {
         self.configuration = configuration
         self.applicationName = applicationName
         self.onConnect = onConnect
-        // Named from inside: on Linux a name set before start does not reach the thread.
-        let thread = Thread { [self] in
-            Thread.current.name = name
-            runLoop()
-        }
-        thread.stackSize = 1 << 20
-        thread.start()
+        thread = BlockingPool(threads: 1, name: name)
     }
 
     /// Queues a job; it runs on the worker thread after the ones before it.
     func submit(_ job: @escaping Job) {
-        condition.lock()
-        jobs.append(job)
-        condition.signal()
-        condition.unlock()
+        thread.submit { [self] in job(self) }
     }
 
     /// Runs `body` with a live connection, opening (or reopening) it first. If the connection broke
@@ -76,26 +66,11 @@ final class ConnectionWorker: @unchecked Sendable {
 
     /// Finishes queued jobs, closes the connection and ends the thread.
     func stop() {
-        condition.lock()
-        stopping = true
-        condition.signal()
-        condition.unlock()
-    }
-
-    private func runLoop() {
-        while true {
-            condition.lock()
-            while jobs.isEmpty && !stopping { condition.wait() }
-            if jobs.isEmpty && stopping {
-                condition.unlock()
-                break
-            }
-            let job = jobs.removeFirst()
-            condition.unlock()
-            job(self)
+        thread.submit { [self] in
+            connection?.close()
+            connection = nil
         }
-        connection?.close()
-        connection = nil
+        thread.stop()
     }
 
     /// Runs `body` on the worker thread with a live connection and awaits its result.

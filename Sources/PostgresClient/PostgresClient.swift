@@ -1,5 +1,5 @@
 import Foundation
-import Locks
+import Threads
 
 /// A bounded pool of PostgreSQL connections, each on a thread of its own.
 ///

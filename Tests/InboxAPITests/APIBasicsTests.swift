@@ -164,7 +164,7 @@ import Testing
                 configuration: .init(connection: db.configuration.withStatementTimeout(.milliseconds(200)), maximumConnections: 2))
             defer { slowClient.close() }
             let slow = Route("GET", "/v1/test/slow") { _ in
-                _ = try Blocking.run { try await slowClient.execute("SELECT pg_sleep(5)") }
+                _ = try slowClient.withConnectionBlocking { connection in try connection.query("SELECT pg_sleep(5)") }
                 return HTTPResponse(status: 204)
             }
             let api = APIServer(routes: [slow], gate: nil)

@@ -1,9 +1,10 @@
 import Foundation
 
 /// A fixed set of threads that run jobs in the order they come, for work that blocks (a request
-/// waiting on its database). Outside Swift's cooperative pool, which must never block.
-final class BlockingPool: @unchecked Sendable {
-    typealias Job = @Sendable () -> Void
+/// waiting on its database, a libpq call). Outside Swift's cooperative pool, which must never block.
+/// With one thread, jobs run one at a time in order (a connection's thread).
+public final class BlockingPool: @unchecked Sendable {
+    public typealias Job = @Sendable () -> Void
 
     // Guarded by `condition`.
     private let condition = NSCondition()
@@ -11,10 +12,13 @@ final class BlockingPool: @unchecked Sendable {
     private var head = 0
     private var stopping = false
 
-    init(threads: Int, name: String) {
-        for number in 1...max(1, threads) {
+    /// `name` names the threads (`name-1`, `name-2`, ..., or `name` for one).
+    public init(threads: Int, name: String) {
+        let count = max(1, threads)
+        for number in 1...count {
+            // Named from inside: on Linux a name set before start does not reach the thread.
             let thread = Thread { [self] in
-                Thread.current.name = "\(name)-\(number)"
+                Thread.current.name = count == 1 ? name : "\(name)-\(number)"
                 run()
             }
             thread.stackSize = 1 << 20
@@ -22,7 +26,7 @@ final class BlockingPool: @unchecked Sendable {
         }
     }
 
-    func submit(_ job: @escaping Job) {
+    public func submit(_ job: @escaping Job) {
         condition.lock()
         jobs.append(job)
         condition.signal()
@@ -30,7 +34,7 @@ final class BlockingPool: @unchecked Sendable {
     }
 
     /// Lets the threads finish the jobs queued, then end.
-    func stop() {
+    public func stop() {
         condition.lock()
         stopping = true
         condition.broadcast()

@@ -29,7 +29,7 @@ public final class Striped<State>: Sendable {
     /// Runs `body` on the calling thread's stripe: for state that every request adds to under the
     /// same key (counters), read by going over every stripe.
     public func withThreadLock<Result>(_ body: (inout State) -> Result) -> Result {
-        withLock(for: UInt(bitPattern: Int(bitPattern: UInt(pthread_self()))), body)
+        withLock(for: pthread_self(), body)
     }
 
     /// Runs `body` on every stripe in turn, each under its lock.
