@@ -50,20 +50,20 @@ let package = Package(
         .target(
             name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Threads"], swiftSettings: swiftSettings),
 
-        // Process lifecycle: signals today, the service group of the roles later.
-        .target(name: "Lifecycle", swiftSettings: swiftSettings),
+        // The runtime of every role: services and their group, the leased loop, logger and clocks.
+        .target(name: "Lifecycle", dependencies: ["PostgresClient", "Threads"], swiftSettings: swiftSettings),
 
         // The domain: events, categories, rules. No I/O.
         .target(name: "InboxDomain", swiftSettings: swiftSettings),
 
         // The append-only event log, its migrations and the embedded PostgreSQL.
         .target(
-            name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "Crypto"],
+            name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "Crypto", "Lifecycle"],
             swiftSettings: swiftSettings),
 
         // Read models derived from the log, and the drivers that keep them current.
         .target(
-            name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto"],
+            name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto", "Lifecycle"],
             swiftSettings: swiftSettings),
 
         // Plausible, deterministic event streams for tests and benchmarks.
@@ -73,7 +73,7 @@ let package = Package(
 
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
-            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads"],
+            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Lifecycle"],
             swiftSettings: swiftSettings),
 
         .executableTarget(

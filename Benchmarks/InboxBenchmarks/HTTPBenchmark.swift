@@ -64,8 +64,9 @@ struct HTTPBenchmark: Benchmark {
         let migrator = try Migrator(directory: Migrator.locateDirectory(explicit: nil))
         // As `inbox serve` runs by default: bell pages kept in memory, told of changes by NOTIFY.
         let bellCache = BellCache()
-        let bellListener = try BellCacheListener(cache: bellCache, configuration: client.configuration.connection)
-        defer { bellListener.stop() }
+        let bellListener = BellCacheListener(cache: bellCache, configuration: client.configuration.connection)
+        let listening = Task { try await bellListener.run() }
+        defer { listening.cancel() }
         // The rate limiter on, with room for what wrk asks of each person (about 25 requests a
         // second each, past the 20 a person gets in production): the rows measure answers, not 429s.
         let limiter = RateLimiter(limits: .init(personPerSecond: 1_000, personBurst: 1_000))

@@ -66,10 +66,11 @@ public final class EventStore: Sendable {
     /// After a read that came back short, true means some are held back by an older transaction
     /// that is still open.
     public func hasCommittedEvents(after checkpoint: Checkpoint) async throws -> Bool {
-        try await client.withConnection { connection in
-            try connection.query("SELECT EXISTS (SELECT 1 FROM events WHERE transaction_id > $1)", checkpoint.transactionId)
-                .scalar(Bool.self)
-        }
+        try await client.withConnection { connection in try Self.hasCommittedEvents(after: checkpoint, on: connection) }
+    }
+
+    public static func hasCommittedEvents(after checkpoint: Checkpoint, on connection: PostgresConnection) throws -> Bool {
+        try connection.query("SELECT EXISTS (SELECT 1 FROM events WHERE transaction_id > $1)", checkpoint.transactionId).scalar(Bool.self)
     }
 
     /// The event at `position`, if there is one.

@@ -1,3 +1,4 @@
+import Lifecycle
 import PostgresClient
 
 extension EventStore {
@@ -22,12 +23,13 @@ extension EventStore {
     /// it is caught up, then wakes on NOTIFY from an append or after `pollInterval`, whichever comes
     /// first. Connection failures are retried; other errors end the stream.
     public func subscribe(
-        after checkpoint: Checkpoint, options: SubscriptionOptions = SubscriptionOptions()
+        after checkpoint: Checkpoint, options: SubscriptionOptions = SubscriptionOptions(), clock: any Clock<Duration> = ContinuousClock(),
+        logger: Logger = .silent
     ) -> AsyncThrowingStream<[RecordedEvent], any Error> {
         AsyncThrowingStream { continuation in
             let task = Task {
                 do {
-                    try await self.follow(after: checkpoint, options: options) { batch in
+                    try await self.follow(after: checkpoint, options: options, clock: clock, logger: logger) { batch in
                         if case .terminated = continuation.yield(batch) { throw CancellationError() }
                     }
                     continuation.finish()
@@ -42,37 +44,46 @@ extension EventStore {
     }
 
     /// Hands batches after `checkpoint` to `consume` until the task is cancelled or `consume` throws.
-    /// The checkpoint advances only after `consume` returns.
+    /// The checkpoint advances only after `consume` returns. Runs on a `LeasedLoop` without a
+    /// lease: a session of its own, woken by NOTIFY or the poll interval of `clock`, transient
+    /// failures retried after a backoff that starts at `reconnectDelay`.
     public func follow(
-        after checkpoint: Checkpoint, options: SubscriptionOptions = SubscriptionOptions(),
-        consume: @Sendable ([RecordedEvent]) async throws -> Void
+        after checkpoint: Checkpoint, options: SubscriptionOptions = SubscriptionOptions(), clock: any Clock<Duration> = ContinuousClock(),
+        logger: Logger = .silent, consume: @escaping @Sendable ([RecordedEvent]) async throws -> Void
     ) async throws {
-        let listener = try PostgresListener(
-            configuration: client.configuration.connection, channels: [Self.notificationChannel])
-        var position = checkpoint
-        var listening = false
+        let loop = LeasedLoop(
+            name: "subscription", work: SubscriptionWork(batchSize: options.batchSize, pollInterval: options.pollInterval, consume: consume),
+            configuration: client.configuration.connection, channels: [Self.notificationChannel],
+            options: .init(pollInterval: options.pollInterval, backoff: Backoff(initial: options.reconnectDelay, maximum: max(options.reconnectDelay, .seconds(5)))),
+            clock: clock, logger: logger)
+        try await loop.run(from: SubscriptionWork.State(position: checkpoint))
+    }
+}
+
+/// A subscriber's turns: read after the position, hand the batch over, then wait when caught up.
+struct SubscriptionWork: LoopWork {
+    struct State: Sendable {
+        var position: Checkpoint
         var idle = CaughtUpWait()
-        while !Task.isCancelled {
-            do {
-                if !listening {
-                    // Listen before reading, so an append between the read and the wait still wakes us.
-                    try await listener.start()
-                    listening = true
-                }
-                let batch = try await read(after: position, limit: options.batchSize)
-                if let last = batch.last {
-                    try await consume(batch)
-                    position = last.checkpoint
-                    if batch.count == options.batchSize { continue }
-                }
-                let wait = idle.wait(heldBack: try await hasCommittedEvents(after: position), pollInterval: options.pollInterval)
-                _ = try await listener.next(timeout: wait)
-            } catch let error as PostgresError where error.isConnectionError {
-                listening = false
-                try await Task.sleep(for: options.reconnectDelay)
-            }
+    }
+
+    let batchSize: Int
+    let pollInterval: Duration
+    let consume: @Sendable ([RecordedEvent]) async throws -> Void
+
+    func begin(_ state: inout State, on session: LeasedSession) async throws {}
+
+    func step(_ state: inout State, on session: LeasedSession) async throws -> LoopStep {
+        let (position, limit) = (state.position, batchSize)
+        let batch = try await session.run { connection in try EventStore.read(after: position, limit: limit, on: connection) }
+        if let last = batch.last {
+            try await consume(batch)
+            state.position = last.checkpoint
+            if batch.count == batchSize { return .more }
         }
-        throw CancellationError()
+        let read = state.position
+        let heldBack = try await session.run { connection in try EventStore.hasCommittedEvents(after: read, on: connection) }
+        return .wait(state.idle.wait(heldBack: heldBack, pollInterval: pollInterval))
     }
 }
 

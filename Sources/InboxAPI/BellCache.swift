@@ -1,4 +1,5 @@
 import Foundation
+import Lifecycle
 import PostgresClient
 import Projections
 import Synchronization
@@ -168,51 +169,51 @@ public final class BellCache: Sendable {
     }
 }
 
-/// Listens for `BellChanges` on a session of its own and tells the cache. While it is not
-/// listening (before its first LISTEN, or after its session was lost) the cache answers nothing.
-public final class BellCacheListener: Sendable {
+/// Listens for `BellChanges` on a session of its own and tells the cache: a `Service` on a
+/// `LeasedLoop` without a lease. While it is not listening (before its first LISTEN, after its
+/// session was lost, once stopped) the cache answers nothing.
+public final class BellCacheListener: Service {
     public let cache: BellCache
-    private let task: Mutex<Task<Void, Never>?> = Mutex(nil)
+    private let loop: LeasedLoop<BellCacheListening>
 
-    /// Starts listening; the cache answers pages once the first LISTEN is in place.
-    public init(cache: BellCache, configuration: PostgresConfiguration, log: @escaping @Sendable (String) -> Void = { _ in }) throws {
+    public init(
+        cache: BellCache, configuration: PostgresConfiguration, clock: any Clock<Duration> = ContinuousClock(), logger: Logger = .silent
+    ) {
         self.cache = cache
-        let listener = try PostgresListener(configuration: configuration, channels: [BellChanges.channel], applicationName: "inbox-api-bell")
-        let started = Task {
-            var listening = false
-            while !Task.isCancelled {
-                do {
-                    if !listening {
-                        try await listener.start()
-                        cache.setListening(true)
-                        listening = true
-                    }
-                    for notification in try await listener.next(timeout: .seconds(1)) {
-                        switch BellChanges.change(from: notification.payload) {
-                        case .people(let people): cache.changed(people: people)
-                        case .everybody: cache.changedEverybody()
-                        }
-                    }
-                } catch {
-                    if listening { log("the bell cache stopped answering: its listening session failed (\(error)); it retries") }
-                    cache.setListening(false)
-                    listening = false
-                    try? await Task.sleep(for: .seconds(1))
-                }
-            }
-            cache.setListening(false)
-        }
-        task.withLock { $0 = started }
+        loop = LeasedLoop(
+            name: "api-bell", work: BellCacheListening(cache: cache, logger: logger), configuration: configuration,
+            channels: [BellChanges.channel], options: .init(pollInterval: .seconds(60), backoff: Backoff(initial: .milliseconds(100), maximum: .seconds(2))),
+            clock: clock, logger: logger, isRetryable: { _ in true })
     }
 
-    /// Stops listening; the cache answers nothing afterwards.
-    public func stop() {
-        task.withLock { task in
-            task?.cancel()
-            task = nil
+    public func run() async throws {
+        try await loop.run(from: ())
+    }
+}
+
+/// The listener's turns: nothing to read, only announcements to pass on.
+struct BellCacheListening: LoopWork {
+    let cache: BellCache
+    let logger: Logger
+
+    func begin(_ state: inout Void, on session: LeasedSession) async throws {
+        // Whatever changed while nobody listened is unknown: start from an empty cache.
+        cache.setListening(true)
+    }
+
+    func step(_ state: inout Void, on session: LeasedSession) async throws -> LoopStep { .wait(nil) }
+
+    func received(_ notifications: [PostgresNotification], state: inout Void) {
+        for notification in notifications {
+            switch BellChanges.change(from: notification.payload) {
+            case .people(let people): cache.changed(people: people)
+            case .everybody: cache.changedEverybody()
+            }
         }
+    }
+
+    func ended(_ state: inout Void) {
+        if cache.isListening { logger.warning("the bell cache stopped answering from memory until it listens again") }
         cache.setListening(false)
     }
-
-    deinit { stop() }
 }

@@ -249,19 +249,27 @@ public final class PostgresConnection {
     }
 
     /// Notifications already received, then waits up to `timeout` for more. Returns an empty list on timeout.
-    public func waitForNotifications(timeout: Duration) throws -> [PostgresNotification] {
+    /// Waits up to `timeout` for notifications on the channels this session listens on. When
+    /// `interrupt` (the read end of a pipe) becomes readable first, its bytes are drained and the
+    /// wait returns nothing: that is how a waiting listener is told to stop early.
+    public func waitForNotifications(timeout: Duration, interrupt: Int32? = nil) throws -> [PostgresNotification] {
         let connection = try liveHandle()
         var received = drainNotifications(connection)
         if !received.isEmpty { return received }
         let socket = PQsocket(connection)
         guard socket >= 0 else { throw failure("the connection has no socket") }
-        var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+        var descriptors = [pollfd(fd: socket, events: Int16(POLLIN), revents: 0)]
+        if let interrupt { descriptors.append(pollfd(fd: interrupt, events: Int16(POLLIN), revents: 0)) }
         let milliseconds = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-        let ready = poll(&descriptor, 1, milliseconds)
+        let ready = poll(&descriptors, nfds_t(descriptors.count), milliseconds)
         if ready < 0 && errno != EINTR { throw failure("poll failed: \(String(cString: strerror(errno)))") }
-        if ready > 0 {
+        if ready > 0 && descriptors[0].revents != 0 {
             guard PQconsumeInput(connection) == 1 else { throw failure("reading notifications failed") }
             received = drainNotifications(connection)
+        }
+        if let interrupt, descriptors.count > 1, descriptors[1].revents != 0 {
+            var sink = [UInt8](repeating: 0, count: 64)
+            while read(interrupt, &sink, sink.count) > 0 {}
         }
         return received
     }

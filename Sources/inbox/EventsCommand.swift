@@ -1,11 +1,12 @@
 import EventLog
 import Foundation
 import InboxDomain
+import Lifecycle
 import PostgresClient
 
 /// `inbox events append` and `inbox events tail`.
 enum EventsCommand {
-    static func run(_ arguments: [String], configuration: InboxConfiguration, log: Log) async throws {
+    static func run(_ arguments: [String], configuration: InboxConfiguration, log: Logger) async throws {
         guard let verb = arguments.first else {
             throw UsageError(description: "inbox events needs append or tail.")
         }

@@ -39,49 +39,104 @@ struct InboxConfiguration: Sendable {
         var description: String
     }
 
-    /// One row of the settings table (README and `inbox help`).
-    struct Setting {
+    /// One row of the settings table (README and `inbox help`), with how its value is read.
+    struct Setting: Sendable {
         let variable: String
         let flag: String
         let defaultValue: String
         let meaning: String
+        /// Reads `value` into the configuration, or throws a sentence about what it must be.
+        let apply: @Sendable (inout InboxConfiguration, String) throws -> Void
     }
 
     static let settings: [Setting] = [
         Setting(variable: "DATABASE_URL", flag: "--database-url", defaultValue: "(unset: embedded PostgreSQL)",
-                meaning: "postgres://user:pass@host:port/db?sslmode=... of the server to use"),
+                meaning: "postgres://user:pass@host:port/db?sslmode=... of the server to use") { configuration, url in
+            guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else {
+                throw Invalid(description: "DATABASE_URL (--database-url) must start with postgres:// or postgresql://.")
+            }
+            configuration.databaseURL = url
+        },
         Setting(variable: "INBOX_DATA_DIR", flag: "--data-dir", defaultValue: ".inbox",
-                meaning: "folder of the embedded PostgreSQL (<dir>/postgres)"),
-        Setting(variable: "INBOX_DB_POOL_SIZE", flag: "--pool-size", defaultValue: "10",
-                meaning: "database connections per process (1-500)"),
+                meaning: "folder of the embedded PostgreSQL (<dir>/postgres)") { $0.dataDirectory = $1 },
+        wholeNumber("INBOX_DB_POOL_SIZE", "--pool-size", 1...500, default: 10, meaning: "database connections per process (1-500)") {
+            $0.poolSize = $1
+        },
         Setting(variable: "INBOX_MIGRATIONS_DIR", flag: "--migrations-dir", defaultValue: "(found: ./sql, beside the binary, /usr/share/inbox/sql)",
-                meaning: "folder of the NNN_name.sql migrations"),
-        Setting(variable: "INBOX_POLL_INTERVAL_MS", flag: "--poll-interval-ms", defaultValue: "1000",
-                meaning: "longest wait between two reads of the log without a NOTIFY (10-60000)"),
+                meaning: "folder of the NNN_name.sql migrations") { $0.migrationsDirectory = $1 },
+        wholeNumber(
+            "INBOX_POLL_INTERVAL_MS", "--poll-interval-ms", 10...60_000, default: 1000, unit: "a whole number of milliseconds",
+            meaning: "longest wait between two reads of the log without a NOTIFY (10-60000)") { $0.pollIntervalMilliseconds = $1 },
         Setting(variable: "INBOX_LOG_FORMAT", flag: "--log-format", defaultValue: "auto",
-                meaning: "auto, json or text (auto: text on a terminal, JSON otherwise)"),
+                meaning: "auto, json or text (auto: text on a terminal, JSON otherwise)") { configuration, text in
+            guard let format = LogFormat(rawValue: text) else {
+                throw Invalid(description: "INBOX_LOG_FORMAT (--log-format) must be auto, json or text, not \"\(text)\".")
+            }
+            configuration.logFormat = format
+        },
         Setting(variable: "INBOX_HTTP_HOST", flag: "--http-host", defaultValue: "127.0.0.1",
-                meaning: "IPv4 address the API listens on (0.0.0.0: every interface)"),
+                meaning: "IPv4 address the API listens on (0.0.0.0: every interface)") { configuration, host in
+            var address = in_addr()
+            guard inet_pton(AF_INET, host, &address) == 1 else {
+                throw Invalid(description: "INBOX_HTTP_HOST (--http-host) must be an IPv4 address such as 127.0.0.1, not \"\(host)\".")
+            }
+            configuration.httpHost = host
+        },
         Setting(variable: "INBOX_HTTP_PORT", flag: "--http-port", defaultValue: "8080",
-                meaning: "TCP port the API listens on (0: any free port, printed at start)"),
-        Setting(variable: "INBOX_HTTP_THREADS", flag: "--http-threads", defaultValue: "16",
-                meaning: "threads running requests that wait on the database, one request each (1-256)"),
-        Setting(variable: "INBOX_HTTP_MAX_BODY_BYTES", flag: "--http-max-body-bytes", defaultValue: "1048576",
-                meaning: "largest request body accepted, larger is 413 (1024-104857600)"),
-        Setting(variable: "INBOX_BELL_CACHE_MB", flag: "--bell-cache-mb", defaultValue: "64",
-                meaning: "memory for bell pages kept until the person's bell changes (0: none, up to 65536)"),
+                meaning: "TCP port the API listens on (0: any free port, printed at start)") { configuration, text in
+            guard let port = UInt16(text) else {
+                throw Invalid(description: "INBOX_HTTP_PORT (--http-port) must be a port from 0 to 65535 (0: any free one), not \"\(text)\".")
+            }
+            configuration.httpPort = port
+        },
+        wholeNumber(
+            "INBOX_HTTP_THREADS", "--http-threads", 1...256, default: 16,
+            meaning: "threads running requests that wait on the database, one request each (1-256)") { $0.httpThreads = $1 },
+        wholeNumber(
+            "INBOX_HTTP_MAX_BODY_BYTES", "--http-max-body-bytes", 1024...104_857_600, default: 1_048_576,
+            meaning: "largest request body accepted, larger is 413 (1024-104857600)") { $0.httpMaximumBodyBytes = $1 },
+        wholeNumber(
+            "INBOX_BELL_CACHE_MB", "--bell-cache-mb", 0...65_536, default: 64,
+            meaning: "memory for bell pages kept until the person's bell changes (0: none, up to 65536)") { $0.bellCacheMegabytes = $1 },
         Setting(variable: "INBOX_TOKEN_KEYS", flag: "--token-keys", defaultValue: "(unset: the development key)",
-                meaning: "the identity tier's ES256 public keys: a JWKS file, a PEM file, or a folder of <kid>.pem files"),
+                meaning: "the identity tier's ES256 public keys: a JWKS file, a PEM file, or a folder of <kid>.pem files") { $0.tokenKeysPath = $1 },
         Setting(variable: "INBOX_SERVICE_CREDENTIALS", flag: "--service-credentials", defaultValue: "(unset: /internal refuses every call)",
-                meaning: "name=secret,... of the tiers that may POST /internal/v1/events (secrets of 16+ characters)"),
+                meaning: "name=secret,... of the tiers that may POST /internal/v1/events (secrets of 16+ characters)") { $0.serviceCredentials = $1 },
     ]
 
+    /// A setting whose value is a whole number within `range`.
+    private static func wholeNumber(
+        _ variable: String, _ flag: String, _ range: ClosedRange<Int>, default defaultValue: Int, unit: String = "a whole number",
+        meaning: String, _ set: @escaping @Sendable (inout InboxConfiguration, Int) -> Void
+    ) -> Setting {
+        Setting(variable: variable, flag: flag, defaultValue: String(defaultValue), meaning: meaning) { configuration, text in
+            guard let number = Int(text), range.contains(number) else {
+                throw Invalid(
+                    description: "\(variable) (\(flag)) must be \(unit) from \(range.lowerBound) to \(range.upperBound), not \"\(text)\".")
+            }
+            set(&configuration, number)
+        }
+    }
+
     /// Reads the environment, then consumes the global flags from `arguments` (leaving the rest).
+    /// Flags win over the environment; the first bad value is refused with a sentence naming it.
     static func load(environment: [String: String], arguments: inout [String]) throws -> InboxConfiguration {
         var values: [String: String] = [:]
         for setting in settings {
             if let value = environment[setting.variable], !value.isEmpty { values[setting.variable] = value }
         }
+        values.merge(try takeFlags(from: &arguments)) { _, flag in flag }
+        var configuration = InboxConfiguration()
+        for setting in settings {
+            if let value = values[setting.variable] { try setting.apply(&configuration, value) }
+        }
+        return configuration
+    }
+
+    /// Removes the settings' flags (`--flag value` or `--flag=value`) from `arguments` and returns
+    /// their values by variable.
+    private static func takeFlags(from arguments: inout [String]) throws -> [String: String] {
+        var values: [String: String] = [:]
         var rest: [String] = []
         var index = 0
         while index < arguments.count {
@@ -103,69 +158,6 @@ struct InboxConfiguration: Sendable {
             index += 1
         }
         arguments = rest
-
-        var configuration = InboxConfiguration()
-        if let url = values["DATABASE_URL"] {
-            guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else {
-                throw Invalid(description: "DATABASE_URL (--database-url) must start with postgres:// or postgresql://.")
-            }
-            configuration.databaseURL = url
-        }
-        if let directory = values["INBOX_DATA_DIR"] { configuration.dataDirectory = directory }
-        if let text = values["INBOX_DB_POOL_SIZE"] {
-            guard let size = Int(text), (1...500).contains(size) else {
-                throw Invalid(description: "INBOX_DB_POOL_SIZE (--pool-size) must be a whole number from 1 to 500, not \"\(text)\".")
-            }
-            configuration.poolSize = size
-        }
-        configuration.migrationsDirectory = values["INBOX_MIGRATIONS_DIR"]
-        if let text = values["INBOX_POLL_INTERVAL_MS"] {
-            guard let milliseconds = Int(text), (10...60_000).contains(milliseconds) else {
-                throw Invalid(
-                    description: "INBOX_POLL_INTERVAL_MS (--poll-interval-ms) must be a whole number of milliseconds from 10 to 60000, not \"\(text)\".")
-            }
-            configuration.pollIntervalMilliseconds = milliseconds
-        }
-        if let text = values["INBOX_LOG_FORMAT"] {
-            guard let format = LogFormat(rawValue: text) else {
-                throw Invalid(description: "INBOX_LOG_FORMAT (--log-format) must be auto, json or text, not \"\(text)\".")
-            }
-            configuration.logFormat = format
-        }
-        if let host = values["INBOX_HTTP_HOST"] {
-            var address = in_addr()
-            guard inet_pton(AF_INET, host, &address) == 1 else {
-                throw Invalid(description: "INBOX_HTTP_HOST (--http-host) must be an IPv4 address such as 127.0.0.1, not \"\(host)\".")
-            }
-            configuration.httpHost = host
-        }
-        if let text = values["INBOX_HTTP_PORT"] {
-            guard let port = UInt16(text) else {
-                throw Invalid(description: "INBOX_HTTP_PORT (--http-port) must be a port from 0 to 65535 (0: any free one), not \"\(text)\".")
-            }
-            configuration.httpPort = port
-        }
-        if let text = values["INBOX_HTTP_THREADS"] {
-            guard let threads = Int(text), (1...256).contains(threads) else {
-                throw Invalid(description: "INBOX_HTTP_THREADS (--http-threads) must be a whole number from 1 to 256, not \"\(text)\".")
-            }
-            configuration.httpThreads = threads
-        }
-        if let text = values["INBOX_BELL_CACHE_MB"] {
-            guard let megabytes = Int(text), (0...65_536).contains(megabytes) else {
-                throw Invalid(description: "INBOX_BELL_CACHE_MB (--bell-cache-mb) must be a whole number from 0 to 65536, not \"\(text)\".")
-            }
-            configuration.bellCacheMegabytes = megabytes
-        }
-        if let text = values["INBOX_HTTP_MAX_BODY_BYTES"] {
-            guard let bytes = Int(text), (1024...104_857_600).contains(bytes) else {
-                throw Invalid(
-                    description: "INBOX_HTTP_MAX_BODY_BYTES (--http-max-body-bytes) must be a whole number from 1024 to 104857600, not \"\(text)\".")
-            }
-            configuration.httpMaximumBodyBytes = bytes
-        }
-        configuration.tokenKeysPath = values["INBOX_TOKEN_KEYS"]
-        configuration.serviceCredentials = values["INBOX_SERVICE_CREDENTIALS"]
-        return configuration
+        return values
     }
 }

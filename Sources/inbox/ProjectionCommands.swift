@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 import InboxDomain
+import Lifecycle
 import PostgresClient
 import Projections
 
@@ -37,66 +38,29 @@ enum ProjectionCommands {
         return (projections, flags)
     }
 
-    /// Runs a projector for each projection until the task is cancelled.
-    static func project(_ projections: [any Projection], database: Database, configuration: InboxConfiguration, log: Log) async throws {
-        let options = Projector.Options(pollInterval: .milliseconds(configuration.pollIntervalMilliseconds))
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for projection in projections {
-                let name = projection.name
-                let projector = Projector(projection: projection, configuration: database.client.configuration.connection, options: options) {
-                    report in
-                    switch report {
-                    case .waitingForLease:
-                        log.info("waiting for the lease: another node is projecting", ["projection": name])
-                    case .tookLease(let pid):
-                        log.info("took the lease", ["projection": name, "backend": "\(pid)"])
-                    case .applied(_, let parked, let checkpoint) where parked > 0:
-                        log.error("parked events that could not be applied", [
-                            "projection": name, "parked": "\(parked)", "checkpoint": "\(checkpoint)",
-                        ])
-                    case .applied: break
-                    case .versionMismatch(let live, let code):
-                        log.error(
-                            live < code
-                                ? "the live tables are of an older version: run `inbox replay --projection \(name)`"
-                                : "the live tables are of a newer version than this release: this node waits",
-                            ["projection": name, "live": "\(live)", "release": "\(code)"])
-                    case .retrying(let reason):
-                        log.error("a batch failed and will be tried again", ["projection": name, "error": reason])
-                    case .checkpointMoved:
-                        // An inline writer or a replay's swap moved it; the projector resumed there.
-                        break
-                    }
-                }
-                group.addTask { try await projector.run() }
-            }
-            try await group.waitForAll()
-        }
-    }
-
     /// Rebuilds `projections` beside the live tables and swaps them in, printing progress.
-    static func replay(_ projections: [any Projection], swap: Bool, database: Database, log: Log) async throws {
+    static func replay(_ projections: [any Projection], swap: Bool, database: Database, log: Logger) async throws {
         let replayer = Replayer(client: database.client, projections: projections)
         let lock = try await replayer.lock()
         defer { lock.close() }
         let names = projections.map(\.name).joined(separator: ", ")
-        log.info("replaying into new tables beside the live ones", ["projections": names])
+        log.info("replaying into new tables beside the live ones", metadata: ["projections": names])
         try await replayer.prepare()
         let onTerminal = isatty(STDERR_FILENO) != 0
         let printer = ProgressPrinter(onTerminal: onTerminal)
         try await replayer.catchUp { progress in printer.show(progress) }
         printer.finish()
         if let last = printer.last {
-            log.info("replayed the log", [
+            log.info("replayed the log", metadata: [
                 "events": "\(last.eventsDone)", "eventsPerSecond": "\(Int(last.eventsPerSecond))",
                 "seconds": String(format: "%.1f", Double(last.elapsed.components.seconds) + Double(last.elapsed.components.attoseconds) / 1e18),
             ])
         }
         if swap {
             try await replayer.swap()
-            log.info("swapped the new tables in", ["projections": names])
+            log.info("swapped the new tables in", metadata: ["projections": names])
         } else {
-            log.info("built the new tables without swapping them in", ["schemas": projections.map(Replayer.schemaName(for:)).joined(separator: ", ")])
+            log.info("built the new tables without swapping them in", metadata: ["schemas": projections.map(Replayer.schemaName(for:)).joined(separator: ", ")])
         }
     }
 

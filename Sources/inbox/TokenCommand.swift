@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import InboxAPI
+import Lifecycle
 
 /// The development signing key: `<INBOX_DATA_DIR>/dev-token-key.pem`, made on first use. `inbox
 /// token` signs with it, and `inbox serve` verifies with it when `INBOX_TOKEN_KEYS` is not set.
@@ -21,14 +22,14 @@ enum DevelopmentKey {
     }
 
     /// The verifier `serve` uses: the identity tier's keys, or the development key.
-    static func verifier(_ configuration: InboxConfiguration, log: Log) throws -> TokenVerifier {
+    static func verifier(_ configuration: InboxConfiguration, log: Logger) throws -> TokenVerifier {
         if let path = configuration.tokenKeysPath {
             let keys = try TokenKeys.load(path: path)
-            log.info("verifying access tokens with the identity tier's keys", ["path": path, "kids": keys.keys.keys.sorted().joined(separator: ",")])
+            log.info("verifying access tokens with the identity tier's keys", metadata: ["path": path, "kids": keys.keys.keys.sorted().joined(separator: ",")])
             return TokenVerifier(keys: keys)
         }
         let key = try load(dataDirectory: configuration.dataDirectory)
-        log.info("verifying access tokens with the development key (set INBOX_TOKEN_KEYS in production)", [
+        log.info("verifying access tokens with the development key (set INBOX_TOKEN_KEYS in production)", metadata: [
             "path": configuration.dataDirectory + "/dev-token-key.pem",
         ])
         return TokenVerifier(keys: TokenKeys(keys: [kid: try key.publicKey]))

@@ -112,8 +112,9 @@ import Testing
 
         // A lifetime far past the test: every refresh below comes from an announcement or a write.
         let cache = BellCache(lifetime: .seconds(600))
-        let listener = try BellCacheListener(cache: cache, configuration: db.configuration)
-        defer { listener.stop() }
+        let listener = BellCacheListener(cache: cache, configuration: db.configuration)
+        let listening = Task { try await listener.run() }
+        defer { listening.cancel() }
         let api = APIServer(
             routes: BellRoutes.routes(client: try db.requestPool(), cache: cache), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
             verifier: AccessTokenTests.verifier)
@@ -155,7 +156,7 @@ import Testing
         #expect(try await unread() == 0)
         let killer = try db.connect()
         defer { killer.close() }
-        try killer.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'inbox-api-bell'")
+        try killer.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'inbox-api-bell-listener'")
         try await Self.until("the cache notices") { !cache.isListening }
         // A change it could not hear of meanwhile is shown once it listens again.
         _ = try await db.store.append([try NewEvent(SignedIn(personId: "p1", signInId: "s6", platform: "web"))])

@@ -1,9 +1,11 @@
 import EventLog
 import Foundation
 import InboxDomain
+import Lifecycle
 import PostgresClient
 
-/// The async driver: keeps one projection's live tables current with the log.
+/// The async driver: keeps one projection's live tables current with the log. A `Service` on a
+/// `LeasedLoop`.
 ///
 /// Guarantees:
 /// - **Exactly once.** Each batch's read-model changes and its checkpoint commit in one
@@ -15,7 +17,7 @@ import PostgresClient
 /// - **Gap-safe.** It reads with `read_events_after` (see docs/event-log.md) and wakes on NOTIFY or
 ///   after the poll interval.
 /// - **Poison events are parked**, counted in `projection_dead_letters`, and the projector goes on.
-public final class Projector: Sendable {
+public final class Projector: Service {
     public struct Options: Sendable {
         /// Events per batch when the projector is keeping up. While it is behind (a read comes back
         /// full) the batch doubles, up to `maximumBatchSize`, and falls back when it has caught up.
@@ -24,19 +26,22 @@ public final class Projector: Sendable {
         public var pollInterval: Duration = .seconds(1)
         /// How often a node without the lease tries to take it.
         public var leaseRetry: Duration = .milliseconds(500)
+        /// Waits between tries of a batch that failed for a transient reason.
+        public var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5))
 
         public init(
             batchSize: Int = 1000, maximumBatchSize: Int = 10_000, pollInterval: Duration = .seconds(1),
-            leaseRetry: Duration = .milliseconds(500)
+            leaseRetry: Duration = .milliseconds(500), backoff: Backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5))
         ) {
             self.batchSize = max(1, batchSize)
             self.maximumBatchSize = max(self.batchSize, maximumBatchSize)
             self.pollInterval = pollInterval
             self.leaseRetry = leaseRetry
+            self.backoff = backoff
         }
     }
 
-    /// What a projector reports as it goes, for logs and tests.
+    /// What a projector reports as it goes, for tests (the logger gets the same in words).
     public enum Report: Sendable, Hashable {
         case waitingForLease
         case tookLease(backendPID: Int32)
@@ -48,130 +53,129 @@ public final class Projector: Sendable {
         /// The checkpoint row was moved by somebody else (a replay's swap): resumed from there.
         case checkpointMoved(to: Checkpoint)
         /// A batch failed for a reason that is not about its events (the database went away, a
-        /// deadlock): it is tried again after `leaseRetry`.
+        /// deadlock): it is tried again after a backoff.
         case retrying(String)
     }
 
     public let projection: any Projection
-    private let configuration: PostgresConfiguration
-    private let options: Options
-    private let report: @Sendable (Report) -> Void
+    private let loop: LeasedLoop<ProjectorWork>
 
     public init(
         projection: any Projection, configuration: PostgresConfiguration, options: Options = Options(),
+        clock: any Clock<Duration> = ContinuousClock(), logger: Logger = .silent,
         report: @escaping @Sendable (Report) -> Void = { _ in }
     ) {
         self.projection = projection
-        self.configuration = configuration
-        self.options = options
-        self.report = report
+        let logger = logger.with(["projection": projection.name])
+        let work = ProjectorWork(projection: projection, options: options, logger: logger, report: report)
+        loop = LeasedLoop(
+            name: "project-\(projection.name)", work: work, configuration: configuration,
+            lease: Lease(lockClass: ProjectionLease.leaseLockClass, key: projection.name),
+            channels: [EventStore.notificationChannel],
+            options: .init(pollInterval: options.pollInterval, leaseRetry: options.leaseRetry, backoff: options.backoff),
+            clock: clock, logger: logger,
+            observe: { event in
+                switch event {
+                case .waitingForLease: report(.waitingForLease)
+                case .tookLease(let pid): report(.tookLease(backendPID: pid))
+                case .retrying(let error, _): report(.retrying(error))
+                case .listening: break
+                }
+            })
     }
 
-    private enum Step: Sendable {
+    /// Runs until the task is cancelled (then throws `CancellationError`). Connection failures are
+    /// retried and the lease is taken again; a failure that is neither about the events nor
+    /// transient ends it.
+    public func run() async throws {
+        try await loop.run(from: ProjectorWork.State(batchSize: loop.work.options.batchSize))
+    }
+}
+
+/// One projector's turns: where the live tables stand, then batch after batch.
+struct ProjectorWork: LoopWork {
+    struct State: Sendable {
+        var position: ProjectionPosition?
+        var idle = CaughtUpWait()
+        var batchSize: Int
+        var reportedMismatch: Int?
+    }
+
+    private enum Outcome: Sendable {
         case applied(Int, [DeadLetter], Checkpoint, full: Bool)
         case caughtUp(heldBack: Bool)
         case moved(ProjectionPosition)
     }
 
-    private struct LeaseLost: Error {}
+    let projection: any Projection
+    let options: Projector.Options
+    let logger: Logger
+    let report: @Sendable (Projector.Report) -> Void
 
-    /// Runs until the task is cancelled. Connection failures are retried; the lease is taken again.
-    public func run() async throws {
-        let session = PostgresSession(configuration: configuration, applicationName: "inbox-project-\(projection.name)")
-        let listener = try PostgresListener(
-            configuration: configuration, channels: [EventStore.notificationChannel], applicationName: "inbox-project-listener")
-        defer { session.close() }
+    func begin(_ state: inout State, on session: LeasedSession) async throws {
         let projection = self.projection
-        var waitingReported = false
-        var reportedMismatch: Int?
-        while !Task.isCancelled {
-            do {
-                let name = projection.name
-                let leasePID = try await session.run { connection -> Int32? in
-                    // Taken once per session: an advisory lock taken twice must be released twice.
-                    let taken = try connection.query(
-                        """
-                        SELECT CASE WHEN EXISTS (
-                                   SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-                                   AND classid = $1::int::oid AND objid = hashtext($2)::oid AND objsubid = 2)
-                               THEN true ELSE pg_try_advisory_lock($1, hashtext($2)) END
-                        """, ProjectionLease.leaseLockClass, name
-                    ).scalar(Bool.self)
-                    return taken ? connection.backendPID : nil
-                }
-                guard let leasePID else {
-                    if !waitingReported { report(.waitingForLease) }
-                    waitingReported = true
-                    try await Task.sleep(for: options.leaseRetry)
-                    continue
-                }
-                waitingReported = false
-                report(.tookLease(backendPID: leasePID))
-                var position = try await session.run { connection in try ProjectionState.prepareLive(projection, on: connection) }
-                try await listener.start()
-                var idle = CaughtUpWait()
-                var batchSize = options.batchSize
-                while !Task.isCancelled {
-                    if position.version != projection.version {
-                        // This release cannot apply to these tables. Give the lease up, so that a
-                        // node of the release that can (an older one until a replay swaps, a newer
-                        // one after) keeps them current, and look again later.
-                        if reportedMismatch != position.version { report(.versionMismatch(live: position.version, code: projection.version)) }
-                        reportedMismatch = position.version
-                        try await session.run { connection in
-                            _ = try connection.query(
-                                "SELECT pg_advisory_unlock($1, hashtext($2))", ProjectionLease.leaseLockClass, name)
-                        }
-                        try await Task.sleep(for: options.pollInterval)
-                        throw LeaseLost()
-                    }
-                    let expected = position
-                    let limit = batchSize
-                    let step = try await session.run { connection -> Step in
-                        // A new session has lost the lock the old one held: take the lease again.
-                        guard connection.backendPID == leasePID else { throw LeaseLost() }
-                        let records = try EventStore.read(after: expected.checkpoint, limit: limit, on: connection)
-                        guard let last = records.last else {
-                            let heldBack = try connection.query(
-                                "SELECT EXISTS (SELECT 1 FROM events WHERE transaction_id > $1::text::xid8)",
-                                Int64(expected.checkpoint.transactionId)
-                            ).scalar(Bool.self)
-                            return .caughtUp(heldBack: heldBack)
-                        }
-                        let batch = DecodedBatch(records, types: projection.eventTypes)
-                        let full = records.count == limit
-                        return try connection.transaction { connection -> Step in
-                            guard let current = try ProjectionState.read(name, on: connection, lock: true) else { throw LeaseLost() }
-                            if current.checkpoint != expected.checkpoint || current.version != expected.version {
-                                return .moved(current)
-                            }
-                            let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .live)
-                            let outcome = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
-                            try ProjectionBatchApplier.park(outcome.parked, into: "projection_dead_letters", on: connection)
-                            try ProjectionState.advance(name, to: last.checkpoint, applied: outcome.applied, on: connection)
-                            return .applied(outcome.applied, outcome.parked, last.checkpoint, full: full)
-                        }
-                    }
-                    switch step {
-                    case .applied(let count, let parked, let checkpoint, let full):
-                        position.checkpoint = checkpoint
-                        batchSize = full ? min(batchSize * 2, options.maximumBatchSize) : options.batchSize
-                        report(.applied(events: count, parked: parked.count, checkpoint: checkpoint))
-                    case .moved(let current):
-                        position = current
-                        report(.checkpointMoved(to: current.checkpoint))
-                    case .caughtUp(let heldBack):
-                        _ = try await listener.next(timeout: idle.wait(heldBack: heldBack, pollInterval: options.pollInterval))
-                    }
-                }
-            } catch is LeaseLost {
-                continue
-            } catch let error as PostgresError where error.isTransient {
-                // The batch was rolled back; it is read and applied again once the database answers.
-                report(.retrying(error.description))
-                try await Task.sleep(for: options.leaseRetry)
+        state.position = try await session.run { connection in try ProjectionState.prepareLive(projection, on: connection) }
+        state.batchSize = options.batchSize
+    }
+
+    func step(_ state: inout State, on session: LeasedSession) async throws -> LoopStep {
+        guard let position = state.position else { throw LeaseLost() }
+        if position.version != projection.version {
+            // This release cannot apply to these tables. Give the lease up, so that a node of the
+            // release that can (an older one until a replay swaps, a newer one after) keeps them
+            // current, and look again later.
+            if state.reportedMismatch != position.version { reportMismatch(live: position.version) }
+            state.reportedMismatch = position.version
+            return .releaseLease(retryAfter: options.pollInterval)
+        }
+        switch try await nextBatch(after: position, limit: state.batchSize, on: session) {
+        case .applied(let count, let parked, let checkpoint, let full):
+            state.position?.checkpoint = checkpoint
+            state.batchSize = full ? min(state.batchSize * 2, options.maximumBatchSize) : options.batchSize
+            if !parked.isEmpty {
+                logger.error("parked events that could not be applied", metadata: ["parked": "\(parked.count)", "checkpoint": "\(checkpoint)"])
+            }
+            report(.applied(events: count, parked: parked.count, checkpoint: checkpoint))
+            return .more
+        case .moved(let current):
+            // An inline writer or a replay's swap moved it; resume there.
+            state.position = current
+            report(.checkpointMoved(to: current.checkpoint))
+            return .more
+        case .caughtUp(let heldBack):
+            return .wait(state.idle.wait(heldBack: heldBack, pollInterval: options.pollInterval))
+        }
+    }
+
+    /// Reads the batch after `expected` and applies it with its checkpoint in one transaction, unless
+    /// somebody moved the checkpoint meanwhile.
+    private func nextBatch(after expected: ProjectionPosition, limit: Int, on session: LeasedSession) async throws -> Outcome {
+        let projection = self.projection
+        return try await session.run { connection -> Outcome in
+            let records = try EventStore.read(after: expected.checkpoint, limit: limit, on: connection)
+            guard let last = records.last else {
+                return .caughtUp(heldBack: try EventStore.hasCommittedEvents(after: expected.checkpoint, on: connection))
+            }
+            let batch = DecodedBatch(records, types: projection.eventTypes)
+            return try connection.transaction { connection -> Outcome in
+                guard let current = try ProjectionState.read(projection.name, on: connection, lock: true) else { throw LeaseLost() }
+                if current.checkpoint != expected.checkpoint || current.version != expected.version { return .moved(current) }
+                let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .live)
+                let outcome = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
+                try ProjectionBatchApplier.park(outcome.parked, into: "projection_dead_letters", on: connection)
+                try ProjectionState.advance(projection.name, to: last.checkpoint, applied: outcome.applied, on: connection)
+                return .applied(outcome.applied, outcome.parked, last.checkpoint, full: records.count == limit)
             }
         }
-        throw CancellationError()
+    }
+
+    private func reportMismatch(live: Int) {
+        let name = projection.name
+        logger.error(
+            live < projection.version
+                ? "the live tables are of an older version: run `inbox replay --projection \(name)`"
+                : "the live tables are of a newer version than this release: this node waits",
+            metadata: ["live": "\(live)", "release": "\(projection.version)"])
+        report(.versionMismatch(live: live, code: projection.version))
     }
 }

@@ -1,0 +1,90 @@
+import Foundation
+import PostgresClient
+import Threads
+
+/// Writes each line to standard error as one `write(2)`: text (`info: message key=value`) for a
+/// person at a terminal, or a JSON object (`level`, `message`, `time`, then the metadata) for a
+/// log collector. Nothing is allocated per line beyond the line itself: no formatter, no encoder.
+public struct StreamLogHandler: LogHandler {
+    public enum Format: Sendable {
+        case text, json
+    }
+
+    public let format: Format
+    private let descriptor: Int32
+
+    public init(format: Format, descriptor: Int32 = STDERR_FILENO) {
+        self.format = format
+        self.descriptor = descriptor
+    }
+
+    public func write(_ record: LogRecord) {
+        var line = format == .json ? Self.json(record) : Self.text(record)
+        line.append(UInt8(ascii: "\n"))
+        line.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = Foundation.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { return }
+                offset += written
+            }
+        }
+    }
+
+    static func text(_ record: LogRecord) -> [UInt8] {
+        var line = Array("\(record.level): \(record.message)".utf8)
+        for (key, value) in record.metadata.sorted(by: { $0.key < $1.key }) {
+            line.append(UInt8(ascii: " "))
+            line.append(contentsOf: key.utf8)
+            line.append(UInt8(ascii: "="))
+            line.append(contentsOf: value.utf8)
+        }
+        return line
+    }
+
+    /// Keys in order, `level`, `message` and `time` winning over metadata of the same name.
+    static func json(_ record: LogRecord) -> [UInt8] {
+        var members = record.metadata
+        members["level"] = record.level.description
+        members["message"] = record.message
+        members["time"] = record.date.postgresText ?? ""
+        var line: [UInt8] = [UInt8(ascii: "{")]
+        line.reserveCapacity(256)
+        for (index, (key, value)) in members.sorted(by: { $0.key < $1.key }).enumerated() {
+            if index > 0 { line.append(UInt8(ascii: ",")) }
+            appendJSONString(key, to: &line)
+            line.append(UInt8(ascii: ":"))
+            appendJSONString(value, to: &line)
+        }
+        line.append(UInt8(ascii: "}"))
+        return line
+    }
+
+    private static func appendJSONString(_ text: String, to line: inout [UInt8]) {
+        line.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): line.append(contentsOf: [UInt8(ascii: "\\"), byte])
+            case 0x0A: line.append(contentsOf: Array(#"\n"#.utf8))
+            case 0..<0x20:
+                let digits = Array("0123456789abcdef".utf8)
+                line.append(contentsOf: Array(#"\u00"#.utf8) + [digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
+            default: line.append(byte)
+            }
+        }
+        line.append(UInt8(ascii: "\""))
+    }
+}
+
+/// Keeps every line in memory, for tests that read what was logged.
+public final class RecordingLogHandler: LogHandler {
+    private let lines = Locked<[LogRecord]>([])
+
+    public init() {}
+
+    public func write(_ record: LogRecord) { lines.withLock { $0.append(record) } }
+
+    public var records: [LogRecord] { lines.withLock { $0 } }
+    public var messages: [String] { records.map(\.message) }
+}

@@ -1,0 +1,172 @@
+import EventLog
+import Foundation
+import Lifecycle
+import LinkedLibraries
+import PostgresClient
+import Projections
+
+/// One command of `inbox`: its usage line, what it does, and how it runs. `inbox help` and
+/// `inbox COMMAND --help` are printed from these, so they cannot drift from what runs.
+struct Command: Sendable {
+    let name: String
+    /// The usage after `inbox `, e.g. `project [--projection NAME]...`.
+    let synopsis: String
+    /// What it does, in a sentence or two.
+    let summary: String
+    let run: @Sendable (_ arguments: [String], _ configuration: InboxConfiguration, _ log: Logger) async throws -> Void
+
+    /// `inbox COMMAND --help`.
+    var help: String {
+        "usage: inbox \(synopsis)\n\n\(summary)\n\nEvery command also takes the settings `inbox help` lists (environment variable or flag).\n"
+    }
+}
+
+extension Command {
+    static let all: [Command] = [run, serve, project, migrate, replay, events, status, token, version, help]
+
+    static func named(_ name: String) -> Command? { all.first { $0.name == name } }
+
+    static let run = Command(
+        name: "run", synopsis: "run",
+        summary: "Migrates, then runs the tier: the projectors and the API (with its bell cache listener), until SIGTERM or SIGINT "
+            + "stops them in order. The default command."
+    ) { arguments, configuration, log in
+        try expectNoArguments(arguments, command: "run")
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            log.info("the inbox tier is running", metadata: ["database": database.description])
+            let (api, pool) = try await Roles.api(database: database, configuration: configuration, log: log)
+            defer { pool.close() }
+            FileHandle.standardOutput.write(Data(gettingStarted(configuration).utf8))
+            try await Roles.run(
+                Roles.projectors(InboxProjections.all, database: database, configuration: configuration, log: log) + api, database: database, log: log)
+        }
+    }
+
+    static let serve = Command(
+        name: "serve", synopsis: "serve",
+        summary: "Serves the JSON:API over HTTP (INBOX_HTTP_HOST:INBOX_HTTP_PORT) until SIGTERM or SIGINT, then finishes the requests "
+            + "in flight and stops."
+    ) { arguments, configuration, log in
+        try expectNoArguments(arguments, command: "serve")
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            let (api, pool) = try await Roles.api(database: database, configuration: configuration, log: log)
+            defer { pool.close() }
+            try await Roles.run(api, database: database, log: log)
+        }
+    }
+
+    static let project = Command(
+        name: "project", synopsis: "project [--projection NAME]...",
+        summary: "Keeps read models current (all, or the named ones: \(InboxProjections.all.map(\.name).joined(separator: ", "))). One node "
+            + "per projection projects at a time; the others wait for its lease."
+    ) { arguments, configuration, log in
+        let (projections, _) = try ProjectionCommands.selected(arguments, command: "project")
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            try await Roles.run(
+                Roles.projectors(projections, database: database, configuration: configuration, log: log), database: database, log: log)
+        }
+    }
+
+    static let migrate = Command(
+        name: "migrate", synopsis: "migrate", summary: "Applies the sql/NNN_name.sql migrations that are missing."
+    ) { arguments, configuration, log in
+        try expectNoArguments(arguments, command: "migrate")
+        try await withDatabase(configuration, log: log, migrate: false) { database in
+            let applied = try await database.migrator.migrate(client: database.client)
+            if applied.isEmpty { log.info("migrations are current", metadata: ["count": "\(database.migrator.migrations.count)"]) }
+            for migration in applied { log.info("applied migration", metadata: ["file": migration.fileName]) }
+        }
+    }
+
+    static let replay = Command(
+        name: "replay", synopsis: "replay [--projection NAME]... [--no-swap]",
+        summary: "Rebuilds read models from the whole log beside the live ones, then swaps them in (progress on stderr); "
+            + "--no-swap leaves them in replay_<name>."
+    ) { arguments, configuration, log in
+        let (projections, flags) = try ProjectionCommands.selected(arguments, command: "replay", extraFlags: ["--no-swap"])
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            try await ProjectionCommands.replay(projections, swap: !flags.contains("--no-swap"), database: database, log: log)
+        }
+    }
+
+    static let events = Command(
+        name: "events", synopsis: "events append [JSON|-] | events tail [--from POSITION] [--follow]",
+        summary: "append: appends one event (a JSON object) or a batch (an array); - or nothing reads stdin.\n"
+            + "tail: prints events as JSON lines (default: the last 10; --follow waits for more)."
+    ) { arguments, configuration, log in
+        try await EventsCommand.run(arguments, configuration: configuration, log: log)
+    }
+
+    static let status = Command(
+        name: "status", synopsis: "status",
+        summary: "Prints the migrations, the head of the event log, and where each projection stands."
+    ) { arguments, configuration, log in
+        try expectNoArguments(arguments, command: "status")
+        try await withDatabase(configuration, log: log, migrate: false) { database in
+            for line in try await statusLines(database) { print(line) }
+        }
+    }
+
+    static let token = Command(
+        name: "token", synopsis: "token --person ID [--scope \"S ...\"] [--ttl SECONDS] | token --guest",
+        summary: "Prints an access token signed with the development key (INBOX_DATA_DIR/dev-token-key.pem)."
+    ) { arguments, configuration, _ in
+        try TokenCommand.run(arguments, configuration: configuration)
+    }
+
+    static let version = Command(
+        name: "version", synopsis: "version", summary: "Prints the versions of the binary and the C libraries it runs on."
+    ) { arguments, _, _ in
+        try expectNoArguments(arguments, command: "version")
+        let curl = LinkedLibraries.curl
+        print("inbox 0.1.0")
+        print("libpq \(LinkedLibraries.libpqVersion)")
+        print("OpenSSL \(LinkedLibraries.openSSLVersion)")
+        print("libcurl \(curl.version) (\(curl.sslBackend), HTTP/2 \(curl.supportsHTTP2 ? "yes" : "no"))")
+        print("libmicrohttpd \(LinkedLibraries.microhttpdVersion)")
+    }
+
+    static let help = Command(
+        name: "help", synopsis: "help [COMMAND]", summary: "Prints the commands and the settings, or one command's usage."
+    ) { arguments, _, _ in
+        guard let name = arguments.first else {
+            print(Inbox.helpText)
+            return
+        }
+        guard arguments.count == 1, let command = Command.named(name) else {
+            throw UsageError(description: "there is no command \"\(arguments.joined(separator: " "))\"; `inbox help` lists the commands.")
+        }
+        print(command.help, terminator: "")
+    }
+
+    static func expectNoArguments(_ arguments: [String], command: String) throws {
+        if let first = arguments.first {
+            throw UsageError(description: "inbox \(command) takes no argument \"\(first)\"; `inbox \(command) --help` shows its usage.")
+        }
+    }
+
+    private static func gettingStarted(_ configuration: InboxConfiguration) -> String {
+        """
+        The tier runs its projectors and its API (docs/api.md). From another terminal:
+          swift run inbox events append '{"stream":"person-7-security","type":"password_changed","payload":{"personId":"7"}}'
+          TOKEN=$(swift run inbox token --person 7)
+          curl -H "Authorization: Bearer $TOKEN" http://\(configuration.httpHost):\(configuration.httpPort)/v1/me/notifications
+          swift run inbox status
+        Ctrl-C stops, and stops the embedded database.
+
+        """
+    }
+
+    private static func statusLines(_ database: Database) async throws -> [String] {
+        let pending = try await database.migrator.pending(client: database.client)
+        let head = pending.contains { $0.version == 1 } ? 0 : try await database.store.headPosition()
+        var lines = [
+            "database:   \(database.description)",
+            "migrations: \(database.migrator.migrations.count - pending.count) applied, \(pending.count) pending"
+                + (pending.isEmpty ? "" : " (\(pending.map(\.fileName).joined(separator: ", ")))"),
+            "event log:  head position \(head)",
+        ]
+        if !pending.contains(where: { $0.version == 2 }) { lines += try await ProjectionCommands.status(database: database) }
+        return lines
+    }
+}

@@ -1,0 +1,108 @@
+import EventLog
+import Foundation
+import HTTPServer
+import InboxAPI
+import Lifecycle
+import PostgresClient
+import Projections
+
+/// The long-running roles of `inbox run`, `serve` and `project`, as members of one `ServiceGroup`.
+///
+/// A new role is a `Service` (most follow the database on a `LeasedLoop`; see docs/runtime.md),
+/// made here and added to the members of the commands that run it. The group starts the members in
+/// order and stops them in reverse: the API (and its bell listener) before the projectors.
+enum Roles {
+    /// One projector per projection, each under its own lease.
+    static func projectors(_ projections: [any Projection], database: Database, configuration: InboxConfiguration, log: Logger) -> [ServiceGroup.Member] {
+        let options = Projector.Options(pollInterval: .milliseconds(configuration.pollIntervalMilliseconds))
+        return projections.map { projection in
+            let projector = Projector(projection: projection, configuration: database.client.configuration.connection, options: options, logger: log)
+            return ServiceGroup.Member("the projector of \(projection.name)", projector, shutdownDeadline: .seconds(30))
+        }
+    }
+
+    /// The API and, when bell pages are kept in memory, the listener that tells the cache of
+    /// changes. Their pool of request connections is closed by `body`'s caller after they stopped.
+    static func api(database: Database, configuration: InboxConfiguration, log: Logger) async throws -> (members: [ServiceGroup.Member], pool: PostgresClient) {
+        // Requests get a pool of their own whose statements cannot run for ever.
+        let requestClient = try InboxRoutes.requestPool(connection: database.client.configuration.connection, size: configuration.poolSize)
+        do {
+            // An API node can start before any projector has made the read models' tables.
+            try await InboxProjections.prepareLiveTables(client: requestClient)
+            let services: ServiceCredentials
+            do {
+                services = try configuration.serviceCredentials.map(ServiceCredentials.parse) ?? ServiceCredentials()
+            } catch {
+                throw UsageError(description: "INBOX_SERVICE_CREDENTIALS (--service-credentials): \(error)")
+            }
+            let bellCache = configuration.bellCacheMegabytes > 0 ? BellCache(capacityBytes: configuration.bellCacheMegabytes << 20) : nil
+            let store = EventStore(client: requestClient, validator: database.store.validator)
+            let metrics = RequestMetrics()
+            let api = APIServer(
+                routes: InboxRoutes.all(client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache),
+                gate: AppVersionGate(client: requestClient), verifier: try DevelopmentKey.verifier(configuration, log: log), services: services,
+                metrics: metrics, rateLimiter: RateLimiter()
+            ) { line in
+                log.info("request", metadata: [
+                    "method": line.method, "route": line.route, "status": String(line.status),
+                    "durationMs": line.duration.millisecondsText, "requestId": line.requestId,
+                ])
+            }
+            var members: [ServiceGroup.Member] = []
+            if let bellCache {
+                let listener = BellCacheListener(cache: bellCache, configuration: database.client.configuration.connection, logger: log)
+                members.append(ServiceGroup.Member("the bell cache listener", listener, shutdownDeadline: .seconds(5)))
+            }
+            members.append(ServiceGroup.Member("the API", APIService(api: api, configuration: configuration, log: log), shutdownDeadline: .seconds(15)))
+            return (members, requestClient)
+        } catch {
+            requestClient.close()
+            throw error
+        }
+    }
+
+    /// Runs `members` in a group that owns SIGINT and SIGTERM until they stop.
+    static func run(_ members: [ServiceGroup.Member], database: Database, log: Logger) async throws {
+        let group = ServiceGroup(members, logger: log)
+        database.signals.handOver()
+        do {
+            try await group.run()
+        } catch is CancellationError {
+            // A role stopped as told: not a failure of the command.
+        }
+    }
+}
+
+/// The JSON:API over HTTP. It listens from the start of `run()`; told to stop, it takes no new
+/// connection and finishes the requests in flight within `gracePeriod`.
+struct APIService: Service {
+    let api: APIServer
+    let configuration: InboxConfiguration
+    let log: Logger
+    var gracePeriod: Duration = .seconds(10)
+
+    func run() async throws {
+        let api = self.api
+        let server = try HTTPServer(
+            configuration: .init(
+                host: configuration.httpHost, port: configuration.httpPort, blockingThreads: configuration.httpThreads,
+                maximumBodyBytes: configuration.httpMaximumBodyBytes),
+            replying: { request in api.reply(request) })
+        let url = "http://\(configuration.httpHost):\(server.port)"
+        log.info("serving the API", metadata: ["url": url])
+        FileHandle.standardOutput.write(Data("The API listens on \(url) (try \(url)/healthz).\n".utf8))
+        await waitUntilCancelled()
+        log.info("the API takes no new connection; finishing the requests in flight", metadata: ["inFlight": String(server.requestsInFlight)])
+        let grace = gracePeriod
+        try await BlockingThread.run { server.shutdown(gracePeriod: grace) }
+    }
+}
+
+extension Duration {
+    /// `12.34`: milliseconds with two decimals, written without a formatter (one per request line).
+    var millisecondsText: String {
+        let hundredths = components.seconds * 100_000 + components.attoseconds / 10_000_000_000_000
+        let fraction = hundredths % 100
+        return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
+    }
+}
