@@ -99,7 +99,7 @@ let package = Package(
             name: "PostgresClientTests", dependencies: ["PostgresClient", "EventLog", "InboxTesting"],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting"],
+            name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting", "Lifecycle"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
@@ -108,10 +108,13 @@ let package = Package(
             dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections"],
             swiftSettings: swiftSettings),
         .testTarget(
+            name: "LifecycleTests", dependencies: ["Lifecycle", "PostgresClient", "EventLog", "InboxTesting", "Threads"],
+            swiftSettings: swiftSettings),
+        .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ProjectionTests",
-            dependencies: ["Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient"],
+            dependencies: ["Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient", "Lifecycle"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxCommandTests",

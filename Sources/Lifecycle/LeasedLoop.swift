@@ -167,19 +167,38 @@ public struct LeasedLoop<Work: LoopWork>: Sendable {
     public func run(from initial: Work.State) async throws {
         let session = PostgresSession(configuration: configuration, applicationName: "inbox-\(name)")
         let listener = channels.isEmpty ? nil : try PostgresListener(configuration: configuration, channels: channels, applicationName: "inbox-\(name)-listener")
-        defer { session.close() }
         var state = initial
+        do {
+            try await turns(&state, session: session, listener: listener)
+        } catch {
+            work.ended(&state)
+            // The lease is free for another node once `run()` has returned.
+            await session.end()
+            throw error
+        }
+    }
+
+    /// Takes the lease, listens, begins and steps, again and again, until cancelled or a failure
+    /// that is not retried.
+    private func turns(_ state: inout Work.State, session: PostgresSession, listener: PostgresListener?) async throws {
         var backoff = options.backoff
         var reportedWaiting = false
+        var reportedHolder: Int32?
         while !Task.isCancelled {
             do {
                 guard let holder = try await takeLease(on: session) else {
                     if !reportedWaiting { record(.waitingForLease, "waiting for the lease: another node holds it") }
                     reportedWaiting = true
+                    reportedHolder = nil
                     try await clock.sleep(for: options.leaseRetry)
                     continue
                 }
                 reportedWaiting = false
+                if let holder, holder != reportedHolder {
+                    // Once per session that takes it: a loop that keeps its session keeps its lease.
+                    record(.tookLease(backendPID: holder), "took the lease", ["backend": "\(holder)"])
+                    reportedHolder = holder
+                }
                 let leased = LeasedSession(session: session, leaseHolder: holder)
                 if let listener {
                     try await listener.start()
@@ -189,23 +208,16 @@ public struct LeasedLoop<Work: LoopWork>: Sendable {
                 try await steps(&state, on: leased, listener: listener, backoff: &backoff)
             } catch is LeaseLost {
                 work.ended(&state)
-            } catch is CancellationError {
-                break
-            } catch where Task.isCancelled {
-                break
-            } catch where isRetryable(error) {
+                reportedHolder = nil
+            } catch where isRetryable(error) && !Task.isCancelled && !(error is CancellationError) {
                 work.ended(&state)
                 let delay = backoff.nextDelay()
                 record(
                     .retrying(error: "\(error)", after: delay), "retrying after a failure", ["error": "\(error)", "afterMilliseconds": "\(delay.wholeMilliseconds)"],
                     level: .warning)
-                do { try await clock.sleep(for: delay) } catch { break }
-            } catch {
-                work.ended(&state)
-                throw error
+                try await clock.sleep(for: delay)
             }
         }
-        work.ended(&state)
         throw CancellationError()
     }
 
@@ -250,7 +262,6 @@ public struct LeasedLoop<Work: LoopWork>: Sendable {
             return taken ? connection.backendPID : nil
         }
         guard let holder else { return nil }
-        record(.tookLease(backendPID: holder), "took the lease", ["backend": "\(holder)"])
         return .some(holder)
     }
 

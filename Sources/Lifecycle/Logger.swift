@@ -94,6 +94,14 @@ public struct LogRecord: Sendable {
     public var message: String
     public var metadata: Logger.Metadata
     public var date: Date
+
+    public init(level: Logger.Level, label: String, message: String, metadata: Logger.Metadata, date: Date) {
+        self.level = level
+        self.label = label
+        self.message = message
+        self.metadata = metadata
+        self.date = date
+    }
 }
 
 /// Where a logger's lines go. Called from any thread; a handler orders its own writes.

@@ -32,6 +32,11 @@ public struct StreamLogHandler: LogHandler {
         }
     }
 
+    /// The line `record` makes as text, without its newline.
+    public static func textLine(_ record: LogRecord) -> String { String(decoding: text(record), as: UTF8.self) }
+    /// The line `record` makes as JSON, without its newline.
+    public static func jsonLine(_ record: LogRecord) -> String { String(decoding: json(record), as: UTF8.self) }
+
     static func text(_ record: LogRecord) -> [UInt8] {
         var line = Array("\(record.level): \(record.message)".utf8)
         for (key, value) in record.metadata.sorted(by: { $0.key < $1.key }) {

@@ -85,4 +85,5 @@ public final class TestClock: Clock, Sendable {
 
 public struct TestClockTimeout: Error, CustomStringConvertible {
     public var description: String
+    public init(description: String) { self.description = description }
 }

@@ -73,6 +73,21 @@ final class ConnectionWorker: @unchecked Sendable {
         thread.stop()
     }
 
+    /// Like `stop()`, and returns once the connection is closed. Its advisory locks are released
+    /// first, while it is still open: the server frees a closed session's locks only when it gets
+    /// round to it, and whoever waits for the lock should not have to guess when.
+    func stopAndWait() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            thread.submit { [self] in
+                if let connection, connection.isOpen { _ = try? connection.execute("SELECT pg_advisory_unlock_all()") }
+                connection?.close()
+                connection = nil
+                continuation.resume()
+            }
+            thread.stop()
+        }
+    }
+
     /// Runs `body` on the worker thread with a live connection and awaits its result.
     func run<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in

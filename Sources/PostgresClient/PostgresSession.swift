@@ -17,5 +17,9 @@ public final class PostgresSession: Sendable {
     /// Ends the session (releasing whatever it holds) once queued calls have run.
     public func close() { worker.stop() }
 
+    /// Ends the session once queued calls have run, and returns when it has ended: a lease it
+    /// held is free for another node when this returns.
+    public func end() async { await worker.stopAndWait() }
+
     deinit { worker.stop() }
 }

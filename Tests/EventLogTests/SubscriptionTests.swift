@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import InboxDomain
 import InboxTesting
+import Lifecycle
 import PostgresClient
 import Testing
 
@@ -28,21 +29,66 @@ import Testing
         #expect(ContinuousClock.now - started < .seconds(20))
     }
 
-    /// An insert that sends no NOTIFY is still found by the poll.
-    @Test func aSubscriberThatMissesTheNotificationFindsTheEventByPolling() async throws {
+    /// An insert that sends no NOTIFY is still found by the poll, when the clock says it is time.
+    @Test func aSubscriberThatMissesTheNotificationFindsTheEventAtThePollIntervalOfItsClock() async throws {
         let db = try await TestDatabase.make()
         defer { Task { await db.drop() } }
-        let stream = db.store.subscribe(after: .start, options: .init(pollInterval: .milliseconds(100)))
+        let clock = TestClock()
+        let stream = db.store.subscribe(after: .start, options: .init(pollInterval: .seconds(30)), clock: clock)
         let received = Task { () -> Int64? in
             for try await batch in stream { return batch.first?.streamVersion }
             return nil
         }
-        try await Task.sleep(for: .milliseconds(300))
+        try await clock.waitForSleepers(1)
         try await db.client.execute(
             """
             INSERT INTO events (stream_id, stream_version, type, payload, metadata)
             VALUES ('conversation-quiet', 1, 'message_sent', '{"body":"no notify"}', '{"origin":"api"}')
             """)
+        // Moved on for as long as the subscriber waits on it: besides the poll interval, it also
+        // waits out events held back by an older transaction of another test on the cluster.
+        let mover = Task {
+            while !Task.isCancelled {
+                if clock.sleepers > 0 { clock.advance(by: .seconds(30)) }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+        }
+        defer { mover.cancel() }
         #expect(try await received.value == 1)
+    }
+
+    /// Its sessions killed under it, the subscriber opens new ones and misses nothing.
+    @Test func aSubscriberWhoseSessionsAreKilledGoesOnWithoutARestart() async throws {
+        let db = try await TestDatabase.make()
+        defer { Task { await db.drop() } }
+        let stream = db.store.subscribe(after: .start, options: .init(pollInterval: .seconds(60), reconnectDelay: .milliseconds(10)))
+        let received = Task { () -> [String] in
+            var streams: [String] = []
+            for try await batch in stream {
+                streams += batch.map(\.streamId)
+                if streams.count >= 2 { break }
+            }
+            return streams
+        }
+        _ = try await db.store.append(message("conversation-1", "before"))
+        let killer = try db.connect()
+        defer { killer.close() }
+        var open = 0
+        for _ in 0..<500 where open < 2 {
+            try await Task.sleep(for: .milliseconds(10))
+            open = try killer.query(
+                """
+                SELECT count(*)::int FROM pg_stat_activity
+                WHERE datname = current_database() AND application_name LIKE 'inbox-subscription%'
+                """
+            ).scalar(Int.self)
+        }
+        try killer.query(
+            """
+            SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+            WHERE datname = current_database() AND application_name LIKE 'inbox-subscription%'
+            """)
+        _ = try await db.store.append(message("conversation-2", "after the loss"))
+        #expect(try await received.value == ["conversation-1", "conversation-2"])
     }
 }

@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import InboxDomain
 import InboxTesting
+import Lifecycle
 import PostgresClient
 @testable import Projections
 import Testing
@@ -203,6 +204,55 @@ import Testing
             #expect(reports.all.filter { if case .applied = $0 { true } else { false } }.isEmpty, "the newer release applied nothing")
             newer.cancel()
             _ = await newer.result
+        }
+    }
+
+    @Test func aProjectorWhoseSessionsAreKilledTakesItsLeaseAgainAndGoesOnWithoutARestart() async throws {
+        try await withTestDatabase { db in
+            let reports = Reports()
+            let projector = Task {
+                try await Projector(
+                    projection: PeopleProjection(), configuration: db.configuration,
+                    options: .init(pollInterval: .seconds(60), leaseRetry: .milliseconds(20), backoff: Backoff(initial: .milliseconds(10))),
+                    report: { reports.add($0) }
+                ).run()
+            }
+            defer { projector.cancel() }
+            try await db.append(ShopMemberAdded(shopId: "s1", personId: "p1"))
+            try await db.waitUntilProjected([PeopleProjection()])
+            let killer = try db.connect()
+            defer { killer.close() }
+            let killed = try killer.query(
+                """
+                SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity
+                WHERE datname = current_database() AND application_name LIKE 'inbox-project-people%'
+                """
+            ).scalar(Int.self)
+            #expect(killed == 2, "the lease's session and the listener's")
+            try await db.append(ShopMemberAdded(shopId: "s1", personId: "p2"))
+            try await db.waitUntilProjected([PeopleProjection()], timeout: .seconds(30))
+            #expect(try await db.scalar("SELECT count(*)::int FROM shop_members", Int.self) == 2)
+            let leases = reports.all.compactMap { report -> Int32? in if case .tookLease(let pid) = report { pid } else { nil } }
+            #expect(leases.count == 2 && leases.first != leases.last, "\(reports.all)")
+        }
+    }
+
+    /// With a poll interval of a minute, only an interruptible wait lets it stop at once.
+    @Test func aProjectorToldToStopInTheMiddleOfItsWaitStopsWithinASecondAndFreesItsLease() async throws {
+        try await withTestDatabase { db in
+            let projector = Task {
+                try await Projector(projection: PeopleProjection(), configuration: db.configuration, options: .init(pollInterval: .seconds(60))).run()
+            }
+            try await db.append(ShopMemberAdded(shopId: "s1", personId: "p1"))
+            try await db.waitUntilProjected([PeopleProjection()])
+            try await Task.sleep(for: .milliseconds(100))
+            let stopping = ContinuousClock.now
+            projector.cancel()
+            _ = await projector.result
+            #expect(ContinuousClock.now - stopping < .seconds(1))
+            let other = try db.connect()
+            defer { other.close() }
+            #expect(try other.query("SELECT pg_try_advisory_lock($1, hashtext('people'))", ProjectionLease.leaseLockClass).scalar(Bool.self))
         }
     }
 
