@@ -12,7 +12,7 @@ import PostgresClient
 /// - `PATCH` changes anything but the token (a body with `pushToken` is 422: a new token is a new
 ///   registration). `GET`, `PATCH` and `DELETE` of somebody else's device answer 404.
 public enum DeviceRoutes {
-    static let scope = "account:write"
+    static let scope = Scope.accountWrite
     static let attributes: Set<String> = ["platform", "pushToken", "appId", "appVersion", "name", "locale", "apnsEnvironment"]
 
     struct Fields {
@@ -26,14 +26,14 @@ public enum DeviceRoutes {
 
     public static func routes(client: PostgresClient) -> [Route] {
         [
-            Route("POST", "/v1/me/devices", access: .signedIn(scope: scope)) { context in
+            Route(.post, "/v1/me/devices", access: .signedIn(scope: scope)) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, "devices", id: nil)
                 let attributes = try Attributes(data, allowed: Self.attributes)
                 let token = try attributes.string("pushToken", required: true, maximumLength: 4096, valid: { !$0.contains(where: \.isWhitespace) }, hint: "without spaces")!
                 var fields = try Self.fields(attributes)
                 guard fields.platform != nil else {
-                    throw APIError(status: 422, code: "missing_field", detail: "The platform field is required.", source: Attributes.pointer("platform"))
+                    throw APIError(status: 422, code: .missingField, detail: "The platform field is required.", source: Attributes.pointer("platform"))
                 }
                 try Self.check(&fields)
                 let person = context.person
@@ -57,7 +57,7 @@ public enum DeviceRoutes {
                 }
                 return Documents.response(status: created ? 201 : 200, ["data": row.resource])
             },
-            Route("GET", "/v1/me/devices", access: .signedIn(scope: scope)) { context in
+            Route(.get, "/v1/me/devices", access: .signedIn(scope: scope)) { context in
                 let (number, size) = try context.numberedPage()
                 let person = context.person
                 let rows = try client.queryBlocking(
@@ -72,20 +72,20 @@ public enum DeviceRoutes {
                 }
                 return Documents.response(["data": .array(rows.prefix(size).map(\.resource)), "links": .object(links)])
             },
-            Route("GET", "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
+            Route(.get, "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
                 let id = try Self.id(context)
                 let person = context.person
                 guard let device = try Self.find(id: id, person: person, client: client) else { throw Self.notFound() }
                 return Documents.response(["data": device.resource])
             },
-            Route("PATCH", "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
+            Route(.patch, "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
                 let id = try Self.id(context)
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, "devices", id: context.parameters["id"])
                 let attributes = try Attributes(data, allowed: Self.attributes)
                 if attributes.has("pushToken") {
                     throw APIError(
-                        status: 422, code: "read_only_field",
+                        status: 422, code: .readOnlyField,
                         detail: "pushToken cannot be changed: a new token is a new registration (POST /v1/me/devices).",
                         source: Attributes.pointer("pushToken"))
                 }
@@ -100,7 +100,7 @@ public enum DeviceRoutes {
                 guard let updated else { throw Self.notFound() }
                 return Documents.response(["data": updated.resource])
             },
-            Route("DELETE", "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
+            Route(.delete, "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
                 let id = try Self.id(context)
                 let person = context.person
                 let deleted = try client.withConnectionBlocking { connection in
@@ -143,7 +143,7 @@ public enum DeviceRoutes {
     static func check(_ fields: inout Fields) throws(APIError) {
         if fields.platform == "android" && fields.apnsEnvironment != nil {
             throw APIError(
-                status: 422, code: "invalid_field", detail: "apnsEnvironment is for iOS registrations only.", source: Attributes.pointer("apnsEnvironment"))
+                status: 422, code: .invalidField, detail: "apnsEnvironment is for iOS registrations only.", source: Attributes.pointer("apnsEnvironment"))
         }
     }
 
@@ -153,7 +153,7 @@ public enum DeviceRoutes {
         return id
     }
 
-    static func notFound() -> APIError { APIError(status: 404, code: "not_found", detail: "You have no such device.") }
+    static func notFound() -> APIError { APIError(status: 404, code: .notFound, detail: "You have no such device.") }
 
     static func find(id: UUID, person: String, client: PostgresClient) throws -> Device? {
         try client.queryBlocking("SELECT * FROM devices WHERE id = $1 AND person_id = $2", binds: [PostgresBind(id), PostgresBind(person)]) {

@@ -62,7 +62,7 @@ public final class RateLimiter: Sendable {
         if let wait {
             let seconds = max(1, Int(wait.rounded(.up)))
             throw APIError(
-                status: 429, code: "too_many_requests", detail: "Too many requests with this token; try again in \(seconds) s.",
+                status: 429, code: .tooManyRequests, detail: "Too many requests with this token; try again in \(seconds) s.",
                 headers: [("Retry-After", String(seconds))])
         }
     }

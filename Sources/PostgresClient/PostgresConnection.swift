@@ -94,7 +94,7 @@ public final class PostgresConnection {
             let result = withParameters(binds) { _, values in PQexecPrepared(connection, name, Int32(binds.count), values, nil, nil, 0) }
             do {
                 return try checkedPrepared(result, sql: sql, binds: binds)
-            } catch let error as PostgresError where error.sqlState == "0A000" && outsideTransaction && !retried {
+            } catch let error as PostgresError where error.sqlState == .featureNotSupported && outsideTransaction && !retried {
                 // Refused because its table changed shape (a column added by a migration, say):
                 // nothing ran, so once more, prepared afresh. In a transaction the refusal stands.
                 return try query(sql, binds: binds, retried: true)
@@ -322,7 +322,7 @@ public final class PostgresConnection {
     private func checkedPrepared(_ result: OpaquePointer?, sql: String, binds: [PostgresBind]) throws -> PostgresRows {
         do {
             return try PostgresRows(checking: result, connection: self, sql: sql)
-        } catch let error as PostgresError where error.sqlState == "0A000" {
+        } catch let error as PostgresError where error.sqlState == .featureNotSupported {
             preparedStatements[PreparedKey(sql: sql, types: binds.map { $0.type.oid })] = nil
             throw error
         }

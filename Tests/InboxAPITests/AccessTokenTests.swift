@@ -47,17 +47,17 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: path) }
         let keys = try TokenKeys.load(path: path)
         #expect(keys.keys.keys.sorted() == ["2026-11"])
-        let token = try TokenSigner(key: Self.key, kid: "2026-11").mint(subject: "p1", scopes: ["account:read"])
+        let token = try TokenSigner(key: Self.key, kid: "2026-11").mint(subject: "p1", scopes: [.accountRead])
         #expect(try TokenVerifier(keys: keys).verify(authorization: "Bearer \(token)").subject == "p1")
     }
 
     @Test func aGoodTokenGivesItsPersonScopesAndGuestMark() throws {
-        let token = try Self.signer.mint(subject: "p7", scopes: ["account:read", "account:write"])
+        let token = try Self.signer.mint(subject: "p7", scopes: [.accountRead, .accountWrite])
         let verified = try Self.verifier.verify(authorization: "Bearer \(token)")
         #expect(verified.subject == "p7")
-        #expect(verified.scopes == ["account:read", "account:write"])
+        #expect(verified.scopes == [.accountRead, .accountWrite])
         #expect(!verified.isGuest)
-        let guest = try Self.verifier.verify(authorization: "Bearer " + Self.signer.mint(subject: "", scopes: ["catalogue:read"], guest: true))
+        let guest = try Self.verifier.verify(authorization: "Bearer " + Self.signer.mint(subject: "", scopes: [.catalogueRead], guest: true))
         #expect(guest.isGuest)
     }
 
@@ -69,7 +69,7 @@ import Testing
             } catch {
                 #expect(error.status == 401)
                 #expect(error.headers.contains { $0.name == "WWW-Authenticate" && $0.value == "Bearer" })
-                return error.code
+                return error.code.rawValue
             }
         }
         let good = try Self.signer.mint(subject: "p1", scopes: [])
@@ -95,7 +95,7 @@ import Testing
 
 /// Tokens and scopes at the API's door, through real sockets.
 @Suite struct AccessControlTests {
-    static let route = Route("GET", "/v1/test/mine", access: .signedIn(scope: "account:write")) { context in
+    static let route = Route(.get, "/v1/test/mine", access: .signedIn(scope: .accountWrite)) { context in
         HTTPResponse(status: 200, contentType: JSONAPI.mediaType, body: JSONAPI.encode(.object(["meta": .object(["person": .string(context.token?.subject ?? "")])])))
     }
 
@@ -113,16 +113,16 @@ import Testing
             #expect(none.header("WWW-Authenticate") == "Bearer")
             #expect(none.firstError["code"] as? String == "missing_token")
 
-            let guest = try await client.send("GET", "/v1/test/mine", headers: ["Authorization": "Bearer " + signer.mint(subject: "", scopes: ["account:write"], guest: true)])
+            let guest = try await client.send("GET", "/v1/test/mine", headers: ["Authorization": "Bearer " + signer.mint(subject: "", scopes: [.accountWrite], guest: true)])
             #expect(guest.status == 403)
             #expect(guest.firstError["code"] as? String == "sign_in_required")
 
-            let readOnly = try await client.send("GET", "/v1/test/mine", headers: ["Authorization": "Bearer " + signer.mint(subject: "p1", scopes: ["account:read"])])
+            let readOnly = try await client.send("GET", "/v1/test/mine", headers: ["Authorization": "Bearer " + signer.mint(subject: "p1", scopes: [.accountRead])])
             #expect(readOnly.status == 403)
             #expect(readOnly.firstError["code"] as? String == "missing_scope")
             #expect((readOnly.firstError["meta"] as? [String: Any])?["scopes"] as? [String] == ["account:write"])
 
-            let good = try await client.send("GET", "/v1/test/mine", headers: ["Authorization": "Bearer " + signer.mint(subject: "p1", scopes: ["account:write"])])
+            let good = try await client.send("GET", "/v1/test/mine", headers: ["Authorization": "Bearer " + signer.mint(subject: "p1", scopes: [.accountWrite])])
             #expect(good.status == 200)
             #expect((good.json["meta"] as? [String: Any])?["person"] as? String == "p1")
         }

@@ -128,13 +128,13 @@ import Testing
 @Suite struct FailureClassificationTests {
     @Test func onlyFailuresThatComeFromTheEventsPark() {
         var integrity = PostgresError(.server, "duplicate key")
-        integrity.sqlState = "23505"
+        integrity.sqlState = .uniqueViolation
         var data = PostgresError(.server, "value too long")
-        data.sqlState = "22001"
+        data.sqlState = SQLState("22001")
         var deadlock = PostgresError(.server, "deadlock detected")
-        deadlock.sqlState = "40P01"
+        deadlock.sqlState = .deadlockDetected
         var disk = PostgresError(.server, "could not extend file")
-        disk.sqlState = "53100"
+        disk.sqlState = SQLState("53100")
         let lost = PostgresError(.connectionLost, "server closed the connection")
         #expect(ProjectionBatchApplier.isAboutTheEvents(ProjectionError("conversation x was never started")))
         #expect(ProjectionBatchApplier.isAboutTheEvents(integrity))
