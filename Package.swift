@@ -71,9 +71,12 @@ let package = Package(
             name: "InboxSimulation", dependencies: ["EventLog", "InboxDomain", "Projections"],
             swiftSettings: swiftSettings),
 
+        // Push registrations: register, list, change, delete (also by token, for the push fan-out).
+        .target(name: "Devices", dependencies: ["PostgresClient"], swiftSettings: swiftSettings),
+
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
-            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads"],
+            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Devices"],
             swiftSettings: swiftSettings),
 
         .executableTarget(
@@ -107,6 +110,8 @@ let package = Package(
             name: "InboxAPITests",
             dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections"],
             swiftSettings: swiftSettings),
+        .testTarget(
+            name: "DeviceRegistryTests", dependencies: ["Devices", "PostgresClient", "InboxTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(
