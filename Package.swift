@@ -37,18 +37,22 @@ let package = Package(
         // readers-writer lock, and threads that run blocking jobs.
         .target(name: "Threads", swiftSettings: swiftSettings),
 
+        // How values are written down: bytes as hex and base64url, durations as seconds. No
+        // dependencies, so the lowest modules can share one copy.
+        .target(name: "Encodings", swiftSettings: swiftSettings),
+
         // Thin Swift wrappers: the only modules that see C pointers.
         .target(
-            name: "PostgresClient", dependencies: ["CLibPQ", "Threads"], swiftSettings: swiftSettings),
+            name: "PostgresClient", dependencies: ["CLibPQ", "Threads", "Encodings"], swiftSettings: swiftSettings),
         .target(
-            name: "Crypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+            name: "Crypto", dependencies: ["COpenSSL", "Encodings"], swiftSettings: swiftSettings),
         .target(
             name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL"],
             swiftSettings: swiftSettings),
 
         // HTTP/1.1 on libmicrohttpd: requests in, responses out; no routing, no JSON:API.
         .target(
-            name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Threads"], swiftSettings: swiftSettings),
+            name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Threads", "Encodings"], swiftSettings: swiftSettings),
 
         // Process lifecycle: signals today, the service group of the roles later.
         .target(name: "Lifecycle", swiftSettings: swiftSettings),
@@ -58,12 +62,12 @@ let package = Package(
 
         // The append-only event log, its migrations and the embedded PostgreSQL.
         .target(
-            name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "Crypto"],
+            name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "Crypto", "Encodings"],
             swiftSettings: swiftSettings),
 
         // Read models derived from the log, and the drivers that keep them current.
         .target(
-            name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto"],
+            name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto", "Encodings"],
             swiftSettings: swiftSettings),
 
         // Plausible, deterministic event streams for tests and benchmarks.
@@ -76,21 +80,21 @@ let package = Package(
 
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
-            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Devices"],
+            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Devices", "Encodings"],
             swiftSettings: swiftSettings),
 
         .executableTarget(
             name: "inbox",
             dependencies: [
                 "EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle", "HTTPServer", "InboxAPI",
-                "Crypto",
+                "Crypto", "Encodings",
             ],
             swiftSettings: swiftSettings),
 
         .executableTarget(
             name: "InboxBenchmarks",
             dependencies: [
-                "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto",
+                "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto", "Encodings",
             ],
             path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
 
@@ -105,10 +109,12 @@ let package = Package(
             name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting"],
             swiftSettings: swiftSettings),
         .testTarget(
+            name: "EncodingsTests", dependencies: ["Encodings", "Crypto"], swiftSettings: swiftSettings),
+        .testTarget(
             name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxAPITests",
-            dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections"],
+            dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections", "Encodings"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "DeviceRegistryTests", dependencies: ["Devices", "PostgresClient", "InboxTesting"], swiftSettings: swiftSettings),

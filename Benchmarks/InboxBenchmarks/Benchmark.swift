@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 
 /// The benchmarks `inbox-bench` knows, by the name given as its first argument.
@@ -156,8 +157,5 @@ func progress(_ line: String) {
 }
 
 extension Duration {
-    var seconds: Double {
-        let parts = components
-        return Double(parts.seconds) + Double(parts.attoseconds) * 1e-18
-    }
+    var seconds: Double { inSeconds }
 }

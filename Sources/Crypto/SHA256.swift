@@ -1,4 +1,5 @@
 import COpenSSL
+import Encodings
 import Foundation
 
 /// SHA-256 from OpenSSL's libcrypto.
@@ -18,12 +19,7 @@ public enum SHA256 {
     }
 
     /// The digest as lower-case hex, the form migration checksums are recorded in.
-    public static func hexDigest(_ bytes: some Collection<UInt8>) -> String {
-        digest(bytes).map { byte in
-            let hex = String(byte, radix: 16)
-            return byte < 16 ? "0" + hex : hex
-        }.joined()
-    }
+    public static func hexDigest(_ bytes: some Collection<UInt8>) -> String { Hex.encode(digest(bytes)) }
 
     public static func hexDigest(_ text: String) -> String { hexDigest(Array(text.utf8)) }
 }

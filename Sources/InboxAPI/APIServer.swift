@@ -1,3 +1,4 @@
+import Encodings
 import EventLog
 import Foundation
 import HTTPServer
@@ -117,7 +118,7 @@ public final class APIServer: Sendable {
         // Unknown paths are counted under one label, so a scan of random paths cannot grow the metrics.
         metrics?.record(
             method: request.method, route: route?.pattern ?? "unmatched", status: response.status,
-            seconds: Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
+            seconds: duration.inSeconds)
         log(RequestLogLine(method: request.method.rawValue, route: route?.pattern ?? request.path, status: response.status, duration: duration, requestId: requestId))
         return response
     }
@@ -161,17 +162,7 @@ public final class APIServer: Sendable {
         var generator = SystemRandomNumberGenerator()
         let high = (generator.next() as UInt64) & 0xFFFF_FFFF_FFFF_0FFF | 0x0000_0000_0000_4000
         let low = (generator.next() as UInt64) & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(36)
-        for (index, half) in [high, low].enumerated() {
-            for nibble in 0..<16 {
-                let position = index * 16 + nibble
-                if position == 8 || position == 12 || position == 16 || position == 20 { text.append(UInt8(ascii: "-")) }
-                text.append(digits[Int(half >> UInt64(60 - nibble * 4) & 0xF)])
-            }
-        }
-        return String(decoding: text, as: UTF8.self)
+        return withUnsafeBytes(of: (high.bigEndian, low.bigEndian)) { Hex.uuidString($0) }
     }
 
     /// JSON:API 1.0 content negotiation: a body must be `application/vnd.api+json` without

@@ -1,3 +1,4 @@
+import Encodings
 import EventLog
 import Foundation
 import HTTPServer
@@ -124,7 +125,6 @@ enum Documents {
     /// Percent-encodes all but RFC 3986's unreserved characters (on every list response, so by
     /// hand: Foundation builds a character set's bitmap on each call).
     static func escape(_ text: String) -> String {
-        let hex = Array("0123456789ABCDEF".utf8)
         var bytes: [UInt8] = []
         bytes.reserveCapacity(text.utf8.count + 8)
         for byte in text.utf8 {
@@ -134,8 +134,7 @@ enum Documents {
                 bytes.append(byte)
             default:
                 bytes.append(UInt8(ascii: "%"))
-                bytes.append(hex[Int(byte >> 4)])
-                bytes.append(hex[Int(byte & 0x0F)])
+                Hex.append(byte, to: &bytes, uppercase: true)
             }
         }
         return String(decoding: bytes, as: UTF8.self)

@@ -1,4 +1,5 @@
 import CLibPQ
+import Encodings
 import Foundation
 
 /// One libpq connection. Its calls block, so it lives on a thread of its own (see `PostgresClient`);
@@ -256,7 +257,7 @@ public final class PostgresConnection {
         let socket = PQsocket(connection)
         guard socket >= 0 else { throw failure("the connection has no socket") }
         var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
-        let milliseconds = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = Int32(clamping: timeout.wholeMilliseconds)
         let ready = poll(&descriptor, 1, milliseconds)
         if ready < 0 && errno != EINTR { throw failure("poll failed: \(String(cString: strerror(errno)))") }
         if ready > 0 {

@@ -1,3 +1,4 @@
+import Encodings
 import EventLog
 import Foundation
 import HTTPServer
@@ -56,8 +57,5 @@ enum ServeCommand {
 }
 
 extension Duration {
-    var milliseconds: Double {
-        let parts = components
-        return Double(parts.seconds) * 1000 + Double(parts.attoseconds) / 1e15
-    }
+    var milliseconds: Double { inMilliseconds }
 }
