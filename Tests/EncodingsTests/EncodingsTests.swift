@@ -68,3 +68,22 @@ import Testing
         #expect(Duration.seconds(Int64.min).wholeMilliseconds == .min)
     }
 }
+
+/// UUIDs derived from a name by SHA-256 (the bell's notification ids).
+@Suite struct HashedUUIDTests {
+    @Test func aNameBasedUUIDIsVersion8WithTheRFCVariantAndStable() throws {
+        let id = SHA256.uuidString(naming: "wristler-bell:42:p1".utf8)
+        #expect(id == SHA256.uuidString(naming: "wristler-bell:42:p1".utf8), "the same name, the same id")
+        #expect(id != SHA256.uuidString(naming: "wristler-bell:43:p1".utf8))
+        #expect(id == id.lowercased())
+        let uuid = try #require(UUID(uuidString: id))
+        let bytes = withUnsafeBytes(of: uuid.uuid) { Array($0) }
+        #expect(bytes[6] >> 4 == 8, "version 8 (RFC 9562, custom)")
+        #expect(bytes[8] >> 6 == 0b10, "the RFC variant")
+        // The rest is the digest's first 16 bytes, untouched.
+        let digest = SHA256.digest(Array("wristler-bell:42:p1".utf8))
+        for index in 0..<16 where index != 6 && index != 8 { #expect(bytes[index] == digest[index]) }
+        #expect(bytes[6] & 0x0F == digest[6] & 0x0F)
+        #expect(bytes[8] & 0x3F == digest[8] & 0x3F)
+    }
+}

@@ -214,3 +214,18 @@ import Testing
         var all: [Projector.Report] { lock.withLock { items } }
     }
 }
+
+/// The bell's entry ids: what replays and every node must agree on.
+@Suite struct NotificationIdTests {
+    @Test func aBellEntrysIdIsAStableVersion8UUIDOfItsPositionAndRecipient() throws {
+        let id = BellProjection.notificationId(position: 1204518, recipient: "p7")
+        #expect(id == BellProjection.notificationId(position: 1204518, recipient: "p7"), "a replay makes the same id")
+        #expect(id != BellProjection.notificationId(position: 1204518, recipient: "p8"))
+        #expect(id != BellProjection.notificationId(position: 1204519, recipient: "p7"))
+        let uuid = try #require(UUID(uuidString: id))
+        #expect(id == uuid.uuidString.lowercased())
+        #expect(uuid.uuid.6 >> 4 == 8, "version 8: derived from SHA-256, not SHA-1's version 5")
+        #expect(uuid.uuid.8 >> 6 == 0b10, "the RFC variant")
+        #expect(BellProjection().version == 2, "ids changed with version 2: live bells are replayed")
+    }
+}
