@@ -60,10 +60,10 @@ struct Measurement: Codable, Sendable {
     init(round: Int, events: Int, elapsed: Duration, build: Duration? = nil, append: Duration? = nil) {
         self.round = round
         self.events = events
-        seconds = elapsed.seconds
+        seconds = elapsed.inSeconds
         eventsPerSecond = seconds > 0 ? Double(events) / seconds : 0
-        buildSeconds = build?.seconds
-        appendSeconds = append?.seconds
+        buildSeconds = build?.inSeconds
+        appendSeconds = append?.inSeconds
     }
 }
 
@@ -154,8 +154,4 @@ struct BenchmarkFailure: Error, CustomStringConvertible {
 /// A progress line on stderr, so that stdout holds only the table.
 func progress(_ line: String) {
     FileHandle.standardError.write(Data((line + "\n").utf8))
-}
-
-extension Duration {
-    var seconds: Double { inSeconds }
 }
