@@ -158,7 +158,7 @@ extension Data: PostgresEncodable, PostgresDecodable {
         guard utf8.starts(with: [UInt8(ascii: "\\"), UInt8(ascii: "x")]) else {
             throw PostgresDecodingFailure.malformed("bytea is not in hex format")
         }
-        guard let bytes = Hex.decode(utf8.dropFirst(2)) else { throw PostgresDecodingFailure.malformed("bytea has a non-hex digit") }
+        guard let bytes = Hex.decode(utf8.dropFirst(2)) else { throw PostgresDecodingFailure.malformed("bytea has a non-hex digit or half a byte") }
         return Data(bytes)
     }
 }
