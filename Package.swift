@@ -37,18 +37,22 @@ let package = Package(
         // readers-writer lock, and threads that run blocking jobs.
         .target(name: "Threads", swiftSettings: swiftSettings),
 
+        // How values are written down: bytes as hex and base64url, durations as seconds. No
+        // dependencies, so the lowest modules can share one copy.
+        .target(name: "Encodings", swiftSettings: swiftSettings),
+
         // Thin Swift wrappers: the only modules that see C pointers.
         .target(
-            name: "PostgresClient", dependencies: ["CLibPQ", "Threads"], swiftSettings: swiftSettings),
+            name: "PostgresClient", dependencies: ["CLibPQ", "Threads", "Encodings"], swiftSettings: swiftSettings),
         .target(
-            name: "Crypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+            name: "Crypto", dependencies: ["COpenSSL", "Encodings"], swiftSettings: swiftSettings),
         .target(
             name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL"],
             swiftSettings: swiftSettings),
 
         // HTTP/1.1 on libmicrohttpd: requests in, responses out; no routing, no JSON:API.
         .target(
-            name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Threads"], swiftSettings: swiftSettings),
+            name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Threads", "Encodings"], swiftSettings: swiftSettings),
 
         // The runtime of every role: services and their group, the leased loop, logger and clocks.
         .target(name: "Lifecycle", dependencies: ["PostgresClient", "Threads"], swiftSettings: swiftSettings),
@@ -58,12 +62,12 @@ let package = Package(
 
         // The append-only event log, its migrations and the embedded PostgreSQL.
         .target(
-            name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "Crypto", "Lifecycle"],
+            name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "Crypto", "Encodings", "Lifecycle"],
             swiftSettings: swiftSettings),
 
         // Read models derived from the log, and the drivers that keep them current.
         .target(
-            name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto", "Lifecycle"],
+            name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto", "Encodings", "Lifecycle"],
             swiftSettings: swiftSettings),
 
         // Plausible, deterministic event streams for tests and benchmarks.
@@ -71,23 +75,28 @@ let package = Package(
             name: "InboxSimulation", dependencies: ["EventLog", "InboxDomain", "Projections"],
             swiftSettings: swiftSettings),
 
+        // Push registrations: register, list, change, delete (also by token, for the push fan-out).
+        .target(name: "Devices", dependencies: ["PostgresClient"], swiftSettings: swiftSettings),
+
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
-            name: "InboxAPI", dependencies: ["HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Lifecycle"],
+            name: "InboxAPI", dependencies: [
+                "HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Devices", "Encodings", "Lifecycle",
+            ],
             swiftSettings: swiftSettings),
 
         .executableTarget(
             name: "inbox",
             dependencies: [
                 "EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle", "HTTPServer", "InboxAPI",
-                "Crypto",
+                "Crypto", "Encodings",
             ],
             swiftSettings: swiftSettings),
 
         .executableTarget(
             name: "InboxBenchmarks",
             dependencies: [
-                "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto",
+                "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto", "Encodings",
             ],
             path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
 
@@ -102,14 +111,18 @@ let package = Package(
             name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting", "Lifecycle"],
             swiftSettings: swiftSettings),
         .testTarget(
+            name: "EncodingsTests", dependencies: ["Encodings", "Crypto"], swiftSettings: swiftSettings),
+        .testTarget(
             name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxAPITests",
-            dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections"],
+            dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections", "Encodings"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "LifecycleTests", dependencies: ["Lifecycle", "PostgresClient", "EventLog", "InboxTesting", "Threads"],
             swiftSettings: swiftSettings),
+        .testTarget(
+            name: "DeviceRegistryTests", dependencies: ["Devices", "PostgresClient", "InboxTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(

@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 
 /// The benchmarks `inbox-bench` knows, by the name given as its first argument.
@@ -59,10 +60,10 @@ struct Measurement: Codable, Sendable {
     init(round: Int, events: Int, elapsed: Duration, build: Duration? = nil, append: Duration? = nil) {
         self.round = round
         self.events = events
-        seconds = elapsed.seconds
+        seconds = elapsed.inSeconds
         eventsPerSecond = seconds > 0 ? Double(events) / seconds : 0
-        buildSeconds = build?.seconds
-        appendSeconds = append?.seconds
+        buildSeconds = build?.inSeconds
+        appendSeconds = append?.inSeconds
     }
 }
 
@@ -153,11 +154,4 @@ struct BenchmarkFailure: Error, CustomStringConvertible {
 /// A progress line on stderr, so that stdout holds only the table.
 func progress(_ line: String) {
     FileHandle.standardError.write(Data((line + "\n").utf8))
-}
-
-extension Duration {
-    var seconds: Double {
-        let parts = components
-        return Double(parts.seconds) + Double(parts.attoseconds) * 1e-18
-    }
 }

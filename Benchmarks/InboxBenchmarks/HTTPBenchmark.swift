@@ -82,7 +82,7 @@ struct HTTPBenchmark: Benchmark {
         let uncachedServer = try HTTPServer(configuration: .init(port: 0, blockingThreads: 16), replying: { uncachedAPI.reply($0) })
         defer { uncachedServer.shutdown() }
         while !bellCache.isListening { try await Task.sleep(for: .milliseconds(20)) }
-        let tokens = try (0..<people).map { try signer.mint(subject: "p\($0)", scopes: ["account:read", "account:write"], lifetime: 86_400) }
+        let tokens = try (0..<people).map { try signer.mint(subject: "p\($0)", scopes: [.accountRead, .accountWrite], lifetime: 86_400) }
         let script = FileManager.default.temporaryDirectory.appendingPathComponent("inbox-wrk-\(UUID().uuidString).lua").path
         try Self.luaScript(tokens: tokens).write(toFile: script, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: script) }

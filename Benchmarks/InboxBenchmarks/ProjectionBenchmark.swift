@@ -1,3 +1,4 @@
+import Encodings
 import EventLog
 import Foundation
 import InboxDomain
@@ -33,7 +34,7 @@ struct ProjectionBenchmark: Benchmark {
         progress("loading \(formatGrouped(Double(total))) simulated events over \(formatGrouped(Double(people))) people with COPY")
         let loadStarted = ContinuousClock.now
         let mix = try await Self.load(events: total, people: people, client: client)
-        let loadSeconds = (ContinuousClock.now - loadStarted).seconds
+        let loadSeconds = (ContinuousClock.now - loadStarted).inSeconds
         progress("loaded in \(String(format: "%.1f", loadSeconds)) s")
 
         try await client.execute(

@@ -1,4 +1,5 @@
 import COpenSSL
+import Encodings
 import Foundation
 
 /// SHA-256 from OpenSSL's libcrypto.
@@ -18,14 +19,19 @@ public enum SHA256 {
     }
 
     /// The digest as lower-case hex, the form migration checksums are recorded in.
-    public static func hexDigest(_ bytes: some Collection<UInt8>) -> String {
-        digest(bytes).map { byte in
-            let hex = String(byte, radix: 16)
-            return byte < 16 ? "0" + hex : hex
-        }.joined()
-    }
+    public static func hexDigest(_ bytes: some Collection<UInt8>) -> String { Hex.encode(digest(bytes)) }
 
     public static func hexDigest(_ text: String) -> String { hexDigest(Array(text.utf8)) }
+
+    /// A UUID derived from `name`: the first 16 bytes of its SHA-256 digest, stamped version 8
+    /// (RFC 9562's custom UUIDs: version 5 would claim SHA-1) with the RFC variant, in lower case.
+    /// The same name is always the same UUID; a different name collides only as SHA-256 does.
+    public static func uuidString(naming name: some Collection<UInt8>) -> String {
+        var bytes = Array(digest(name).prefix(16))
+        bytes[6] = bytes[6] & 0x0F | 0x80  // version 8
+        bytes[8] = bytes[8] & 0x3F | 0x80  // variant 10: RFC 9562
+        return Hex.uuidString(bytes)
+    }
 }
 
 /// The OpenSSL library the process is linked with.

@@ -252,9 +252,9 @@ struct AppendRequest: Sendable {
                 return appended
             } catch let error as PostgresError {
                 if savepoint, connection.isOpen { _ = try? connection.execute("ROLLBACK TO SAVEPOINT inbox_append") }
-                if error.sqlState == "WR001" { throw Self.conflict(from: error) }
+                if error.sqlState == .wrongExpectedVersion { throw Self.conflict(from: error) }
                 // A key of the batch is already in the log: the full path returns the originals.
-                if error.sqlState == "WR003" && fastPath {
+                if error.sqlState == .idempotencyKeyInLog && fastPath {
                     fastPath = false
                     continue
                 }
@@ -333,4 +333,14 @@ struct AppendRequest: Sendable {
         }
         return .wrongExpectedVersion(stream: "?", expected: -1, actual: -1)
     }
+}
+
+/// The SQLSTATEs the event log's own SQL functions raise (sql/001_event_log.sql).
+extension SQLState {
+    /// An append named an expected version the stream is not at; nothing was written.
+    public static let wrongExpectedVersion = SQLState("WR001")
+    /// An UPDATE, DELETE or TRUNCATE of the append-only log, refused.
+    public static let eventsAreImmutable = SQLState("WR002")
+    /// An idempotency key of the batch is already in the log: the full path returns the originals.
+    public static let idempotencyKeyInLog = SQLState("WR003")
 }

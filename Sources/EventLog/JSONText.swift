@@ -1,3 +1,4 @@
+import Encodings
 import InboxDomain
 
 /// Writes JSON text directly: the append path builds one document per batch, and going through
@@ -35,8 +36,8 @@ public struct JSONText {
             case 0x0D: bytes.append(contentsOf: [92, UInt8(ascii: "r")])
             case 0x09: bytes.append(contentsOf: [92, UInt8(ascii: "t")])
             case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                bytes.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+                bytes.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48])
+                Hex.append(byte, to: &bytes)
             default: bytes.append(byte)
             }
         }

@@ -3,7 +3,7 @@ import Foundation
 /// A request as the server read it: method, path (percent-decoded by libmicrohttpd), query
 /// arguments in order, headers by lower-case name, and the whole body.
 public struct HTTPRequest: Sendable {
-    public var method: String
+    public var method: HTTPMethod
     public var path: String
     public var query: [QueryArgument]
     /// Header values by lower-case name; a repeated header's values joined with ", ".
@@ -21,7 +21,7 @@ public struct HTTPRequest: Sendable {
         }
     }
 
-    public init(method: String, path: String, query: [QueryArgument] = [], headers: [String: String] = [:], body: [UInt8] = []) {
+    public init(method: HTTPMethod, path: String, query: [QueryArgument] = [], headers: [String: String] = [:], body: [UInt8] = []) {
         self.method = method
         self.path = path
         self.query = query

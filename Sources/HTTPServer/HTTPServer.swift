@@ -212,7 +212,9 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
     // Called again after a resume: the pool's answer is waiting.
     if let answer = state.answer.withLock({ answer in answer.take() }) { return send(answer, on: connection) }
     let request = HTTPRequest(
-        method: method.map { String(cString: $0) } ?? "GET",
+        method: method.map { method in
+            HTTPMethod(bytes: UnsafeBufferPointer(start: UnsafeRawPointer(method).assumingMemoryBound(to: UInt8.self), count: strlen(method)))
+        } ?? .get,
         path: URLDecoding.decode(url.map { String(cString: $0) } ?? "/", plusIsSpace: false),
         query: values(connection, kind: .GET_ARGUMENT_KIND).map {
             HTTPRequest.QueryArgument(

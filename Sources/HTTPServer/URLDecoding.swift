@@ -1,3 +1,5 @@
+import Encodings
+
 /// Percent-decoding of a request's path and query (RFC 3986; `+` is a space in a query, as HTML
 /// forms send it). A malformed escape (`%4`, `%zz`) is kept as it is, and bytes that do not make
 /// UTF-8 become U+FFFD: the handler sees what was sent, and refuses it if it must.
@@ -11,7 +13,7 @@ public enum URLDecoding {
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "%"), index + 2 < bytes.count,
-                let high = hex(bytes[index + 1]), let low = hex(bytes[index + 2])
+                let high = Hex.value(ofDigit: bytes[index + 1]), let low = Hex.value(ofDigit: bytes[index + 2])
             {
                 result.append(high << 4 | low)
                 index += 3
@@ -24,14 +26,5 @@ public enum URLDecoding {
             }
         }
         return String(decoding: result, as: UTF8.self)
-    }
-
-    private static func hex(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }

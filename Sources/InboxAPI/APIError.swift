@@ -14,8 +14,56 @@ public struct APIError: Error, Sendable {
         case header(String)
     }
 
+    /// What went wrong, for machines: the `code` of the error document. Extensible: a new refusal
+    /// adds a name here, so every code the API can answer is in this one list and none is misspelt
+    /// at a call site. The raw value is what clients see and never changes.
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+
+        public var description: String { rawValue }
+
+        /// 426: the app's version is below the minimum for its platform.
+        public static let appUpdateRequired = Code("app_update_required")
+        /// 413: written by HTTPServer itself, before any route, which cannot see this type.
+        public static let bodyTooLarge = Code("body_too_large")
+        public static let databaseUnavailable = Code("database_unavailable")
+        public static let idMismatch = Code("id_mismatch")
+        public static let internalError = Code("internal_error")
+        public static let invalidAppHeader = Code("invalid_app_header")
+        public static let invalidBatch = Code("invalid_batch")
+        public static let invalidCursor = Code("invalid_cursor")
+        public static let invalidDocument = Code("invalid_document")
+        public static let invalidEvent = Code("invalid_event")
+        public static let invalidField = Code("invalid_field")
+        public static let invalidParameter = Code("invalid_parameter")
+        public static let invalidToken = Code("invalid_token")
+        public static let locked = Code("locked")
+        public static let malformedJSON = Code("malformed_json")
+        public static let managedPerSearch = Code("managed_per_search")
+        public static let methodNotAllowed = Code("method_not_allowed")
+        public static let migrationsPending = Code("migrations_pending")
+        public static let missingBody = Code("missing_body")
+        public static let missingField = Code("missing_field")
+        public static let missingScope = Code("missing_scope")
+        public static let missingToken = Code("missing_token")
+        public static let notAcceptable = Code("not_acceptable")
+        public static let notFound = Code("not_found")
+        public static let readOnlyField = Code("read_only_field")
+        public static let signInRequired = Code("sign_in_required")
+        /// 503: the request's statement ran past the API's statement timeout.
+        public static let timeout = Code("timeout")
+        public static let tokenExpired = Code("token_expired")
+        public static let tooManyRequests = Code("too_many_requests")
+        public static let typeMismatch = Code("type_mismatch")
+        public static let unknownField = Code("unknown_field")
+        public static let unsupportedMediaType = Code("unsupported_media_type")
+        public static let wrongExpectedVersion = Code("wrong_expected_version")
+    }
+
     public var status: Int
-    public var code: String
+    public var code: Code
     public var title: String
     public var detail: String?
     public var source: Source?
@@ -24,7 +72,7 @@ public struct APIError: Error, Sendable {
     public var headers: [(name: String, value: String)]
 
     public init(
-        status: Int, code: String, title: String? = nil, detail: String? = nil, source: Source? = nil, meta: [String: JSONValue] = [:],
+        status: Int, code: Code, title: String? = nil, detail: String? = nil, source: Source? = nil, meta: [String: JSONValue] = [:],
         headers: [(name: String, value: String)] = []
     ) {
         self.status = status
@@ -59,7 +107,7 @@ public struct APIError: Error, Sendable {
 
     /// The error document `{"jsonapi": {"version": "1.0"}, "errors": [...]}` as a response.
     public var response: HTTPResponse {
-        var object: [String: JSONValue] = ["status": .string(String(status)), "code": .string(code), "title": .string(title)]
+        var object: [String: JSONValue] = ["status": .string(String(status)), "code": .string(code.rawValue), "title": .string(title)]
         if let detail { object["detail"] = .string(detail) }
         switch source {
         case .pointer(let pointer): object["source"] = .object(["pointer": .string(pointer)])

@@ -1,3 +1,4 @@
+import Encodings
 import EventLog
 import Foundation
 import HTTPServer
@@ -50,14 +51,14 @@ public final class APIServer: Sendable {
         var route: Route?
         do {
             // HEAD is GET without the body (libmicrohttpd leaves the body out).
-            let method = request.method == "HEAD" ? "GET" : request.method
+            let method = request.method == .head ? .get : request.method
             switch router.match(method: method, path: request.path) {
             case .notFound:
-                throw APIError(status: 404, code: "not_found", detail: "There is no \(request.path).")
+                throw APIError(status: 404, code: .notFound, detail: "There is no \(request.path).")
             case .methodNotAllowed(let allowed):
+                let allow = allowed.map(\.rawValue).joined(separator: ", ")
                 throw APIError(
-                    status: 405, code: "method_not_allowed", detail: "\(request.path) answers \(allowed.joined(separator: ", ")).",
-                    headers: [("Allow", allowed.joined(separator: ", "))])
+                    status: 405, code: .methodNotAllowed, detail: "\(request.path) answers \(allow).", headers: [("Allow", allow)])
             case .found(let found, let parameters):
                 route = found
                 var identity = AppIdentity.integration
@@ -91,19 +92,19 @@ public final class APIServer: Sendable {
     static func response(for error: any Error) -> HTTPResponse {
         switch error {
         case let error as APIError: return error.response
-        case let error as PostgresError where error.sqlState == "57014":
+        case let error as PostgresError where error.sqlState == .queryCanceled:
             // The request's statement ran past the API's statement timeout.
             return APIError(
-                status: 503, code: "timeout", detail: "The request took too long and was stopped; it can be retried.",
+                status: 503, code: .timeout, detail: "The request took too long and was stopped; it can be retried.",
                 headers: [("Retry-After", "1")]
             ).response
         case let error as PostgresError where error.isConnectionError:
             return APIError(
-                status: 503, code: "database_unavailable", detail: "The database cannot be reached; the request can be retried.",
+                status: 503, code: .databaseUnavailable, detail: "The database cannot be reached; the request can be retried.",
                 headers: [("Retry-After", "1")]
             ).response
         default:
-            return APIError(status: 500, code: "internal_error", detail: "The request failed on our side; it can be retried.").response
+            return APIError(status: 500, code: .internalError, detail: "The request failed on our side; it can be retried.").response
         }
     }
 
@@ -117,8 +118,8 @@ public final class APIServer: Sendable {
         // Unknown paths are counted under one label, so a scan of random paths cannot grow the metrics.
         metrics?.record(
             method: request.method, route: route?.pattern ?? "unmatched", status: response.status,
-            seconds: Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
-        log(RequestLogLine(method: request.method, route: route?.pattern ?? request.path, status: response.status, duration: duration, requestId: requestId))
+            seconds: duration.inSeconds)
+        log(RequestLogLine(method: request.method.rawValue, route: route?.pattern ?? request.path, status: response.status, duration: duration, requestId: requestId))
         return response
     }
 
@@ -127,17 +128,17 @@ public final class APIServer: Sendable {
     func authorize(_ request: HTTPRequest, for access: Access) throws(APIError) -> AccessToken? {
         guard case .signedIn(let scope) = access else { return nil }
         guard let verifier else {
-            throw TokenVerifier.unauthorized("invalid_token", "This server has no keys to verify access tokens with.")
+            throw TokenVerifier.unauthorized(.invalidToken, "This server has no keys to verify access tokens with.")
         }
         let token = try verifier.verify(authorization: request.header("Authorization"))
         try rateLimiter?.take(for: token)
         if token.isGuest {
-            throw APIError(status: 403, code: "sign_in_required", detail: "A guest token cannot do this; sign in first.")
+            throw APIError(status: 403, code: .signInRequired, detail: "A guest token cannot do this; sign in first.")
         }
         if let scope, !token.scopes.contains(scope) {
             throw APIError(
-                status: 403, code: "missing_scope", detail: "The access token lacks the scope \(scope).",
-                meta: ["scopes": .array([.string(scope)])])
+                status: 403, code: .missingScope, detail: "The access token lacks the scope \(scope).",
+                meta: ["scopes": .array([.string(scope.rawValue)])])
         }
         return token
     }
@@ -161,17 +162,7 @@ public final class APIServer: Sendable {
         var generator = SystemRandomNumberGenerator()
         let high = (generator.next() as UInt64) & 0xFFFF_FFFF_FFFF_0FFF | 0x0000_0000_0000_4000
         let low = (generator.next() as UInt64) & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(36)
-        for (index, half) in [high, low].enumerated() {
-            for nibble in 0..<16 {
-                let position = index * 16 + nibble
-                if position == 8 || position == 12 || position == 16 || position == 20 { text.append(UInt8(ascii: "-")) }
-                text.append(digits[Int(half >> UInt64(60 - nibble * 4) & 0xF)])
-            }
-        }
-        return String(decoding: text, as: UTF8.self)
+        return withUnsafeBytes(of: (high.bigEndian, low.bigEndian)) { Hex.uuidString($0) }
     }
 
     /// JSON:API 1.0 content negotiation: a body must be `application/vnd.api+json` without
@@ -183,7 +174,7 @@ public final class APIServer: Sendable {
             let parts = type.split(separator: ";").map { $0.trimmingSpaces.lowercased() }
             guard parts.first == JSONAPI.mediaType, parts.count == 1 else {
                 throw APIError(
-                    status: 415, code: "unsupported_media_type",
+                    status: 415, code: .unsupportedMediaType,
                     detail: "Send the body as \(JSONAPI.mediaType), without media type parameters.", source: .header("Content-Type"))
             }
         }
@@ -198,7 +189,7 @@ public final class APIServer: Sendable {
         }
         if !acceptable {
             throw APIError(
-                status: 406, code: "not_acceptable", detail: "This API answers \(JSONAPI.mediaType) (without media type parameters).",
+                status: 406, code: .notAcceptable, detail: "This API answers \(JSONAPI.mediaType) (without media type parameters).",
                 source: .header("Accept"))
         }
     }

@@ -1,4 +1,5 @@
 import Crypto
+import Encodings
 import Foundation
 import InboxDomain
 import Threads
@@ -6,7 +7,7 @@ import Threads
 /// A verified access token: who (`sub`), what they may do (`scope`), and whether it is a guest's.
 public struct AccessToken: Sendable, Hashable {
     public var subject: String
-    public var scopes: Set<String>
+    public var scopes: Set<Scope>
     public var isGuest: Bool
     public var issuedAt: Date
     public var expiresAt: Date
@@ -83,7 +84,7 @@ public struct TokenVerifier: Sendable {
     public func verify(authorization: String?) throws(APIError) -> AccessToken {
         if let authorization, let known = cache.token(for: authorization) {
             guard known.expiresAt.timeIntervalSince1970 + leeway > now().timeIntervalSince1970 else {
-                throw Self.unauthorized("token_expired", "The access token has expired; refresh it.")
+                throw Self.unauthorized(.tokenExpired, "The access token has expired; refresh it.")
             }
             return known
         }
@@ -94,30 +95,30 @@ public struct TokenVerifier: Sendable {
 
     private func verifySignature(authorization: String?) throws(APIError) -> AccessToken {
         guard let authorization, !authorization.isEmpty else {
-            throw Self.unauthorized("missing_token", "This needs a signed-in access token: Authorization: Bearer <token>.")
+            throw Self.unauthorized(.missingToken, "This needs a signed-in access token: Authorization: Bearer <token>.")
         }
         let parts = authorization.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else {
-            throw Self.unauthorized("invalid_token", "The Authorization header must be Bearer <token>.")
+            throw Self.unauthorized(.invalidToken, "The Authorization header must be Bearer <token>.")
         }
         let segments = parts[1].trimmingSpaces.split(separator: ".", omittingEmptySubsequences: false)
         guard segments.count == 3, let headerBytes = Base64URL.decode(String(segments[0])),
             let payloadBytes = Base64URL.decode(String(segments[1])), let signature = Base64URL.decode(String(segments[2]))
-        else { throw Self.unauthorized("invalid_token", "The access token is not a JWT.") }
+        else { throw Self.unauthorized(.invalidToken, "The access token is not a JWT.") }
         struct Header: Decodable {
             let alg: String
             let kid: String?
         }
         guard let header = try? JSONDecoder().decode(Header.self, from: Data(headerBytes)) else {
-            throw Self.unauthorized("invalid_token", "The access token's header is not JSON.")
+            throw Self.unauthorized(.invalidToken, "The access token's header is not JSON.")
         }
-        guard header.alg == "ES256" else { throw Self.unauthorized("invalid_token", "The access token is not signed with ES256.") }
+        guard header.alg == "ES256" else { throw Self.unauthorized(.invalidToken, "The access token is not signed with ES256.") }
         guard let kid = header.kid, let key = keys.keys[kid] else {
-            throw Self.unauthorized("invalid_token", "The access token is signed with a key this server does not know.")
+            throw Self.unauthorized(.invalidToken, "The access token is signed with a key this server does not know.")
         }
         let signed = Array("\(segments[0]).\(segments[1])".utf8)
         guard key.verify(signature: signature, data: signed) else {
-            throw Self.unauthorized("invalid_token", "The access token's signature does not verify.")
+            throw Self.unauthorized(.invalidToken, "The access token's signature does not verify.")
         }
         struct Claims: Decodable {
             let sub: String?
@@ -128,21 +129,21 @@ public struct TokenVerifier: Sendable {
             let guest: Bool?
         }
         guard let claims = try? JSONDecoder().decode(Claims.self, from: Data(payloadBytes)) else {
-            throw Self.unauthorized("invalid_token", "The access token's claims are not what this tier needs (exp is required).")
+            throw Self.unauthorized(.invalidToken, "The access token's claims are not what this tier needs (exp is required).")
         }
         let current = now().timeIntervalSince1970
-        guard claims.exp + leeway > current else { throw Self.unauthorized("token_expired", "The access token has expired; refresh it.") }
+        guard claims.exp + leeway > current else { throw Self.unauthorized(.tokenExpired, "The access token has expired; refresh it.") }
         let isGuest = claims.guest ?? false
         guard isGuest || !(claims.sub ?? "").isEmpty else {
-            throw Self.unauthorized("invalid_token", "The access token names nobody (sub).")
+            throw Self.unauthorized(.invalidToken, "The access token names nobody (sub).")
         }
         return AccessToken(
-            subject: claims.sub ?? "", scopes: Set((claims.scope ?? "").split(separator: " ").map(String.init)), isGuest: isGuest,
+            subject: claims.sub ?? "", scopes: Set((claims.scope ?? "").split(separator: " ").map { Scope(String($0)) }), isGuest: isGuest,
             issuedAt: Date(timeIntervalSince1970: claims.iat ?? current), expiresAt: Date(timeIntervalSince1970: claims.exp),
             id: claims.jti ?? "")
     }
 
-    static func unauthorized(_ code: String, _ detail: String) -> APIError {
+    static func unauthorized(_ code: APIError.Code, _ detail: String) -> APIError {
         APIError(status: 401, code: code, detail: detail, source: .header("Authorization"), headers: [("WWW-Authenticate", "Bearer")])
     }
 }
@@ -176,10 +177,10 @@ public struct TokenSigner: Sendable {
     }
 
     public func mint(
-        subject: String, scopes: [String], guest: Bool = false, lifetime: TimeInterval = 3600, issuedAt: Date = Date(), id: String = UUID().uuidString
+        subject: String, scopes: [Scope], guest: Bool = false, lifetime: TimeInterval = 3600, issuedAt: Date = Date(), id: String = UUID().uuidString
     ) throws -> String {
         var claims: [String: JSONValue] = [
-            "sub": .string(subject), "scope": .string(scopes.joined(separator: " ")), "iat": .integer(Int64(issuedAt.timeIntervalSince1970)),
+            "sub": .string(subject), "scope": .string(scopes.map(\.rawValue).joined(separator: " ")), "iat": .integer(Int64(issuedAt.timeIntervalSince1970)),
             "exp": .integer(Int64(issuedAt.timeIntervalSince1970 + lifetime)), "jti": .string(id),
         ]
         if guest { claims["guest"] = .bool(true) }

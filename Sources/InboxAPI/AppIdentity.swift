@@ -69,7 +69,7 @@ public struct AppIdentity: Sendable, Hashable {
         let parts = trimmed.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2, let platform = Platform(rawValue: String(parts[0])), let version = AppVersion(String(parts[1])) else {
             throw APIError(
-                status: 400, code: "invalid_app_header",
+                status: 400, code: .invalidAppHeader,
                 detail: "\(headerName) must be ios/<version> or android/<version> with a version in dotted digits, such as ios/2.4.0.",
                 source: .header(headerName))
         }

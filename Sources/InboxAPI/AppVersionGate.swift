@@ -34,7 +34,7 @@ public final class AppVersionGate: Sendable {
         guard let platform = identity.platform, let version = identity.version else { return }
         guard let minimum = minimums()[platform], version < minimum.version else { return }
         throw APIError(
-            status: 426, code: "app_update_required",
+            status: 426, code: .appUpdateRequired,
             detail: "This version of the app is no longer supported; please update it.",
             meta: [
                 "platform": .string(platform.rawValue), "installed_version": .string(version.description),

@@ -11,11 +11,11 @@ struct Attributes {
         case .object(let values)?: self.values = values
         case nil: self.values = [:]
         default:
-            throw APIError(status: 400, code: "invalid_document", detail: "data.attributes must be an object.", source: .pointer("/data/attributes"))
+            throw APIError(status: 400, code: .invalidDocument, detail: "data.attributes must be an object.", source: .pointer("/data/attributes"))
         }
         for name in values.keys.sorted() where !allowed.contains(name) {
             throw APIError(
-                status: 422, code: "unknown_field", detail: "\(name) is not an attribute of this resource.",
+                status: 422, code: .unknownField, detail: "\(name) is not an attribute of this resource.",
                 source: .pointer("/data/attributes/\(name)"))
         }
     }
@@ -32,7 +32,7 @@ struct Attributes {
         switch values[name] {
         case nil, .null?:
             if required {
-                throw APIError(status: 422, code: "missing_field", detail: "The \(name) field is required.", source: Self.pointer(name))
+                throw APIError(status: 422, code: .missingField, detail: "The \(name) field is required.", source: Self.pointer(name))
             }
             return nil
         case .string(let text)?:
@@ -40,12 +40,12 @@ struct Attributes {
                 valid?(text) ?? true
             else {
                 throw APIError(
-                    status: 422, code: "invalid_field",
+                    status: 422, code: .invalidField,
                     detail: "\(name) must be 1 to \(maximumLength) characters\(hint.isEmpty ? "" : ", \(hint)").", source: Self.pointer(name))
             }
             return text
         default:
-            throw APIError(status: 422, code: "invalid_field", detail: "\(name) must be a string.", source: Self.pointer(name))
+            throw APIError(status: 422, code: .invalidField, detail: "\(name) must be a string.", source: Self.pointer(name))
         }
     }
 
@@ -59,7 +59,7 @@ struct Attributes {
         switch values[name] {
         case nil: return nil
         case .bool(let value)?: return value
-        default: throw APIError(status: 422, code: "invalid_field", detail: "\(name) must be true or false.", source: Self.pointer(name))
+        default: throw APIError(status: 422, code: .invalidField, detail: "\(name) must be true or false.", source: Self.pointer(name))
         }
     }
 }

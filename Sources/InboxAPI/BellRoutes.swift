@@ -12,7 +12,7 @@ public enum BellRoutes {
     public static func routes(client: PostgresClient, inline: InlineProjections = InlineProjections(), cache: BellCache? = nil) -> [Route] {
         [
             Route(
-                "GET", "/v1/me/notifications", access: .signedIn(scope: "account:read"),
+                .get, "/v1/me/notifications", access: .signedIn(scope: .accountRead),
                 fromMemory: { context in
                     guard let cache else { return nil }
                     let list = try ListRequest(context)
@@ -36,16 +36,16 @@ public enum BellRoutes {
                 cache?.keep(body, for: list.key, ticket: ticket)
                 return Self.listResponse(body, language: list.language)
             },
-            Route("PATCH", "/v1/me/notifications/{id}", access: .signedIn(scope: "account:write")) { context in
+            Route(.patch, "/v1/me/notifications/{id}", access: .signedIn(scope: .accountWrite)) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, "notifications", id: id)
                 guard case .object(let attributes)? = data["attributes"], let read = attributes["read"] else {
-                    throw APIError(status: 422, code: "missing_field", detail: "Send attributes.read: true.", source: .pointer("/data/attributes/read"))
+                    throw APIError(status: 422, code: .missingField, detail: "Send attributes.read: true.", source: .pointer("/data/attributes/read"))
                 }
                 guard read == .bool(true) else {
                     throw APIError(
-                        status: 422, code: "invalid_field", detail: "A notification can only be marked read (read: true).",
+                        status: 422, code: .invalidField, detail: "A notification can only be marked read (read: true).",
                         source: .pointer("/data/attributes/read"))
                 }
                 let person = context.person
@@ -59,12 +59,12 @@ public enum BellRoutes {
                 guard let entry else { throw notFound(id) }
                 return Documents.response(["data": resource(entry, language: Language.negotiate(context.request.header("Accept-Language")))])
             },
-            Route("POST", "/v1/me/notifications/read", access: .signedIn(scope: "account:write")) { context in
+            Route(.post, "/v1/me/notifications/read", access: .signedIn(scope: .accountWrite)) { context in
                 defer { cache?.changed(people: [context.person]) }
                 try context.appendInline([AllNotificationsRead(personId: context.person)], client: client, inline: inline)
                 return Documents.noContent
             },
-            Route("DELETE", "/v1/me/notifications/{id}", access: .signedIn(scope: "account:write")) { context in
+            Route(.delete, "/v1/me/notifications/{id}", access: .signedIn(scope: .accountWrite)) { context in
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 let metadata = context.eventMetadata
@@ -77,7 +77,7 @@ public enum BellRoutes {
                 guard found else { throw notFound(id) }
                 return Documents.noContent
             },
-            Route("DELETE", "/v1/me/notifications", access: .signedIn(scope: "account:write")) { context in
+            Route(.delete, "/v1/me/notifications", access: .signedIn(scope: .accountWrite)) { context in
                 defer { cache?.changed(people: [context.person]) }
                 try context.appendInline([AllNotificationsDeleted(personId: context.person)], client: client, inline: inline)
                 return Documents.noContent
@@ -157,6 +157,6 @@ public enum BellRoutes {
 
     /// Somebody else's notification, or none: 404 either way (ids cannot be probed).
     static func notFound(_ id: String) -> APIError {
-        APIError(status: 404, code: "not_found", detail: "You have no notification \(id).")
+        APIError(status: 404, code: .notFound, detail: "You have no notification \(id).")
     }
 }

@@ -1,3 +1,4 @@
+import Devices
 import Foundation
 import HTTPServer
 import InboxDomain
@@ -12,58 +13,29 @@ import PostgresClient
 /// - `PATCH` changes anything but the token (a body with `pushToken` is 422: a new token is a new
 ///   registration). `GET`, `PATCH` and `DELETE` of somebody else's device answer 404.
 public enum DeviceRoutes {
-    static let scope = "account:write"
+    static let scope = Scope.accountWrite
     static let attributes: Set<String> = ["platform", "pushToken", "appId", "appVersion", "name", "locale", "apnsEnvironment"]
 
-    struct Fields {
-        var platform: String?
-        var appId: String?
-        var appVersion: String?
-        var name: String?
-        var locale: String?
-        var apnsEnvironment: String?
-    }
-
     public static func routes(client: PostgresClient) -> [Route] {
-        [
-            Route("POST", "/v1/me/devices", access: .signedIn(scope: scope)) { context in
+        let registry = DeviceRegistry(client: client)
+        return [
+            Route(.post, "/v1/me/devices", access: .signedIn(scope: scope)) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, "devices", id: nil)
                 let attributes = try Attributes(data, allowed: Self.attributes)
                 let token = try attributes.string("pushToken", required: true, maximumLength: 4096, valid: { !$0.contains(where: \.isWhitespace) }, hint: "without spaces")!
                 var fields = try Self.fields(attributes)
                 guard fields.platform != nil else {
-                    throw APIError(status: 422, code: "missing_field", detail: "The platform field is required.", source: Attributes.pointer("platform"))
+                    throw APIError(status: 422, code: .missingField, detail: "The platform field is required.", source: Attributes.pointer("platform"))
                 }
                 try Self.check(&fields)
-                let person = context.person
-                let stored = fields
-                // Two registrations of one new token at once: the second finds the first's row.
-                let (row, created) = try Self.retryingUniqueViolations {
-                    try client.transactionBlocking { connection -> (Device, Bool) in
-                        let owner = try connection.query("SELECT id, person_id FROM devices WHERE push_token = $1 FOR UPDATE", token).first
-                        if let owner, try owner.decode(String.self, "person_id") == person {
-                            let id = try owner.decode(UUID.self, "id")
-                            return (try Self.update(id: id, person: person, with: stored, on: connection)!, false)
-                        }
-                        if owner != nil { try connection.query("DELETE FROM devices WHERE push_token = $1", token) }
-                        let inserted = try connection.query(
-                            """
-                            INSERT INTO devices (person_id, platform, push_token, app_id, app_version, name, locale, apns_environment)
-                            VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *
-                            """, person, stored.platform, token, stored.appId, stored.appVersion, stored.name, stored.locale, stored.apnsEnvironment)
-                        return (try Device(row: inserted[0]), true)
-                    }
-                }
-                return Documents.response(status: created ? 201 : 200, ["data": row.resource])
+                let registration = try registry.register(person: context.person, pushToken: token, details: fields)
+                let status = if case .created = registration { 201 } else { 200 }
+                return Documents.response(status: status, ["data": registration.device.resource])
             },
-            Route("GET", "/v1/me/devices", access: .signedIn(scope: scope)) { context in
+            Route(.get, "/v1/me/devices", access: .signedIn(scope: scope)) { context in
                 let (number, size) = try context.numberedPage()
-                let person = context.person
-                let rows = try client.queryBlocking(
-                    "SELECT * FROM devices WHERE person_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3",
-                    binds: [PostgresBind(person), PostgresBind(Int64(size + 1)), PostgresBind(Int64((number - 1) * size))]
-                ) { try Device(row: $0) }
+                let rows = try registry.devices(of: context.person, limit: size + 1, offset: (number - 1) * size)
                 var links: [String: JSONValue] = [
                     "self": Documents.link("/v1/me/devices", [("page[number]", String(number)), ("page[size]", String(size))])
                 ]
@@ -72,59 +44,39 @@ public enum DeviceRoutes {
                 }
                 return Documents.response(["data": .array(rows.prefix(size).map(\.resource)), "links": .object(links)])
             },
-            Route("GET", "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
+            Route(.get, "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
                 let id = try Self.id(context)
-                let person = context.person
-                guard let device = try Self.find(id: id, person: person, client: client) else { throw Self.notFound() }
+                guard let device = try registry.device(id, of: context.person) else { throw Self.notFound() }
                 return Documents.response(["data": device.resource])
             },
-            Route("PATCH", "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
+            Route(.patch, "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
                 let id = try Self.id(context)
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, "devices", id: context.parameters["id"])
                 let attributes = try Attributes(data, allowed: Self.attributes)
                 if attributes.has("pushToken") {
                     throw APIError(
-                        status: 422, code: "read_only_field",
+                        status: 422, code: .readOnlyField,
                         detail: "pushToken cannot be changed: a new token is a new registration (POST /v1/me/devices).",
                         source: Attributes.pointer("pushToken"))
                 }
                 var fields = try Self.fields(attributes)
-                let person = context.person
-                let current = try Self.find(id: id, person: person, client: client)
-                guard let current else { throw Self.notFound() }
+                guard let current = try registry.device(id, of: context.person) else { throw Self.notFound() }
                 if fields.platform == nil { fields.platform = current.platform }
                 try Self.check(&fields)
-                let changes = fields
-                let updated = try client.withConnectionBlocking { connection in try Self.update(id: id, person: person, with: changes, on: connection) }
-                guard let updated else { throw Self.notFound() }
+                guard let updated = try registry.change(id, of: context.person, to: fields) else { throw Self.notFound() }
                 return Documents.response(["data": updated.resource])
             },
-            Route("DELETE", "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
+            Route(.delete, "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
                 let id = try Self.id(context)
-                let person = context.person
-                let deleted = try client.withConnectionBlocking { connection in
-                    try connection.query("DELETE FROM devices WHERE id = $1 AND person_id = $2", id, person).affectedRows ?? 0
-                }
-                guard deleted > 0 else { throw Self.notFound() }
+                guard try registry.delete(id, of: context.person) else { throw Self.notFound() }
                 return Documents.noContent
             },
         ]
     }
 
-    static func retryingUniqueViolations<T>(_ body: () throws -> T) throws -> T {
-        var attempt = 1
-        while true {
-            do {
-                return try body()
-            } catch let error as PostgresError where error.isUniqueViolation && attempt < 3 {
-                attempt += 1
-            }
-        }
-    }
-
-    static func fields(_ attributes: Attributes) throws(APIError) -> Fields {
-        Fields(
+    static func fields(_ attributes: Attributes) throws(APIError) -> Device.Details {
+        Device.Details(
             platform: try attributes.choice("platform", ["ios", "android"]),
             appId: try attributes.string(
                 "appId", maximumLength: 200,
@@ -140,10 +92,10 @@ public enum DeviceRoutes {
     }
 
     /// `apnsEnvironment` is Apple's: an Android registration cannot have one.
-    static func check(_ fields: inout Fields) throws(APIError) {
+    static func check(_ fields: inout Device.Details) throws(APIError) {
         if fields.platform == "android" && fields.apnsEnvironment != nil {
             throw APIError(
-                status: 422, code: "invalid_field", detail: "apnsEnvironment is for iOS registrations only.", source: Attributes.pointer("apnsEnvironment"))
+                status: 422, code: .invalidField, detail: "apnsEnvironment is for iOS registrations only.", source: Attributes.pointer("apnsEnvironment"))
         }
     }
 
@@ -153,51 +105,11 @@ public enum DeviceRoutes {
         return id
     }
 
-    static func notFound() -> APIError { APIError(status: 404, code: "not_found", detail: "You have no such device.") }
-
-    static func find(id: UUID, person: String, client: PostgresClient) throws -> Device? {
-        try client.queryBlocking("SELECT * FROM devices WHERE id = $1 AND person_id = $2", binds: [PostgresBind(id), PostgresBind(person)]) {
-            try Device(row: $0)
-        }.first
-    }
-
-    /// Sets the given fields (absent ones keep their value) of the person's device.
-    static func update(id: UUID, person: String, with fields: Fields, on connection: PostgresConnection) throws -> Device? {
-        try connection.query(
-            """
-            UPDATE devices SET platform = coalesce($3, platform), app_id = coalesce($4, app_id), app_version = coalesce($5, app_version),
-                name = coalesce($6, name), locale = coalesce($7, locale), apns_environment = coalesce($8, apns_environment),
-                updated_at = clock_timestamp()
-            WHERE id = $1 AND person_id = $2 RETURNING *
-            """, id, person, fields.platform, fields.appId, fields.appVersion, fields.name, fields.locale, fields.apnsEnvironment
-        ).first.map(Device.init(row:))
-    }
+    static func notFound() -> APIError { APIError(status: 404, code: .notFound, detail: "You have no such device.") }
 }
 
 /// A registration as the API shows it: everything but the push token.
-struct Device: Sendable {
-    var id: UUID
-    var platform: String
-    var appId: String?
-    var appVersion: String?
-    var name: String?
-    var locale: String?
-    var apnsEnvironment: String?
-    var createdAt: Date
-    var updatedAt: Date
-
-    init(row: PostgresRow) throws {
-        id = try row.decode(UUID.self, "id")
-        platform = try row.decode(String.self, "platform")
-        appId = try row.decode(String?.self, "app_id")
-        appVersion = try row.decode(String?.self, "app_version")
-        name = try row.decode(String?.self, "name")
-        locale = try row.decode(String?.self, "locale")
-        apnsEnvironment = try row.decode(String?.self, "apns_environment")
-        createdAt = try row.decode(Date.self, "created_at")
-        updatedAt = try row.decode(Date.self, "updated_at")
-    }
-
+extension Device {
     var resource: JSONValue {
         func optional(_ value: String?) -> JSONValue { value.map(JSONValue.string) ?? .null }
         return .object([

@@ -18,18 +18,18 @@ public enum InternalEventRoutes {
 
     public static func routes(store: EventStore) -> [Route] {
         [
-            Route("POST", "/internal/v1/events", access: .service) { context in
+            Route(.post, "/internal/v1/events", access: .service) { context in
                 guard !context.request.body.isEmpty,
                     let document = try? JSONDecoder().decode(JSONValue.self, from: Data(context.request.body))
                 else {
-                    throw APIError(status: 400, code: "malformed_json", detail: "The body is not valid JSON.", source: .pointer(""))
+                    throw APIError(status: 400, code: .malformedJSON, detail: "The body is not valid JSON.", source: .pointer(""))
                 }
                 guard case .array(let items)? = document["data"] else {
-                    throw APIError(status: 400, code: "invalid_document", detail: "data must be an array of events.", source: .pointer("/data"))
+                    throw APIError(status: 400, code: .invalidDocument, detail: "data must be an array of events.", source: .pointer("/data"))
                 }
                 guard (1...maximumBatch).contains(items.count) else {
                     throw APIError(
-                        status: 422, code: "invalid_batch", detail: "A batch holds 1 to \(maximumBatch) events.", source: .pointer("/data"))
+                        status: 422, code: .invalidBatch, detail: "A batch holds 1 to \(maximumBatch) events.", source: .pointer("/data"))
                 }
                 let service = context.service ?? "unknown"
                 var events: [NewEvent] = []
@@ -46,11 +46,11 @@ public enum InternalEventRoutes {
                     switch error {
                     case .invalidEvent(let index, let field, let reason):
                         throw APIError(
-                            status: 422, code: "invalid_event", detail: "Event \(index): \(field) \(reason).",
+                            status: 422, code: .invalidEvent, detail: "Event \(index): \(field) \(reason).",
                             source: .pointer("/data/\(index)/attributes/" + field.replacingOccurrences(of: ".", with: "/")))
                     case .wrongExpectedVersion(let stream, let expected, let actual):
                         throw APIError(
-                            status: 409, code: "wrong_expected_version",
+                            status: 409, code: .wrongExpectedVersion,
                             detail: "Stream \(stream) is at version \(actual), not \(expected); nothing was appended.")
                     }
                 }
@@ -72,12 +72,12 @@ public enum InternalEventRoutes {
     static func event(_ item: JSONValue, index: Int, service: String, requestId: String) throws(APIError) -> NewEvent {
         let base = "/data/\(index)"
         func refuse(_ field: String, _ detail: String) -> APIError {
-            APIError(status: 422, code: "invalid_event", detail: "Event \(index): \(detail)", source: .pointer("\(base)/attributes/\(field)"))
+            APIError(status: 422, code: .invalidEvent, detail: "Event \(index): \(detail)", source: .pointer("\(base)/attributes/\(field)"))
         }
         guard case .object(let resource) = item, resource["type"] == .string("events"),
             case .object(let attributes)? = resource["attributes"]
         else {
-            throw APIError(status: 422, code: "invalid_event", detail: "Each item is {type: events, attributes: {...}}.", source: .pointer(base))
+            throw APIError(status: 422, code: .invalidEvent, detail: "Each item is {type: events, attributes: {...}}.", source: .pointer(base))
         }
         let known: Set<String> = ["stream", "type", "payload", "schemaVersion", "idempotencyKey", "metadata"]
         if let unknown = attributes.keys.sorted().first(where: { !known.contains($0) }) {

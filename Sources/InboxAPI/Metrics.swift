@@ -12,7 +12,7 @@ public final class RequestMetrics: Sendable {
     static let buckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
 
     private struct Key: Hashable {
-        let method: String
+        let method: HTTPMethod
         let route: String
         let status: Int
     }
@@ -33,7 +33,7 @@ public final class RequestMetrics: Sendable {
 
     public init() {}
 
-    public func record(method: String, route: String, status: Int, seconds: Double) {
+    public func record(method: HTTPMethod, route: String, status: Int, seconds: Double) {
         state.withThreadLock { state in
             state.requests[Key(method: method, route: route, status: status), default: 0] += 1
             var latency = state.latency[route] ?? Latency()
@@ -58,7 +58,7 @@ public final class RequestMetrics: Sendable {
             "# TYPE inbox_http_requests_total counter",
         ]
         for (key, count) in snapshot.requests.sorted(by: { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }) {
-            lines.append("inbox_http_requests_total{route=\"\(Self.escape(key.route))\",method=\"\(key.method)\",status=\"\(key.status)\"} \(count)")
+            lines.append("inbox_http_requests_total{route=\"\(Self.escape(key.route))\",method=\"\(key.method.rawValue)\",status=\"\(key.status)\"} \(count)")
         }
         lines += [
             "# HELP inbox_http_request_duration_seconds Time from the request's arrival at the handler to its response, by route.",
@@ -87,7 +87,7 @@ public final class RequestMetrics: Sendable {
 public enum MetricsRoutes {
     public static func routes(metrics: RequestMetrics, client: PostgresClient, bellCache: BellCache? = nil) -> [Route] {
         [
-            Route("GET", "/metrics") { _ in
+            Route(.get, "/metrics") { _ in
                 let database = try client.withConnectionBlocking { connection in try Self.databaseMetrics(on: connection) }
                 let cache = bellCache.map(Self.cacheMetrics) ?? ""
                 return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database + cache)

@@ -35,7 +35,7 @@ public enum OpenAPI {
         var paths: [String: [String: JSONValue]] = [:]
         for route in routes {
             var operation: [String: JSONValue] = [
-                "summary": .string(summaries["\(route.method) \(route.pattern)"] ?? ""),
+                "summary": .string(summaries["\(route.method.rawValue) \(route.pattern)"] ?? ""),
                 "responses": .object([
                     "default": .object([
                         "description": .string("A JSON:API document; errors as {errors: [{status, code, title, detail, source}]}."),
@@ -45,7 +45,7 @@ public enum OpenAPI {
             ]
             switch route.access {
             case .open: operation["security"] = .array([])
-            case .signedIn(let scope): operation["security"] = .array([.object(["accessToken": .array(scope.map { [.string($0)] } ?? [])])])
+            case .signedIn(let scope): operation["security"] = .array([.object(["accessToken": .array(scope.map { [.string($0.rawValue)] } ?? [])])])
             case .service: operation["security"] = .array([.object(["serviceCredential": .array([])])])
             }
             var parameters: [JSONValue] = []
@@ -63,7 +63,7 @@ public enum OpenAPI {
                 ]))
             }
             if !parameters.isEmpty { operation["parameters"] = .array(parameters) }
-            paths[route.pattern, default: [:]][route.method.lowercased()] = .object(operation)
+            paths[route.pattern, default: [:]][route.method.rawValue.lowercased()] = .object(operation)
         }
         return .object([
             "openapi": .string("3.1.0"),
@@ -92,8 +92,8 @@ public enum OpenAPI {
 
     /// `GET /openapi.json`: the document of `routes` and of itself, made once.
     public static func route(describing routes: [Route]) -> Route {
-        let placeholder = Route("GET", "/openapi.json") { _ in HTTPResponse(status: 204) }
+        let placeholder = Route(.get, "/openapi.json") { _ in HTTPResponse(status: 204) }
         let body = JSONAPI.encode(document(routes: routes + [placeholder]))
-        return Route("GET", "/openapi.json", waits: false) { _ in HTTPResponse(status: 200, contentType: "application/json", body: body) }
+        return Route(.get, "/openapi.json", waits: false) { _ in HTTPResponse(status: 200, contentType: "application/json", body: body) }
     }
 }

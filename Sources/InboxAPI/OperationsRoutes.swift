@@ -10,19 +10,19 @@ public enum OperationsRoutes {
     /// every migration is applied (503 otherwise, saying which).
     public static func routes(client: PostgresClient, migrator: Migrator) -> [Route] {
         [
-            Route("GET", "/healthz", waits: false) { _ in
+            Route(.get, "/healthz", waits: false) { _ in
                 JSONAPI.response(.object(["meta": .object(["status": .string("ok")])]))
             },
-            Route("GET", "/readyz") { _ in
+            Route(.get, "/readyz") { _ in
                 let pending: [Migration]
                 do {
                     pending = try client.withConnectionBlocking { connection in try migrator.pending(on: connection) }
                 } catch {
-                    throw APIError(status: 503, code: "database_unavailable", detail: "The database does not answer: \(error)")
+                    throw APIError(status: 503, code: .databaseUnavailable, detail: "The database does not answer: \(error)")
                 }
                 guard pending.isEmpty else {
                     throw APIError(
-                        status: 503, code: "migrations_pending",
+                        status: 503, code: .migrationsPending,
                         detail: "Migrations not applied yet: \(pending.map(\.fileName).joined(separator: ", ")).")
                 }
                 return JSONAPI.response(.object(["meta": .object(["status": .string("ready")])]))

@@ -13,18 +13,18 @@ public enum PreferenceRoutes {
 
     public static func routes(client: PostgresClient, inline: InlineProjections = InlineProjections()) -> [Route] {
         [
-            Route("GET", path, access: .signedIn(scope: "account:read")) { context in
+            Route(.get, path, access: .signedIn(scope: .accountRead)) { context in
                 let person = context.person
                 let stored = try Self.stored(person: person, client: client)
                 return Self.response(person: person, stored: stored, context: context)
             },
-            Route("PATCH", path, access: .signedIn(scope: "account:write")) { context in
+            Route(.patch, path, access: .signedIn(scope: .accountWrite)) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, type, id: nil)
                 let attributes = try Attributes(data, allowed: ["categories"])
                 guard case .object(let categories)? = attributes.values["categories"] else {
                     throw APIError(
-                        status: 422, code: "missing_field", detail: "Send attributes.categories.{category}.{push,email}.",
+                        status: 422, code: .missingField, detail: "Send attributes.categories.{category}.{push,email}.",
                         source: Attributes.pointer("categories"))
                 }
                 var changes: [NotificationPreferenceChanged] = []
@@ -32,27 +32,27 @@ public enum PreferenceRoutes {
                 for name in categories.keys.sorted() {
                     let pointer = "/data/attributes/categories/\(name)"
                     guard let category = NotificationCategory(rawValue: name) else {
-                        throw APIError(status: 422, code: "unknown_field", detail: "\(name) is not a notification category.", source: .pointer(pointer))
+                        throw APIError(status: 422, code: .unknownField, detail: "\(name) is not a notification category.", source: .pointer(pointer))
                     }
                     guard case .object(let channels)? = categories[name] else {
-                        throw APIError(status: 422, code: "invalid_field", detail: "\(name) must be an object of push and email.", source: .pointer(pointer))
+                        throw APIError(status: 422, code: .invalidField, detail: "\(name) must be an object of push and email.", source: .pointer(pointer))
                     }
                     for channelName in channels.keys.sorted() {
                         let channelPointer = "\(pointer)/\(channelName)"
                         guard let channel = NotificationChannel(rawValue: channelName) else {
-                            throw APIError(status: 422, code: "unknown_field", detail: "\(channelName) is not a channel: push or email.", source: .pointer(channelPointer))
+                            throw APIError(status: 422, code: .unknownField, detail: "\(channelName) is not a channel: push or email.", source: .pointer(channelPointer))
                         }
                         guard case .bool(let enabled)? = channels[channelName] else {
-                            throw APIError(status: 422, code: "invalid_field", detail: "\(name).\(channelName) must be true or false.", source: .pointer(channelPointer))
+                            throw APIError(status: 422, code: .invalidField, detail: "\(name).\(channelName) must be true or false.", source: .pointer(channelPointer))
                         }
                         if PreferenceRules.isManagedPerSearch(category) {
                             throw APIError(
-                                status: 422, code: "managed_per_search",
+                                status: 422, code: .managedPerSearch,
                                 detail: "Saved searches are set per search (interval and push at /v1/me/saved-searches).", source: .pointer(channelPointer))
                         }
                         if PreferenceRules.isLocked(category, channel) && !enabled {
                             throw APIError(
-                                status: 422, code: "locked",
+                                status: 422, code: .locked,
                                 detail: PreferenceTexts.lockedNote(category, Language.negotiate(context.request.header("Accept-Language"))),
                                 source: .pointer(channelPointer))
                         }

@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 import Threads
 
@@ -50,7 +51,7 @@ public final class RateLimiter: Sendable {
             }
             var bucket = state.buckets[key] ?? Bucket(tokens: burst, updated: now)
             let elapsed = now - bucket.updated
-            bucket.tokens = min(burst, bucket.tokens + (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18) * rate)
+            bucket.tokens = min(burst, bucket.tokens + elapsed.inSeconds * rate)
             bucket.updated = now
             defer { state.buckets[key] = bucket }
             if bucket.tokens >= 1 {
@@ -62,7 +63,7 @@ public final class RateLimiter: Sendable {
         if let wait {
             let seconds = max(1, Int(wait.rounded(.up)))
             throw APIError(
-                status: 429, code: "too_many_requests", detail: "Too many requests with this token; try again in \(seconds) s.",
+                status: 429, code: .tooManyRequests, detail: "Too many requests with this token; try again in \(seconds) s.",
                 headers: [("Retry-After", String(seconds))])
         }
     }

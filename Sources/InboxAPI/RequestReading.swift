@@ -1,3 +1,4 @@
+import Encodings
 import EventLog
 import Foundation
 import HTTPServer
@@ -10,19 +11,19 @@ extension RequestContext {
     /// 400 pointing at the body; a document without `data` a 400 pointing at `/data`.
     public func resourceDocument() throws(APIError) -> [String: JSONValue] {
         guard !request.body.isEmpty else {
-            throw APIError(status: 400, code: "missing_body", detail: "This request needs a JSON:API document with data.", source: .pointer(""))
+            throw APIError(status: 400, code: .missingBody, detail: "This request needs a JSON:API document with data.", source: .pointer(""))
         }
         let value: JSONValue
         do {
             value = try JSONDecoder().decode(JSONValue.self, from: Data(request.body))
         } catch {
-            throw APIError(status: 400, code: "malformed_json", detail: "The body is not valid JSON.", source: .pointer(""))
+            throw APIError(status: 400, code: .malformedJSON, detail: "The body is not valid JSON.", source: .pointer(""))
         }
         guard case .object(let document) = value else {
-            throw APIError(status: 400, code: "invalid_document", detail: "The body must be a JSON object.", source: .pointer(""))
+            throw APIError(status: 400, code: .invalidDocument, detail: "The body must be a JSON object.", source: .pointer(""))
         }
         guard case .object(let data)? = document["data"] else {
-            throw APIError(status: 400, code: "invalid_document", detail: "The document needs a data object.", source: .pointer("/data"))
+            throw APIError(status: 400, code: .invalidDocument, detail: "The document needs a data object.", source: .pointer("/data"))
         }
         return data
     }
@@ -37,7 +38,7 @@ extension RequestContext {
         guard let text = query("page[limit]") else { return 25 }
         guard let limit = Int(text), (1...50).contains(limit) else {
             throw APIError(
-                status: 400, code: "invalid_parameter", detail: "page[limit] must be a whole number from 1 to 50.",
+                status: 400, code: .invalidParameter, detail: "page[limit] must be a whole number from 1 to 50.",
                 source: .parameter("page[limit]"))
         }
         return limit
@@ -50,7 +51,7 @@ extension RequestContext {
             return try KeysetCursor(token: text)
         } catch {
             throw APIError(
-                status: 400, code: "invalid_cursor", detail: "page[cursor] is not a cursor this server handed out; start from the first page.",
+                status: 400, code: .invalidCursor, detail: "page[cursor] is not a cursor this server handed out; start from the first page.",
                 source: .parameter("page[cursor]"))
         }
     }
@@ -62,7 +63,7 @@ extension RequestContext {
         case "true": return true
         case "false": return false
         default:
-            throw APIError(status: 400, code: "invalid_parameter", detail: "\(name) must be true or false.", source: .parameter(name))
+            throw APIError(status: 400, code: .invalidParameter, detail: "\(name) must be true or false.", source: .parameter(name))
         }
     }
 
@@ -101,10 +102,10 @@ enum Documents {
     /// JSON:API: a resource of another type, or another id than the URL's, is a 409.
     static func requireType(_ data: [String: JSONValue], _ type: String, id: String?) throws(APIError) {
         guard data["type"] == .string(type) else {
-            throw APIError(status: 409, code: "type_mismatch", detail: "data.type must be \(type).", source: .pointer("/data/type"))
+            throw APIError(status: 409, code: .typeMismatch, detail: "data.type must be \(type).", source: .pointer("/data/type"))
         }
         if let id, let given = data["id"], given != .string(id) {
-            throw APIError(status: 409, code: "id_mismatch", detail: "data.id must be the id in the URL, \(id).", source: .pointer("/data/id"))
+            throw APIError(status: 409, code: .idMismatch, detail: "data.id must be the id in the URL, \(id).", source: .pointer("/data/id"))
         }
     }
 
@@ -124,7 +125,6 @@ enum Documents {
     /// Percent-encodes all but RFC 3986's unreserved characters (on every list response, so by
     /// hand: Foundation builds a character set's bitmap on each call).
     static func escape(_ text: String) -> String {
-        let hex = Array("0123456789ABCDEF".utf8)
         var bytes: [UInt8] = []
         bytes.reserveCapacity(text.utf8.count + 8)
         for byte in text.utf8 {
@@ -134,8 +134,7 @@ enum Documents {
                 bytes.append(byte)
             default:
                 bytes.append(UInt8(ascii: "%"))
-                bytes.append(hex[Int(byte >> 4)])
-                bytes.append(hex[Int(byte & 0x0F)])
+                Hex.append(byte, to: &bytes, uppercase: true)
             }
         }
         return String(decoding: bytes, as: UTF8.self)
@@ -149,13 +148,13 @@ extension RequestContext {
         var size = 25
         if let text = query("page[number]") {
             guard let value = Int(text), value >= 1, value <= 1_000_000 else {
-                throw APIError(status: 400, code: "invalid_parameter", detail: "page[number] must be a whole number from 1.", source: .parameter("page[number]"))
+                throw APIError(status: 400, code: .invalidParameter, detail: "page[number] must be a whole number from 1.", source: .parameter("page[number]"))
             }
             number = value
         }
         if let text = query("page[size]") {
             guard let value = Int(text), (1...50).contains(value) else {
-                throw APIError(status: 400, code: "invalid_parameter", detail: "page[size] must be a whole number from 1 to 50.", source: .parameter("page[size]"))
+                throw APIError(status: 400, code: .invalidParameter, detail: "page[size] must be a whole number from 1 to 50.", source: .parameter("page[size]"))
             }
             size = value
         }

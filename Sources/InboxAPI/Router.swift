@@ -19,7 +19,7 @@ public enum Access: Sendable, Hashable {
     case open
     /// A signed-in person's token (a guest's is 403 `sign_in_required`) with `scope`, when one
     /// is named (without it, 403 `missing_scope`).
-    case signedIn(scope: String?)
+    case signedIn(scope: Scope?)
     /// Another tier, with a service credential from configuration (never a person's token).
     case service
 }
@@ -31,7 +31,7 @@ public enum Access: Sendable, Hashable {
 /// one that does not runs on the thread that read the request. `fromMemory`, when a route has it,
 /// is asked first, on that thread, and answers when it can without waiting (the bell cache).
 public struct Route: Sendable {
-    public let method: String
+    public let method: HTTPMethod
     public let pattern: String
     public let access: Access
     public let waits: Bool
@@ -46,7 +46,7 @@ public struct Route: Sendable {
     }
 
     public init(
-        _ method: String, _ pattern: String, access: Access = .open, waits: Bool = true,
+        _ method: HTTPMethod, _ pattern: String, access: Access = .open, waits: Bool = true,
         fromMemory: (@Sendable (RequestContext) throws -> HTTPResponse?)? = nil,
         handler: @escaping @Sendable (RequestContext) throws -> HTTPResponse
     ) {
@@ -70,7 +70,7 @@ public struct Route: Sendable {
 public struct Router: Sendable {
     public enum Match {
         case found(Route, parameters: [String: String])
-        case methodNotAllowed(allowed: [String])
+        case methodNotAllowed(allowed: [HTTPMethod])
         case notFound
     }
 
@@ -80,9 +80,9 @@ public struct Router: Sendable {
         self.routes = routes
     }
 
-    public func match(method: String, path: String) -> Match {
+    public func match(method: HTTPMethod, path: String) -> Match {
         let requested = path.split(separator: "/", omittingEmptySubsequences: false)
-        var allowed: [String] = []
+        var allowed: [HTTPMethod] = []
         for route in routes {
             guard let parameters = Self.parameters(of: route.segments, in: requested) else { continue }
             if route.method == method { return .found(route, parameters: parameters) }

@@ -16,7 +16,7 @@ public enum SavedSearchRoutes {
 
     public static func routes(client: PostgresClient, inline: InlineProjections = InlineProjections()) -> [Route] {
         [
-            Route("GET", path, access: .signedIn(scope: "account:read")) { context in
+            Route(.get, path, access: .signedIn(scope: .accountRead)) { context in
                 let (number, size) = try context.numberedPage()
                 let person = context.person
                 let rows = try client.queryBlocking(
@@ -29,7 +29,7 @@ public enum SavedSearchRoutes {
                 if rows.count > size { links["next"] = Documents.link(path, [("page[number]", String(number + 1)), ("page[size]", String(size))]) }
                 return Documents.response(["data": .array(rows.prefix(size).map(\.resource)), "links": .object(links)])
             },
-            Route("POST", path, access: .signedIn(scope: "account:write")) { context in
+            Route(.post, path, access: .signedIn(scope: .accountWrite)) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, type, id: nil)
                 let attributes = try Attributes(data, allowed: Self.attributes)
@@ -44,13 +44,13 @@ public enum SavedSearchRoutes {
                     id: event.savedSearchId, name: name, query: query, interval: interval.rawValue, push: push, createdAt: recorded, updatedAt: recorded)
                 return Documents.response(status: 201, ["data": search.resource])
             },
-            Route("GET", path + "/{id}", access: .signedIn(scope: "account:read")) { context in
+            Route(.get, path + "/{id}", access: .signedIn(scope: .accountRead)) { context in
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 guard let search = try Self.find(id: id, person: person, client: client) else { throw Self.notFound() }
                 return Documents.response(["data": search.resource])
             },
-            Route("PATCH", path + "/{id}", access: .signedIn(scope: "account:write")) { context in
+            Route(.patch, path + "/{id}", access: .signedIn(scope: .accountWrite)) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, type, id: id)
@@ -76,7 +76,7 @@ public enum SavedSearchRoutes {
                 guard let updated else { throw Self.notFound() }
                 return Documents.response(["data": updated.resource])
             },
-            Route("DELETE", path + "/{id}", access: .signedIn(scope: "account:write")) { context in
+            Route(.delete, path + "/{id}", access: .signedIn(scope: .accountWrite)) { context in
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 let metadata = context.eventMetadata
@@ -95,20 +95,20 @@ public enum SavedSearchRoutes {
         switch attributes.values["query"] {
         case nil, .null?:
             if required {
-                throw APIError(status: 422, code: "missing_field", detail: "The query field is required.", source: Attributes.pointer("query"))
+                throw APIError(status: 422, code: .missingField, detail: "The query field is required.", source: Attributes.pointer("query"))
             }
             return nil
         case .object(let members)?:
             guard JSONAPI.bytes(.object(members)).count <= 16_384 else {
-                throw APIError(status: 422, code: "invalid_field", detail: "query is larger than 16 KiB.", source: Attributes.pointer("query"))
+                throw APIError(status: 422, code: .invalidField, detail: "query is larger than 16 KiB.", source: Attributes.pointer("query"))
             }
             return .object(members)
         default:
-            throw APIError(status: 422, code: "invalid_field", detail: "query must be an object.", source: Attributes.pointer("query"))
+            throw APIError(status: 422, code: .invalidField, detail: "query must be an object.", source: Attributes.pointer("query"))
         }
     }
 
-    static func notFound() -> APIError { APIError(status: 404, code: "not_found", detail: "You have no such saved search.") }
+    static func notFound() -> APIError { APIError(status: 404, code: .notFound, detail: "You have no such saved search.") }
 
     static func find(id: String, person: String, client: PostgresClient) throws -> SavedSearch? {
         try client.withConnectionBlocking { connection in try find(id: id, person: person, on: connection) }

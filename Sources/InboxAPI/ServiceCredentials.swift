@@ -32,7 +32,7 @@ public struct ServiceCredentials: Sendable {
     func authenticate(_ authorization: String?) throws(APIError) -> String {
         let parts = authorization?.split(separator: " ", maxSplits: 1) ?? []
         guard parts.count == 2, parts[0].lowercased() == "bearer" else {
-            throw TokenVerifier.unauthorized("missing_token", "This route is for other tiers: Authorization: Bearer <service credential>.")
+            throw TokenVerifier.unauthorized(.missingToken, "This route is for other tiers: Authorization: Bearer <service credential>.")
         }
         let presented = SHA256.digest(Array(parts[1].utf8))
         var match: String?
@@ -41,7 +41,7 @@ public struct ServiceCredentials: Sendable {
             for (a, b) in zip(digest, presented) { difference |= a ^ b }
             if difference == 0 { match = name }
         }
-        guard let match else { throw TokenVerifier.unauthorized("invalid_token", "The service credential is not one this server knows.") }
+        guard let match else { throw TokenVerifier.unauthorized(.invalidToken, "The service credential is not one this server knows.") }
         return match
     }
 }

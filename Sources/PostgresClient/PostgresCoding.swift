@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 
 /// A value that can travel as a statement parameter. Parameters are always sent apart from the
@@ -148,40 +149,17 @@ extension UUID: PostgresEncodable, PostgresDecodable {
 
 extension Data: PostgresEncodable, PostgresDecodable {
     public var postgresText: String? {
-        var text = "\\x"
-        text.reserveCapacity(2 + count * 2)
-        let digits = Array("0123456789abcdef".utf8)
-        var bytes = [UInt8]()
-        bytes.reserveCapacity(count * 2)
-        for byte in self {
-            bytes.append(digits[Int(byte >> 4)])
-            bytes.append(digits[Int(byte & 0x0f)])
-        }
-        text += String(decoding: bytes, as: UTF8.self)
-        return text
+        "\\x" + Hex.encode(self)
     }
     public static var postgresType: PostgresDataType { .bytea }
     public static func accepts(_ type: PostgresDataType) -> Bool { type == .bytea }
     public static func decode(postgresText text: String, type: PostgresDataType) throws -> Self {
-        let utf8 = Array(text.utf8)
-        guard utf8.count >= 2, utf8[0] == UInt8(ascii: "\\"), utf8[1] == UInt8(ascii: "x"), utf8.count % 2 == 0 else {
+        let utf8 = text.utf8
+        guard utf8.starts(with: [UInt8(ascii: "\\"), UInt8(ascii: "x")]) else {
             throw PostgresDecodingFailure.malformed("bytea is not in hex format")
         }
-        func nibble(_ c: UInt8) throws -> UInt8 {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-            default: throw PostgresDecodingFailure.malformed("bytea has a non-hex digit")
-            }
-        }
-        var data = Data(capacity: (utf8.count - 2) / 2)
-        var index = 2
-        while index < utf8.count {
-            data.append(try nibble(utf8[index]) << 4 | nibble(utf8[index + 1]))
-            index += 2
-        }
-        return data
+        guard let bytes = Hex.decode(utf8.dropFirst(2)) else { throw PostgresDecodingFailure.malformed("bytea has a non-hex digit or half a byte") }
+        return Data(bytes)
     }
 }
 

@@ -1,3 +1,4 @@
+import Encodings
 /// Where and how to connect. Built from a URL (`postgres://user:pass@host:port/db?sslmode=require`)
 /// or from a Unix socket folder.
 public struct PostgresConfiguration: Sendable, Hashable {
@@ -47,7 +48,7 @@ public struct PostgresConfiguration: Sendable, Hashable {
     /// `statement_timeout`, SQLSTATE 57014): for request paths that must not wait for ever.
     public func withStatementTimeout(_ timeout: Duration) -> PostgresConfiguration {
         var copy = self
-        let milliseconds = max(1, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = max(1, timeout.wholeMilliseconds)
         copy.parameterList.append(KeyValue(key: "options", value: "-c statement_timeout=\(milliseconds)"))
         return copy
     }

@@ -1,4 +1,5 @@
 import CLibPQ
+import Encodings
 import Foundation
 
 /// One libpq connection. Its calls block, so it lives on a thread of its own (see `PostgresClient`);
@@ -94,7 +95,7 @@ public final class PostgresConnection {
             let result = withParameters(binds) { _, values in PQexecPrepared(connection, name, Int32(binds.count), values, nil, nil, 0) }
             do {
                 return try checkedPrepared(result, sql: sql, binds: binds)
-            } catch let error as PostgresError where error.sqlState == "0A000" && outsideTransaction && !retried {
+            } catch let error as PostgresError where error.sqlState == .featureNotSupported && outsideTransaction && !retried {
                 // Refused because its table changed shape (a column added by a migration, say):
                 // nothing ran, so once more, prepared afresh. In a transaction the refusal stands.
                 return try query(sql, binds: binds, retried: true)
@@ -260,8 +261,7 @@ public final class PostgresConnection {
         guard socket >= 0 else { throw failure("the connection has no socket") }
         var descriptors = [pollfd(fd: socket, events: Int16(POLLIN), revents: 0)]
         if let interrupt { descriptors.append(pollfd(fd: interrupt, events: Int16(POLLIN), revents: 0)) }
-        let milliseconds = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-        let ready = poll(&descriptors, nfds_t(descriptors.count), milliseconds)
+        let ready = poll(&descriptors, nfds_t(descriptors.count), Int32(clamping: timeout.wholeMilliseconds))
         if ready < 0 && errno != EINTR { throw failure("poll failed: \(String(cString: strerror(errno)))") }
         if ready > 0 && descriptors[0].revents != 0 {
             guard PQconsumeInput(connection) == 1 else { throw failure("reading notifications failed") }
@@ -330,7 +330,7 @@ public final class PostgresConnection {
     private func checkedPrepared(_ result: OpaquePointer?, sql: String, binds: [PostgresBind]) throws -> PostgresRows {
         do {
             return try PostgresRows(checking: result, connection: self, sql: sql)
-        } catch let error as PostgresError where error.sqlState == "0A000" {
+        } catch let error as PostgresError where error.sqlState == .featureNotSupported {
             preparedStatements[PreparedKey(sql: sql, types: binds.map { $0.type.oid })] = nil
             throw error
         }

@@ -29,8 +29,8 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     }
 
     public var code: Code
-    /// The five-character SQLSTATE for server errors (`23505` for a unique violation, ...).
-    public var sqlState: String?
+    /// The server's SQLSTATE for server errors (`.uniqueViolation`, ...).
+    public var sqlState: SQLState?
     public var message: String
     public var detail: String?
     /// The constraint a server error names, if any.
@@ -39,7 +39,7 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public var line: Int
 
     public init(
-        _ code: Code, _ message: String, sqlState: String? = nil, detail: String? = nil, constraint: String? = nil,
+        _ code: Code, _ message: String, sqlState: SQLState? = nil, detail: String? = nil, constraint: String? = nil,
         file: String = #fileID, line: Int = #line
     ) {
         self.code = code
@@ -70,30 +70,64 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public var isTransient: Bool {
         if isConnectionError { return true }
         guard let sqlState else { return false }
-        return sqlState.hasPrefix("40") || sqlState.hasPrefix("53") || sqlState.hasPrefix("57")
+        return sqlState.class == .transactionRollback || sqlState.class == .insufficientResources
+            || sqlState.class == .operatorIntervention
     }
     /// The connection is gone: lost mid-call, refused, or the server is shutting down.
     public var isConnectionError: Bool {
         if code == .connectionLost || code == .connectionFailed { return true }
         guard let sqlState else { return false }
-        return sqlState.hasPrefix("08") || sqlState == SQLState.adminShutdown
+        return sqlState.class == .connectionException || sqlState == SQLState.adminShutdown
             || sqlState == SQLState.crashShutdown || sqlState == SQLState.cannotConnectNow
     }
 }
 
-/// SQLSTATE values the tier acts on. The full list is in the PostgreSQL manual, appendix A.
-public enum SQLState {
-    public static let uniqueViolation = "23505"
-    public static let foreignKeyViolation = "23503"
-    public static let checkViolation = "23514"
-    public static let notNullViolation = "23502"
-    public static let serializationFailure = "40001"
-    public static let deadlockDetected = "40P01"
-    public static let adminShutdown = "57P01"
-    public static let crashShutdown = "57P02"
-    public static let cannotConnectNow = "57P03"
-    public static let insufficientPrivilege = "42501"
-    public static let objectNotInPrerequisiteState = "55000"
-    public static let undefinedTable = "42P01"
-    public static let raiseException = "P0001"
+/// A SQLSTATE: five characters naming a server error, the first two its class (PostgreSQL manual,
+/// appendix A). Extensible: the values the tier acts on have names, any other the server sends is
+/// still a value, and the tier's own SQL functions raise codes of their own (`WR001`, named where
+/// they are handled).
+public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(_ rawValue: String) { self.rawValue = rawValue }
+
+    public var description: String { rawValue }
+
+    /// The class of a SQLSTATE: its first two characters, which say what kind of failure it is
+    /// (`40`, transaction rollback: retrying may succeed).
+    public struct Class: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+
+        public var description: String { rawValue }
+
+        public static let connectionException = Class("08")
+        public static let featureNotSupported = Class("0A")
+        public static let dataException = Class("22")
+        public static let integrityConstraintViolation = Class("23")
+        public static let transactionRollback = Class("40")
+        public static let syntaxErrorOrAccessRuleViolation = Class("42")
+        public static let insufficientResources = Class("53")
+        public static let objectNotInPrerequisiteState = Class("55")
+        public static let operatorIntervention = Class("57")
+    }
+
+    public var `class`: Class { Class(String(rawValue.prefix(2))) }
+
+    public static let featureNotSupported = SQLState("0A000")
+    public static let uniqueViolation = SQLState("23505")
+    public static let foreignKeyViolation = SQLState("23503")
+    public static let checkViolation = SQLState("23514")
+    public static let notNullViolation = SQLState("23502")
+    public static let serializationFailure = SQLState("40001")
+    public static let deadlockDetected = SQLState("40P01")
+    public static let queryCanceled = SQLState("57014")
+    public static let adminShutdown = SQLState("57P01")
+    public static let crashShutdown = SQLState("57P02")
+    public static let cannotConnectNow = SQLState("57P03")
+    public static let insufficientPrivilege = SQLState("42501")
+    public static let objectNotInPrerequisiteState = SQLState("55000")
+    public static let undefinedTable = SQLState("42P01")
+    public static let raiseException = SQLState("P0001")
 }

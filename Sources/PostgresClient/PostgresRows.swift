@@ -56,7 +56,7 @@ public final class PostgresRows: Sequence {
         if sqlState == nil && !connection.isOpen {
             return PostgresError(.connectionLost, "The connection to PostgreSQL was lost: \(primary)")
         }
-        return PostgresError(.server, primary, sqlState: sqlState, detail: detail, constraint: constraint)
+        return PostgresError(.server, primary, sqlState: sqlState.map { SQLState($0) }, detail: detail, constraint: constraint)
     }
 
     public func makeIterator() -> AnyIterator<PostgresRow> {

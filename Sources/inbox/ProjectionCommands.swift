@@ -1,3 +1,4 @@
+import Encodings
 import EventLog
 import Foundation
 import InboxDomain
@@ -53,7 +54,7 @@ enum ProjectionCommands {
         if let last = printer.last {
             log.info("replayed the log", metadata: [
                 "events": "\(last.eventsDone)", "eventsPerSecond": "\(Int(last.eventsPerSecond))",
-                "seconds": String(format: "%.1f", Double(last.elapsed.components.seconds) + Double(last.elapsed.components.attoseconds) / 1e18),
+                "seconds": String(format: "%.1f", last.elapsed.inSeconds),
             ])
         }
         if swap {

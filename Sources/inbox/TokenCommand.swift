@@ -38,16 +38,9 @@ enum DevelopmentKey {
 
 /// `inbox token`: mints an access token with the development key, for local use and tests.
 enum TokenCommand {
-    /// What the app asks for when it signs in (app guide, section 6).
-    static let appScopes = [
-        "account:read", "account:write", "account-security:write", "checkout:write", "catalogue:read", "content:read",
-        "messages:read", "messages:write", "uploads:write",
-    ]
-    static let guestScopes = ["catalogue:read", "content:read"]
-
     static func run(_ arguments: [String], configuration: InboxConfiguration) throws {
         var person: String?
-        var scopes: [String] = []
+        var scopes: [Scope] = []
         var guest = false
         var lifetime: TimeInterval = 3600
         var index = 0
@@ -60,7 +53,7 @@ enum TokenCommand {
             }
             switch argument {
             case "--person": person = try value()
-            case "--scope": scopes += try value().split(separator: " ").map(String.init)
+            case "--scope": scopes += try value().split(separator: " ").map { Scope(String($0)) }
             case "--guest": guest = true
             case "--ttl":
                 let text = try value()
@@ -77,7 +70,7 @@ enum TokenCommand {
         if !guest && (person ?? "").isEmpty { throw UsageError(description: "inbox token needs --person ID (or --guest).") }
         let key = try DevelopmentKey.load(dataDirectory: configuration.dataDirectory)
         let token = try TokenSigner(key: key, kid: DevelopmentKey.kid).mint(
-            subject: person ?? "", scopes: scopes.isEmpty ? (guest ? guestScopes : appScopes) : scopes, guest: guest, lifetime: lifetime)
+            subject: person ?? "", scopes: scopes.isEmpty ? (guest ? Scope.guest : Scope.app) : scopes, guest: guest, lifetime: lifetime)
         print(token)
     }
 }

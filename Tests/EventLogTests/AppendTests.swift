@@ -150,7 +150,7 @@ import Testing
         _ = try await db.store.append(message("conversation-1", "history"))
         for statement in ["UPDATE events SET type = 'rewritten'", "DELETE FROM events", "TRUNCATE events"] {
             let error = await #expect(throws: PostgresError.self) { try await db.client.execute(statement) }
-            #expect(error?.sqlState == "WR002", "\(statement)")
+            #expect(error?.sqlState == .eventsAreImmutable, "\(statement)")
             #expect(error?.message.contains("append-only") == true)
         }
         #expect(try await db.count() == 1)

@@ -121,7 +121,7 @@ import Testing
         let server = try HTTPServer(configuration: .init(port: 0, threads: 4), replying: { api.reply($0) })
         defer { server.shutdown() }
         let client = APITestServer(server: server, db: db)
-        let p1 = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: ["account:read", "account:write"]))]
+        let p1 = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: [.accountRead, .accountWrite]))]
         try await Self.until("the cache listens") { cache.isListening }
 
         func unread() async throws -> Int? {

@@ -29,9 +29,9 @@ import Testing
         let server = try HTTPServer(configuration: .init(port: 0, threads: 4), replying: { api.reply($0) })
         defer { server.shutdown() }
         let client = APITestServer(server: server, db: db)
-        let p1 = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: ["account:read", "account:write"])),
+        let p1 = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: [.accountRead, .accountWrite])),
                   "X-Wristler-App": "ios/2.4.0"]
-        let p2 = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "p2", scopes: ["account:read", "account:write"]))]
+        let p2 = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "p2", scopes: [.accountRead, .accountWrite]))]
 
         // A walk in pages of 7, with new entries arriving during it.
         var seen: [String] = []

@@ -14,7 +14,7 @@ import Testing
             let server = try HTTPServer(configuration: .init(port: 0, threads: 4), replying: { api.reply($0) })
             defer { server.shutdown() }
             func headers(_ person: String) throws -> [String: String] {
-                ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: person, scopes: ["account:write"])),
+                ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: person, scopes: [.accountWrite])),
                  "Content-Type": JSONAPI.mediaType]
             }
             try await body(APITestServer(server: server, db: db), try headers("alice"), try headers("bob"))
@@ -103,7 +103,7 @@ import Testing
                 #expect((reply.firstError["source"] as? [String: Any])?["pointer"] as? String == pointer, "\(attributes)")
             }
             #expect(try await api.db.scalar("SELECT count(*)::int FROM devices", Int.self) == 0)
-            let readOnly = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "alice", scopes: ["account:read"]))]
+            let readOnly = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "alice", scopes: [.accountRead]))]
             let refused = try await api.send("GET", "/v1/me/devices", headers: readOnly)
             #expect(refused.status == 403)
             #expect((refused.firstError["meta"] as? [String: Any])?["scopes"] as? [String] == ["account:write"])

@@ -29,7 +29,7 @@ import Testing
     @Test func everyRouteRefusesWhoItsTableSaysItMust() async throws {
         try await Self.withFullAPI { api, routes in
             #expect(routes.count >= 19)
-            let guest = "Bearer " + (try AccessTokenTests.signer.mint(subject: "", scopes: ["catalogue:read", "content:read", "account:read", "account:write"], guest: true))
+            let guest = "Bearer " + (try AccessTokenTests.signer.mint(subject: "", scopes: [.catalogueRead, .contentRead, .accountRead, .accountWrite], guest: true))
             let noScopes = "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: []))
             let json = ["Content-Type": JSONAPI.mediaType]
             // A minimum for Android, in force once the gate has re-read its table (in the background).
@@ -40,29 +40,29 @@ import Testing
                 try await Task.sleep(for: .milliseconds(20))
             }
             for route in routes {
-                let label = "\(route.method) \(route.pattern)"
+                let label = "\(route.method.rawValue) \(route.pattern)"
                 // A body only where the method has one (the client will not send one with GET).
-                let body: Data? = ["GET", "DELETE"].contains(route.method) ? nil : Data("{}".utf8)
+                let body: Data? = [HTTPMethod.get, .delete].contains(route.method) ? nil : Data("{}".utf8)
                 let json = body == nil ? [:] : json
                 switch route.access {
                 case .open:
-                    let reply = try await api.send(route.method, Self.path(route.pattern))
+                    let reply = try await api.send(route.method.rawValue, Self.path(route.pattern))
                     #expect(reply.status < 400, "\(label): \(reply.status)")
                 case .signedIn(let scope):
-                    let none = try await api.send(route.method, Self.path(route.pattern), headers: json, body: body)
+                    let none = try await api.send(route.method.rawValue, Self.path(route.pattern), headers: json, body: body)
                     #expect(none.status == 401, "\(label) without a token: \(none.status)")
-                    let asGuest = try await api.send(route.method, Self.path(route.pattern), headers: json.merging(["Authorization": guest]) { $1 }, body: body)
+                    let asGuest = try await api.send(route.method.rawValue, Self.path(route.pattern), headers: json.merging(["Authorization": guest]) { $1 }, body: body)
                     #expect(asGuest.status == 403 && asGuest.firstError["code"] as? String == "sign_in_required", "\(label) as a guest: \(asGuest.status)")
                     if let scope {
-                        let without = try await api.send(route.method, Self.path(route.pattern), headers: json.merging(["Authorization": noScopes]) { $1 }, body: body)
+                        let without = try await api.send(route.method.rawValue, Self.path(route.pattern), headers: json.merging(["Authorization": noScopes]) { $1 }, body: body)
                         #expect(without.status == 403 && without.firstError["code"] as? String == "missing_scope", "\(label) without \(scope)")
-                        #expect((without.firstError["meta"] as? [String: Any])?["scopes"] as? [String] == [scope], "\(label)")
+                        #expect((without.firstError["meta"] as? [String: Any])?["scopes"] as? [String] == [scope.rawValue], "\(label)")
                     }
                     // Every app route is gated by version too.
-                    let old = try await api.send(route.method, Self.path(route.pattern), headers: ["X-Wristler-App": "android/8.9.9"])
+                    let old = try await api.send(route.method.rawValue, Self.path(route.pattern), headers: ["X-Wristler-App": "android/8.9.9"])
                     #expect(old.status == 426, "\(label) from an old app: \(old.status)")
                 case .service:
-                    let asPerson = try await api.send(route.method, Self.path(route.pattern), headers: json.merging(["Authorization": noScopes]) { $1 }, body: body)
+                    let asPerson = try await api.send(route.method.rawValue, Self.path(route.pattern), headers: json.merging(["Authorization": noScopes]) { $1 }, body: body)
                     #expect(asPerson.status == 401, "\(label) with a person's token: \(asPerson.status)")
                 }
             }
@@ -72,7 +72,7 @@ import Testing
     @Test func randomizedBadRequestsNeverGetA5xxNorStopTheServer() async throws {
         try await Self.withFullAPI { api, routes in
             var random = SystemRandomNumberGenerator()
-            let token = "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: TokenScopes.all))
+            let token = "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: Scope.app))
             let bodies: [String] = [
                 "{", "[]", "null", "\"x\"", "{\"data\":null}", "{\"data\":[]}", "{\"data\":{\"type\":7}}", "{\"data\":{\"type\":\"devices\",\"attributes\":[]}}",
                 "{\"data\":{\"type\":\"devices\",\"attributes\":{\"platform\":\"ios\",\"pushToken\":\"\(String(repeating: "t", count: 5000))\"}}}",
@@ -102,11 +102,4 @@ import Testing
             #expect(try await api.send("GET", "/healthz").status == 200, "the server is still there")
         }
     }
-}
-
-enum TokenScopes {
-    static let all = [
-        "account:read", "account:write", "account-security:write", "checkout:write", "catalogue:read", "content:read", "messages:read",
-        "messages:write", "uploads:write",
-    ]
 }

@@ -60,7 +60,7 @@ import Testing
             let body = Data(#"{"data":[\#(Self.orderPaid("o1"))]}"#.utf8)
             #expect(try await api.send("POST", "/internal/v1/events", body: body).status == 401)
             #expect(try await api.send("POST", "/internal/v1/events", headers: ["Authorization": "Bearer wrong-secret-0123456789"], body: body).status == 401)
-            let personToken = try AccessTokenTests.signer.mint(subject: "p1", scopes: ["account:write"])
+            let personToken = try AccessTokenTests.signer.mint(subject: "p1", scopes: [.accountWrite])
             #expect(try await api.send("POST", "/internal/v1/events", headers: ["Authorization": "Bearer \(personToken)"], body: body).status == 401)
             #expect(try await api.db.scalar("SELECT count(*)::int FROM events", Int.self) == 0)
         }

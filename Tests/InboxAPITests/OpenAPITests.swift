@@ -28,11 +28,11 @@ import Testing
             let served = Set(routes.map { "\($0.method) \($0.pattern)" })
             #expect(documented == served, "missing: \(served.subtracting(documented)), extra: \(documented.subtracting(served))")
             for route in routes {
-                let operation = paths[route.pattern]?[route.method.lowercased()] as? [String: Any]
+                let operation = paths[route.pattern]?[route.method.rawValue.lowercased()] as? [String: Any]
                 let security = operation?["security"] as? [[String: [String]]]
                 switch route.access {
                 case .open: #expect(security?.isEmpty == true, "\(route.pattern)")
-                case .signedIn(let scope): #expect(security?.first?["accessToken"] == (scope.map { [$0] } ?? []), "\(route.method) \(route.pattern)")
+                case .signedIn(let scope): #expect(security?.first?["accessToken"] == (scope.map { [$0.rawValue] } ?? []), "\(route.method) \(route.pattern)")
                 case .service: #expect(security?.first?["serviceCredential"] == [], "\(route.pattern)")
                 }
             }

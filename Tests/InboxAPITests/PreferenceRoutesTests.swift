@@ -22,7 +22,7 @@ import Testing
         defer { server.shutdown() }
         let client = APITestServer(server: server, db: db)
         let headers = [
-            "Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: ["account:read", "account:write"])),
+            "Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: [.accountRead, .accountWrite])),
             "Content-Type": JSONAPI.mediaType, "X-Wristler-App": "android/3.1.0",
         ]
         func attributes(_ reply: APITestServer.Reply) -> [String: Any] {

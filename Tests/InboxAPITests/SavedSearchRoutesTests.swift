@@ -19,7 +19,7 @@ import Testing
         defer { server.shutdown() }
         let client = APITestServer(server: server, db: db)
         func headers(_ person: String) throws -> [String: String] {
-            ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: person, scopes: ["account:read", "account:write"])),
+            ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: person, scopes: [.accountRead, .accountWrite])),
              "Content-Type": "application/vnd.api+json"]
         }
         let alice = try headers("alice")

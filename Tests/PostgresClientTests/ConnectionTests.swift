@@ -27,7 +27,7 @@ import Testing
         try await db.client.execute("INSERT INTO devices VALUES ('a')")
         let unique = await #expect(throws: PostgresError.self) { try await db.client.execute("INSERT INTO devices VALUES ('a')") }
         #expect(unique?.isUniqueViolation == true)
-        #expect(unique?.sqlState == "23505")
+        #expect(unique?.sqlState == .uniqueViolation)
         #expect(unique?.constraint == "devices_pkey")
         let serialization = await #expect(throws: PostgresError.self) {
             try await db.client.execute("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$")

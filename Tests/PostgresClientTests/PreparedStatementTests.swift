@@ -61,7 +61,7 @@ import Testing
         let connection = try PostgresConnection(configuration: db.configuration.withPreparedStatements(8))
         defer { connection.close() }
         let error = #expect(throws: PostgresError.self) { try connection.query("SELECT * FROM no_such_table WHERE id = $1", Int32(1)) }
-        #expect(error?.sqlState == "42P01")
+        #expect(error?.sqlState == .undefinedTable)
         #expect(try connection.query("SELECT $1::int", Int32(4)).scalar(Int32.self) == 4)
     }
 
@@ -89,7 +89,7 @@ import Testing
         let refused = #expect(throws: PostgresError.self) {
             try connection.transaction { connection in _ = try connection.query("SELECT * FROM entries WHERE id > $1", Int32(0)) }
         }
-        #expect(refused?.sqlState == "0A000")
+        #expect(refused?.sqlState == .featureNotSupported)
         let again = try connection.transaction { connection in try connection.query("SELECT * FROM entries WHERE id > $1", Int32(0)) }
         #expect(again.columnNames == ["id", "title", "read"])
     }

@@ -129,13 +129,13 @@ import Testing
 @Suite struct FailureClassificationTests {
     @Test func onlyFailuresThatComeFromTheEventsPark() {
         var integrity = PostgresError(.server, "duplicate key")
-        integrity.sqlState = "23505"
+        integrity.sqlState = .uniqueViolation
         var data = PostgresError(.server, "value too long")
-        data.sqlState = "22001"
+        data.sqlState = SQLState("22001")
         var deadlock = PostgresError(.server, "deadlock detected")
-        deadlock.sqlState = "40P01"
+        deadlock.sqlState = .deadlockDetected
         var disk = PostgresError(.server, "could not extend file")
-        disk.sqlState = "53100"
+        disk.sqlState = SQLState("53100")
         let lost = PostgresError(.connectionLost, "server closed the connection")
         #expect(ProjectionBatchApplier.isAboutTheEvents(ProjectionError("conversation x was never started")))
         #expect(ProjectionBatchApplier.isAboutTheEvents(integrity))
@@ -262,5 +262,20 @@ import Testing
         func add(_ report: Projector.Report) { lock.withLock { items.append(report) } }
         func contains(_ report: Projector.Report) -> Bool { lock.withLock { items.contains(report) } }
         var all: [Projector.Report] { lock.withLock { items } }
+    }
+}
+
+/// The bell's entry ids: what replays and every node must agree on.
+@Suite struct NotificationIdTests {
+    @Test func aBellEntrysIdIsAStableVersion8UUIDOfItsPositionAndRecipient() throws {
+        let id = BellProjection.notificationId(position: 1204518, recipient: "p7")
+        #expect(id == BellProjection.notificationId(position: 1204518, recipient: "p7"), "a replay makes the same id")
+        #expect(id != BellProjection.notificationId(position: 1204518, recipient: "p8"))
+        #expect(id != BellProjection.notificationId(position: 1204519, recipient: "p7"))
+        let uuid = try #require(UUID(uuidString: id))
+        #expect(id == uuid.uuidString.lowercased())
+        #expect(uuid.uuid.6 >> 4 == 8, "version 8: derived from SHA-256, not SHA-1's version 5")
+        #expect(uuid.uuid.8 >> 6 == 0b10, "the RFC variant")
+        #expect(BellProjection().version == 2, "ids changed with version 2: live bells are replayed")
     }
 }

@@ -20,7 +20,7 @@ import PostgresClient
 /// into batches, and when an inline apply ran ahead.
 public struct BellProjection: Projection {
     public let name = "bell"
-    public let version = 1
+    public let version = 2
     public let tableNames = ["bell_entries", "bell_counters", "bell_conversations", "bell_favourites", "bell_saved_searches"]
     public let eventTypes: Set<String> = [
         ConversationStarted.eventType, ConversationClosedByBlock.eventType, MessageSent.eventType,
@@ -82,12 +82,7 @@ public struct BellProjection: Projection {
 
     /// The id of the bell entry (or shop notification) an event at `position` makes for `recipient`.
     public static func notificationId(position: Int64, recipient: String) -> String {
-        var digest = SHA256.digest(Array("wristler-bell:\(position):\(recipient)".utf8)).prefix(16).map { $0 }
-        digest[6] = (digest[6] & 0x0F) | 0x50  // a name-based UUID's version and variant bits
-        digest[8] = (digest[8] & 0x3F) | 0x80
-        let hex = digest.map { byte in byte < 16 ? "0" + String(byte, radix: 16) : String(byte, radix: 16) }.joined()
-        let parts = [hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4), hex.dropFirst(20)]
-        return parts.joined(separator: "-")
+        SHA256.uuidString(naming: "wristler-bell:\(position):\(recipient)".utf8)
     }
 
     struct Entry {

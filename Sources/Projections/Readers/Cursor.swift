@@ -1,4 +1,4 @@
-import Crypto
+import Encodings
 import Foundation
 
 /// A place in a list that is walked newest first: the sort key of the last row handed out and its

@@ -100,7 +100,7 @@ enum ProjectionBatchApplier {
         if error is ProjectionError || error is EventDecodingError { return true }
         guard let error = error as? PostgresError else { return false }
         guard let state = error.sqlState else { return false }
-        return state.hasPrefix("22") || state.hasPrefix("23")
+        return state.class == .dataException || state.class == .integrityConstraintViolation
     }
 
     static func deadLetter(_ record: RecordedEvent, projection: any Projection, error: String) -> DeadLetter {

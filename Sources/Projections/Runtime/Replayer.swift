@@ -1,3 +1,4 @@
+import Encodings
 import EventLog
 import Foundation
 import InboxDomain
@@ -28,7 +29,7 @@ public final class Replayer: Sendable {
         }
 
         public var eventsPerSecond: Double {
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let seconds = elapsed.inSeconds
             return seconds > 0 ? Double(eventsDone) / seconds : 0
         }
 

@@ -1,0 +1,113 @@
+import Foundation
+import PostgresClient
+
+/// The push registrations (the `devices` table), for the API and for the push fan-out, which
+/// deletes a registration APNs or FCM has declared dead without going through HTTP.
+///
+/// Validation of what a client sends is the caller's; the registry guarantees the table's rules:
+/// one registration per push token, and a person reaches only their own registrations by id. Calls
+/// block the calling thread on a pooled connection (run them where blocking is allowed).
+public struct DeviceRegistry: Sendable {
+    public let client: PostgresClient
+
+    public init(client: PostgresClient) {
+        self.client = client
+    }
+
+    /// What `register` did.
+    public enum Registration: Sendable, Hashable {
+        /// The token was new here, or was somebody else's: a new registration (a previous owner's
+        /// id for it stops working).
+        case created(Device)
+        /// The person had the token already: its registration now says `details`.
+        case updated(Device)
+
+        public var device: Device {
+            switch self {
+            case .created(let device), .updated(let device): device
+            }
+        }
+    }
+
+    /// Registers `pushToken` for `person`: an upsert keyed by the token. `details.platform` is
+    /// required for a token new to the person.
+    public func register(person: String, pushToken: String, details: Device.Details) throws -> Registration {
+        // Two registrations of one new token at once: the second to insert hits the unique token
+        // and, tried again, finds the first's row.
+        var attempt = 1
+        while true {
+            do {
+                return try client.transactionBlocking { connection in
+                    let owner = try connection.query("SELECT id, person_id FROM devices WHERE push_token = $1 FOR UPDATE", pushToken).first
+                    if let owner, try owner.decode(String.self, "person_id") == person {
+                        let id = try owner.decode(UUID.self, "id")
+                        guard let updated = try Self.change(id: id, of: person, to: details, on: connection) else {
+                            throw PostgresError(.unexpectedNull, "The device \(id) went away while it was locked.")
+                        }
+                        return .updated(updated)
+                    }
+                    if owner != nil { try connection.query("DELETE FROM devices WHERE push_token = $1", pushToken) }
+                    let inserted = try connection.query(
+                        """
+                        INSERT INTO devices (person_id, platform, push_token, app_id, app_version, name, locale, apns_environment)
+                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *
+                        """, person, details.platform, pushToken, details.appId, details.appVersion, details.name, details.locale,
+                        details.apnsEnvironment)
+                    return .created(try Device(row: inserted[0]))
+                }
+            } catch let error as PostgresError where error.isUniqueViolation && attempt < 3 {
+                attempt += 1
+            }
+        }
+    }
+
+    /// The person's registrations, oldest first, `limit` of them after skipping `offset`.
+    public func devices(of person: String, limit: Int, offset: Int = 0) throws -> [Device] {
+        try client.queryBlocking(
+            "SELECT * FROM devices WHERE person_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3",
+            binds: [PostgresBind(person), PostgresBind(Int64(limit)), PostgresBind(Int64(offset))]
+        ) { try Device(row: $0) }
+    }
+
+    /// The person's registration `id`; nil when there is none, or it is somebody else's.
+    public func device(_ id: UUID, of person: String) throws -> Device? {
+        try client.queryBlocking("SELECT * FROM devices WHERE id = $1 AND person_id = $2", binds: [PostgresBind(id), PostgresBind(person)]) {
+            try Device(row: $0)
+        }.first
+    }
+
+    /// Sets the given details (absent ones keep their value) of the person's registration `id`;
+    /// nil when there is none, or it is somebody else's. The token never changes: a new token is a
+    /// new registration.
+    public func change(_ id: UUID, of person: String, to details: Device.Details) throws -> Device? {
+        try client.withConnectionBlocking { connection in try Self.change(id: id, of: person, to: details, on: connection) }
+    }
+
+    /// Deletes the person's registration `id`; whether there was one (somebody else's is left alone).
+    @discardableResult
+    public func delete(_ id: UUID, of person: String) throws -> Bool {
+        try client.withConnectionBlocking { connection in
+            try connection.query("DELETE FROM devices WHERE id = $1 AND person_id = $2", id, person).affectedRows ?? 0
+        } > 0
+    }
+
+    /// Deletes the registration of `pushToken`, whoever's it is: what the push fan-out does when
+    /// APNs or FCM says the token is dead. Whether there was one.
+    @discardableResult
+    public func delete(pushToken: String) throws -> Bool {
+        try client.withConnectionBlocking { connection in
+            try connection.query("DELETE FROM devices WHERE push_token = $1", pushToken).affectedRows ?? 0
+        } > 0
+    }
+
+    static func change(id: UUID, of person: String, to details: Device.Details, on connection: PostgresConnection) throws -> Device? {
+        try connection.query(
+            """
+            UPDATE devices SET platform = coalesce($3, platform), app_id = coalesce($4, app_id), app_version = coalesce($5, app_version),
+                name = coalesce($6, name), locale = coalesce($7, locale), apns_environment = coalesce($8, apns_environment),
+                updated_at = clock_timestamp()
+            WHERE id = $1 AND person_id = $2 RETURNING *
+            """, id, person, details.platform, details.appId, details.appVersion, details.name, details.locale, details.apnsEnvironment
+        ).first.map(Device.init(row:))
+    }
+}
