@@ -55,7 +55,7 @@ let package = Package(
             name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Threads", "Encodings"], swiftSettings: swiftSettings),
 
         // The runtime of every role: services and their group, the leased loop, logger and clocks.
-        .target(name: "Lifecycle", dependencies: ["PostgresClient", "Threads"], swiftSettings: swiftSettings),
+        .target(name: "Lifecycle", dependencies: ["PostgresClient", "Threads", "Encodings"], swiftSettings: swiftSettings),
 
         // The domain: events, categories, rules. No I/O.
         .target(name: "InboxDomain", swiftSettings: swiftSettings),

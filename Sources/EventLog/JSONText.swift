@@ -14,34 +14,7 @@ public struct JSONText {
     public mutating func raw(_ byte: UInt8) { bytes.append(byte) }
     public mutating func raw(_ other: [UInt8]) { bytes.append(contentsOf: other) }
 
-    public mutating func string(_ text: String) {
-        bytes.append(UInt8(ascii: "\""))
-        var text = text
-        text.withUTF8 { utf8 in
-            if utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
-                escaped(utf8)
-            } else {
-                bytes.append(contentsOf: utf8)
-            }
-        }
-        bytes.append(UInt8(ascii: "\""))
-    }
-
-    private mutating func escaped(_ utf8: UnsafeBufferPointer<UInt8>) {
-        for byte in utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])
-            case UInt8(ascii: "\\"): bytes.append(contentsOf: [92, 92])
-            case 0x0A: bytes.append(contentsOf: [92, UInt8(ascii: "n")])
-            case 0x0D: bytes.append(contentsOf: [92, UInt8(ascii: "r")])
-            case 0x09: bytes.append(contentsOf: [92, UInt8(ascii: "t")])
-            case 0..<0x20:
-                bytes.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48])
-                Hex.append(byte, to: &bytes)
-            default: bytes.append(byte)
-            }
-        }
-    }
+    public mutating func string(_ text: String) { JSONString.append(text, to: &bytes) }
 
     /// `value` as compact JSON, members of objects in the order of their keys, so one value is
     /// always the same bytes. A number that is not finite (which JSON cannot hold) is written `null`.

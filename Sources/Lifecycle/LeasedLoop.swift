@@ -1,3 +1,4 @@
+import Encodings
 import PostgresClient
 
 /// What a `LeasedLoop` does on each turn; the loop does the rest.

@@ -1,3 +1,5 @@
+import Encodings
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -166,9 +168,4 @@ extension Result where Failure == any Error {
     init(catching body: () async throws -> Success) async {
         do { self = .success(try await body()) } catch { self = .failure(error) }
     }
-}
-
-extension Duration {
-    /// Whole milliseconds, rounded down: for log lines.
-    var wholeMilliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
 }

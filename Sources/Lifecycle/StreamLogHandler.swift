@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 import PostgresClient
 import Threads
@@ -58,27 +59,12 @@ public struct StreamLogHandler: LogHandler {
         line.reserveCapacity(256)
         for (index, (key, value)) in members.sorted(by: { $0.key < $1.key }).enumerated() {
             if index > 0 { line.append(UInt8(ascii: ",")) }
-            appendJSONString(key, to: &line)
+            JSONString.append(key, to: &line)
             line.append(UInt8(ascii: ":"))
-            appendJSONString(value, to: &line)
+            JSONString.append(value, to: &line)
         }
         line.append(UInt8(ascii: "}"))
         return line
-    }
-
-    private static func appendJSONString(_ text: String, to line: inout [UInt8]) {
-        line.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"): line.append(contentsOf: [UInt8(ascii: "\\"), byte])
-            case 0x0A: line.append(contentsOf: Array(#"\n"#.utf8))
-            case 0..<0x20:
-                let digits = Array("0123456789abcdef".utf8)
-                line.append(contentsOf: Array(#"\u00"#.utf8) + [digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
-            default: line.append(byte)
-            }
-        }
-        line.append(UInt8(ascii: "\""))
     }
 }
 
