@@ -67,17 +67,11 @@ struct BellFold {
     }
 
     /// What `events` need loaded.
-    static func keys(of events: [ProjectedEvent]) -> Keys {
-        var keys = Keys()
-        rules.load(events, into: &keys)
-        return keys
-    }
+    static func keys(of events: [ProjectedEvent]) -> Keys { rules.keys(of: events, from: Keys()) }
 
     /// What `events` make of the bell, given the facts and entries they touch as stored.
     static func fold(_ events: [ProjectedEvent], facts: Facts, entries: [String: Entry], sendsNotifications: Bool) throws -> BellFold {
-        var fold = BellFold(facts: facts, entries: entries, sendsNotifications: sendsNotifications)
-        try rules.fold(events, into: &fold)
-        return fold
+        try rules.fold(events, from: BellFold(facts: facts, entries: entries, sendsNotifications: sendsNotifications))
     }
 
     /// Makes the entries and outbox rows of what `event` notifies, planned with `facts`.

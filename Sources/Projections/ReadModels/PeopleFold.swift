@@ -41,8 +41,6 @@ struct PeopleFold {
 
     /// What `events` make of the people tables.
     static func fold(_ events: [ProjectedEvent]) throws -> PeopleFold {
-        var fold = PeopleFold()
-        try rules.fold(events, into: &fold)
-        return fold
+        try rules.fold(events, from: PeopleFold())
     }
 }

@@ -61,17 +61,11 @@ struct PreferencesFold {
     }()
 
     /// The saved searches `events` name.
-    static func keys(of events: [ProjectedEvent]) -> Keys {
-        var keys: Keys = []
-        rules.load(events, into: &keys)
-        return keys
-    }
+    static func keys(of events: [ProjectedEvent]) -> Keys { rules.keys(of: events, from: []) }
 
     /// What `events` make of the preferences, given the saved searches they name as stored.
     static func fold(_ events: [ProjectedEvent], searches: [String: SavedSearchRow]) throws -> PreferencesFold {
-        var fold = PreferencesFold(searches: searches)
-        try rules.fold(events, into: &fold)
-        return fold
+        try rules.fold(events, from: PreferencesFold(searches: searches))
     }
 
     private init(searches: [String: SavedSearchRow]) {

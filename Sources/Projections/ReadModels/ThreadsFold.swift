@@ -99,19 +99,13 @@ struct ThreadsFold {
     }
 
     /// What `events` need loaded.
-    static func keys(of events: [ProjectedEvent]) -> Keys {
-        var keys = Keys()
-        rules.load(events, into: &keys)
-        return keys
-    }
+    static func keys(of events: [ProjectedEvent]) -> Keys { rules.keys(of: events, from: Keys()) }
 
     /// What `events` make of the threads, given the rows they touch as stored.
     static func fold(
         _ events: [ProjectedEvent], conversations: [String: Conversation], sides: [SideKey: Side], messages: [String: MessagePlace]
     ) throws -> ThreadsFold {
-        var fold = ThreadsFold(conversations: conversations, sides: sides, messages: messages)
-        try rules.fold(events, into: &fold)
-        return fold
+        try rules.fold(events, from: ThreadsFold(conversations: conversations, sides: sides, messages: messages))
     }
 
     /// The conversation rows to write.
@@ -122,9 +116,12 @@ struct ThreadsFold {
     /// How each owner's count of conversations with unread messages moves. Every owner of a thread
     /// has an entry (perhaps 0) from the thread's start, whatever the batch nets out to, so the
     /// counter rows do not depend on where the log is cut into batches.
-    var unreadDeltas: [OwnerSide: Int32] {
+    var unreadDeltas: [OwnerSide: Int32] { Self.unreadDeltas(of: changedSides) }
+
+    /// How the counters move by the change of `sides`.
+    static func unreadDeltas(of sides: [Side]) -> [OwnerSide: Int32] {
         var deltas: [OwnerSide: Int32] = [:]
-        for side in changedSides where side.unread != side.unreadBefore || !side.existed {
+        for side in sides where side.unread != side.unreadBefore || !side.existed {
             deltas[OwnerSide(ownerId: side.ownerId, side: side.side), default: 0] += side.unread == side.unreadBefore ? 0 : side.unread ? 1 : -1
         }
         return deltas

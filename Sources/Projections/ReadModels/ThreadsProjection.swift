@@ -101,8 +101,9 @@ public struct ThreadsProjection: Projection {
         try writeWatches(fold.watches, context: context)
         try writeConversations(fold.changedConversations, context: context)
         try writeMessages(fold.newMessages, context: context)
-        try writeSides(fold.changedSides, context: context)
-        try writeUnreadCounts(fold.unreadDeltas, context: context)
+        let sides = fold.changedSides
+        try writeSides(sides, context: context)
+        try writeUnreadCounts(ThreadsFold.unreadDeltas(of: sides), context: context)
     }
 
     private func writeConversations(_ c: [ThreadsFold.Conversation], context: ProjectionContext) throws {

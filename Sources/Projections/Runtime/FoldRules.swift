@@ -42,13 +42,17 @@ struct FoldRules<Keys, State>: Sendable {
         handledTypes.insert(E.eventType)
     }
 
-    /// Adds to `keys` what `events` need loaded.
-    func load(_ events: [ProjectedEvent], into keys: inout Keys) {
+    /// What `events` need loaded: `empty` with each handled event's keys added.
+    func keys(of events: [ProjectedEvent], from empty: Keys) -> Keys {
+        var keys = empty
         for event in events { rules[ObjectIdentifier(type(of: event.payload))]?.load?(&keys, event) }
+        return keys
     }
 
-    /// Applies `events`, in order, to `state`. Events of types without a rule change nothing.
-    func fold(_ events: [ProjectedEvent], into state: inout State) throws {
+    /// `loaded` with `events` applied in order. Events of types without a rule change nothing.
+    func fold(_ events: [ProjectedEvent], from loaded: consuming State) throws -> State {
+        var state = loaded
         for event in events { try rules[ObjectIdentifier(type(of: event.payload))]?.fold(&state, event) }
+        return state
     }
 }
