@@ -190,12 +190,22 @@ extension BellFold {
 }
 
 extension BellFold {
-    static let rules: FoldRules<Keys, BellFold> = {
-        var rules = FoldRules<Keys, BellFold>(ignoring: [
+    typealias Rules = FoldRules<Keys, BellFold>
+
+    static let rules: Rules = {
+        var rules = Rules(ignoring: [
             ConversationRead.self, ConversationArchived.self, ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self,
             SavedSearchChanged.self, AccountBlocked.self, NotificationPreferenceChanged.self,
             ShopMemberAdded.self, ShopMemberRemoved.self, PersonBlocked.self, PersonUnblocked.self,
         ])
+        addConversationAndWatchRules(to: &rules)
+        addSavedSearchRules(to: &rules)
+        addBellOperationRules(to: &rules)
+        return rules
+    }()
+
+    /// Orders, security events, conversations and watches: notifications, and the facts they need.
+    private static func addConversationAndWatchRules(to rules: inout Rules) {
         // Notifications that need nothing but the event.
         func notifies<E: CatalogueEvent>(_ type: E.Type) { rules.on(type) { fold, _, event in fold.notify(event) } }
         for type: any CatalogueEvent.Type in [
@@ -227,7 +237,10 @@ extension BellFold {
         rules.on(WatchStatusChanged.self, load: { keys, e, _ in keys.watches.insert(e.watchId) }) { fold, e, event in
             fold.notify(event, NotificationPlanner.Facts(favouriters: fold.facts.favouriters(of: e.watchId)))
         }
-        // Saved searches: a match notifies only while its search exists.
+    }
+
+    /// A match notifies only while its search exists.
+    private static func addSavedSearchRules(to rules: inout Rules) {
         rules.on(SavedSearchCreated.self, load: { keys, e, _ in keys.searches.insert(e.savedSearchId) }) { fold, e, _ in
             fold.facts.createSearch(e.savedSearchId, of: e.personId)
         }
@@ -237,7 +250,10 @@ extension BellFold {
         rules.on(SavedSearchMatched.self, load: { keys, e, _ in keys.searches.insert(e.savedSearchId) }) { fold, e, event in
             fold.notify(event, NotificationPlanner.Facts(savedSearchExists: fold.facts.searchExists(e.savedSearchId, of: e.personId)))
         }
-        // The bell's own operations, and imports that keep their ids.
+    }
+
+    /// The bell's own operations, and imports that keep their ids.
+    private static func addBellOperationRules(to rules: inout Rules) {
         rules.on(LegacyNotificationImported.self, load: { keys, e, _ in keys.entries.insert(e.notificationId) }) { fold, _, event in
             fold.notify(event)
         }
@@ -253,6 +269,5 @@ extension BellFold {
         rules.on(AllNotificationsDeleted.self, load: { keys, e, event in keys.deleteAllUpTo[e.personId] = event.record.position }) {
             fold, e, event in fold.deleteAll(of: e.personId, event)
         }
-        return rules
-    }()
+    }
 }
