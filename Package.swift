@@ -129,6 +129,9 @@ let package = Package(
             name: "ProjectionTests",
             dependencies: ["Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient", "Lifecycle"],
             swiftSettings: swiftSettings),
+        // The projections' folds, pure: no database, no InboxTesting. EventLog only for `RecordedEvent`.
+        .testTarget(
+            name: "ProjectionFoldTests", dependencies: ["Projections", "InboxDomain", "EventLog"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxCommandTests",
             dependencies: [

@@ -9,10 +9,8 @@ public struct PeopleProjection: Projection {
     public let name = "people"
     public let version = 1
     public let tableNames = ["shop_members", "person_blocks", "blocked_accounts"]
-    public let eventTypes: Set<String> = [
-        ShopMemberAdded.eventType, ShopMemberRemoved.eventType, PersonBlocked.eventType, PersonUnblocked.eventType,
-        AccountBlocked.eventType,
-    ]
+    public var eventTypes: Set<String> { PeopleFold.rules.handledTypes }
+    public var ignoredEventTypes: Set<String> { PeopleFold.rules.ignoredTypes }
 
     public init() {}
 
@@ -45,32 +43,12 @@ public struct PeopleProjection: Projection {
             """)
     }
 
-    private struct Pair: Hashable {
-        let first: String
-        let second: String
-    }
-
     public func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws {
-        // Each pair ends the batch present or absent, whatever it was before: the last event decides.
-        var members: [Pair: Bool] = [:]
-        var blocks: [Pair: Bool] = [:]
-        var blockedAccounts: [String: (reason: String?, at: Date)] = [:]
-        for event in events {
-            switch event.payload {
-            case let added as ShopMemberAdded: members[Pair(first: added.shopId, second: added.personId)] = true
-            case let removed as ShopMemberRemoved: members[Pair(first: removed.shopId, second: removed.personId)] = false
-            case let blocked as PersonBlocked: blocks[Pair(first: blocked.blockerId, second: blocked.blockedId)] = true
-            case let unblocked as PersonUnblocked: blocks[Pair(first: unblocked.blockerId, second: unblocked.blockedId)] = false
-            case let account as AccountBlocked:
-                if blockedAccounts[account.personId] == nil {
-                    blockedAccounts[account.personId] = (account.reason, event.record.recordedAt)
-                }
-            default: break
-            }
-        }
+        let fold = try PeopleFold.fold(events)
         let connection = context.connection
-        try write(members, table: context.table("shop_members"), columns: ("shop_id", "person_id"), on: connection)
-        try write(blocks, table: context.table("person_blocks"), columns: ("blocker_id", "blocked_id"), on: connection)
+        try write(fold.members, table: context.table("shop_members"), columns: ("shop_id", "person_id"), on: connection)
+        try write(fold.blocks, table: context.table("person_blocks"), columns: ("blocker_id", "blocked_id"), on: connection)
+        let blockedAccounts = fold.blockedAccounts
         if !blockedAccounts.isEmpty {
             let ids = Array(blockedAccounts.keys)
             try connection.query(
@@ -82,7 +60,7 @@ public struct PeopleProjection: Projection {
         }
     }
 
-    private func write(_ pairs: [Pair: Bool], table: String, columns: (String, String), on connection: PostgresConnection) throws {
+    private func write(_ pairs: [PeopleFold.Pair: Bool], table: String, columns: (String, String), on connection: PostgresConnection) throws {
         let present = pairs.filter(\.value).map(\.key)
         let absent = pairs.filter { !$0.value }.map(\.key)
         if !absent.isEmpty {

@@ -13,10 +13,8 @@ public struct PreferencesProjection: Projection {
     public let name = "preferences"
     public let version = 1
     public let tableNames = ["notification_preferences", "saved_searches"]
-    public let eventTypes: Set<String> = [
-        NotificationPreferenceChanged.eventType, SavedSearchCreated.eventType, SavedSearchChanged.eventType,
-        SavedSearchDeleted.eventType,
-    ]
+    public var eventTypes: Set<String> { PreferencesFold.rules.handledTypes }
+    public var ignoredEventTypes: Set<String> { PreferencesFold.rules.ignoredTypes }
 
     public init() {}
 
@@ -54,87 +52,30 @@ public struct PreferencesProjection: Projection {
             """)
     }
 
-    private struct SwitchKey: Hashable {
-        let person: String
-        let category: String
-        let channel: String
-    }
-
-    struct SavedSearchRow {
-        var id: String
-        var personId: String
-        var name: String
-        var queryJSON: String
-        var interval: String
-        var push: Bool
-        var createdAt: Date
-        var updatedAt: Date
-        var deleted: Bool
-        var position: Int64
-    }
-
     public func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws {
-        var switches: [SwitchKey: (enabled: Bool, position: Int64)] = [:]
-        var searchIds: Set<String> = []
-        for event in events {
-            switch event.payload {
-            case let change as NotificationPreferenceChanged:
-                switches[SwitchKey(person: change.personId, category: change.category.rawValue, channel: change.channel.rawValue)] =
-                    (change.enabled, event.record.position)
-            case let created as SavedSearchCreated: searchIds.insert(created.savedSearchId)
-            case let changed as SavedSearchChanged: searchIds.insert(changed.savedSearchId)
-            case let deleted as SavedSearchDeleted: searchIds.insert(deleted.savedSearchId)
-            default: break
-            }
-        }
-        let connection = context.connection
-        if !switches.isEmpty {
-            let keys = Array(switches.keys)
-            try connection.query(
-                """
-                INSERT INTO \(context.table("notification_preferences")) AS t (person_id, category, channel, enabled, position)
-                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::bigint[])
-                ON CONFLICT (person_id, category, channel) DO UPDATE SET enabled = excluded.enabled, position = excluded.position
-                WHERE excluded.position > t.position
-                """, keys.map(\.person), keys.map(\.category), keys.map(\.channel), keys.map { switches[$0]!.enabled },
-                keys.map { switches[$0]!.position })
-        }
-        if searchIds.isEmpty { return }
-        var rows = try loadSavedSearches(Array(searchIds), context: context)
-        var touched: Set<String> = []
-        for event in events {
-            let position = event.record.position
-            switch event.payload {
-            case let created as SavedSearchCreated:
-                guard rows[created.savedSearchId] == nil else { continue }
-                rows[created.savedSearchId] = SavedSearchRow(
-                    id: created.savedSearchId, personId: created.personId, name: created.name, queryJSON: try Self.json(created.query),
-                    interval: created.interval.rawValue, push: created.push, createdAt: event.record.recordedAt,
-                    updatedAt: event.record.recordedAt, deleted: false, position: position)
-                touched.insert(created.savedSearchId)
-            case let changed as SavedSearchChanged:
-                guard var row = rows[changed.savedSearchId], position > row.position, !row.deleted else { continue }
-                if let name = changed.name { row.name = name }
-                if let query = changed.query { row.queryJSON = try Self.json(query) }
-                if let interval = changed.interval { row.interval = interval.rawValue }
-                if let push = changed.push { row.push = push }
-                row.updatedAt = event.record.recordedAt
-                row.position = position
-                rows[changed.savedSearchId] = row
-                touched.insert(changed.savedSearchId)
-            case let deleted as SavedSearchDeleted:
-                guard var row = rows[deleted.savedSearchId], position > row.position else { continue }
-                row.deleted = true
-                row.updatedAt = event.record.recordedAt
-                row.position = position
-                rows[deleted.savedSearchId] = row
-                touched.insert(deleted.savedSearchId)
-            default: break
-            }
-        }
-        let written = touched.compactMap { rows[$0] }
+        let searchIds = PreferencesFold.keys(of: events)
+        let stored = searchIds.isEmpty ? [:] : try loadSavedSearches(Array(searchIds), context: context)
+        let fold = try PreferencesFold.fold(events, searches: stored)
+        try storeSwitches(fold.switches, context: context)
+        try storeSavedSearches(fold.writtenSearches, context: context)
+    }
+
+    private func storeSwitches(_ switches: [PreferencesFold.SwitchKey: (enabled: Bool, position: Int64)], context: ProjectionContext) throws {
+        if switches.isEmpty { return }
+        let keys = Array(switches.keys)
+        try context.connection.query(
+            """
+            INSERT INTO \(context.table("notification_preferences")) AS t (person_id, category, channel, enabled, position)
+            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::bigint[])
+            ON CONFLICT (person_id, category, channel) DO UPDATE SET enabled = excluded.enabled, position = excluded.position
+            WHERE excluded.position > t.position
+            """, keys.map(\.person), keys.map(\.category), keys.map(\.channel), keys.map { switches[$0]!.enabled },
+            keys.map { switches[$0]!.position })
+    }
+
+    private func storeSavedSearches(_ written: [PreferencesFold.SavedSearchRow], context: ProjectionContext) throws {
         if written.isEmpty { return }
-        try connection.query(
+        try context.connection.query(
             """
             INSERT INTO \(context.table("saved_searches")) AS t
                 (saved_search_id, person_id, name, query, interval, push, created_at, updated_at, deleted, position)
@@ -148,16 +89,16 @@ public struct PreferencesProjection: Projection {
             written.map(\.position))
     }
 
-    private func loadSavedSearches(_ ids: [String], context: ProjectionContext) throws -> [String: SavedSearchRow] {
+    private func loadSavedSearches(_ ids: [String], context: ProjectionContext) throws -> [String: PreferencesFold.SavedSearchRow] {
         let rows = try context.connection.query(
             """
             SELECT saved_search_id, person_id, name, query, interval, push, created_at, updated_at, deleted, position
             FROM \(context.table("saved_searches")) WHERE saved_search_id = ANY($1)
             """, ids)
-        var result: [String: SavedSearchRow] = [:]
+        var result: [String: PreferencesFold.SavedSearchRow] = [:]
         for row in rows {
             let id = try row.decode(String.self, "saved_search_id")
-            result[id] = SavedSearchRow(
+            result[id] = PreferencesFold.SavedSearchRow(
                 id: id, personId: try row.decode(String.self, "person_id"), name: try row.decode(String.self, "name"),
                 queryJSON: try row.decode(PostgresRawJSON.self, "query").text, interval: try row.decode(String.self, "interval"),
                 push: try row.decode(Bool.self, "push"), createdAt: try row.decode(Date.self, "created_at"),
@@ -165,9 +106,5 @@ public struct PreferencesProjection: Projection {
                 position: try row.decode(Int64.self, "position"))
         }
         return result
-    }
-
-    static func json(_ value: JSONValue) throws -> String {
-        String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
     }
 }

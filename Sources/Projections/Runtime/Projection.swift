@@ -69,8 +69,11 @@ public protocol Projection: Sendable {
     var version: Int { get }
     /// Its tables, in creation order.
     var tableNames: [String] { get }
-    /// The event types it reads.
+    /// The event types it reads: those its fold has a rule for (`FoldRules`).
     var eventTypes: Set<String> { get }
+    /// The catalogue types it leaves alone on purpose. Every catalogue type is in exactly one of
+    /// `eventTypes` and this (`ProjectionFoldTests`), so a new type is never ignored by oversight.
+    var ignoredEventTypes: Set<String> { get }
     /// Creates its tables, with their primary keys, in the context's schema.
     func createTables(in context: ProjectionContext) throws
     /// Creates the other indexes of its tables (`IF NOT EXISTS`). A replay builds them once after
@@ -78,6 +81,11 @@ public protocol Projection: Sendable {
     func createIndexes(in context: ProjectionContext) throws
     /// Applies a batch of events, in log order, with few set-based statements.
     func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws
+}
+
+extension Projection {
+    /// None: a projection that does not say which types it ignores is taken to have missed them all.
+    public var ignoredEventTypes: Set<String> { [] }
 }
 
 /// A failure of an apply that is about the event itself (it will fail again): parked, never retried.

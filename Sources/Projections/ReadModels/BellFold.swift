@@ -1,0 +1,273 @@
+import Foundation
+import InboxDomain
+
+/// The pure middle of `BellProjection`: a batch's events, the bell's facts and the entries they
+/// touch in; the entries, facts and outbox rows to write out (no connection, no clock).
+///
+/// Each event sees the facts as they stood at its place in the log: the notifications it makes are
+/// planned (`NotificationPlanner`) before the facts take it in. "All read" and "all deleted" cover
+/// the person's entries made by events earlier in the log (by position), whatever the batch.
+struct BellFold {
+    struct Entry {
+        var id: String
+        var personId: String
+        var category: String
+        var event: String
+        var idsJSON: String
+        var createdAt: Date
+        var readAt: Date?
+        var sourcePosition: Int64
+        var existed: Bool
+        var readChanged = false
+        var deleted = false
+    }
+
+    struct Counter: Equatable {
+        var unread: Int32 = 0
+        var total: Int32 = 0
+    }
+
+    struct OutboxRow {
+        var notificationId: String
+        var audience: String
+        var recipientId: String
+        var category: String
+        var event: String
+        var idsJSON: String
+        var sourcePosition: Int64
+        var createdAt: Date
+    }
+
+    /// What a batch needs loaded: the facts of its conversations, watches and saved searches, the
+    /// entries its marks and imports name, and per person the entries its last "all read" and
+    /// "all deleted" cover (those made before that position).
+    struct Keys {
+        var conversations: Set<String> = []
+        var watches: Set<String> = []
+        var searches: Set<String> = []
+        var entries: Set<String> = []
+        var readAllUpTo: [String: Int64] = [:]
+        var deleteAllUpTo: [String: Int64] = [:]
+    }
+
+    private(set) var facts: Facts
+    private(set) var entries: [String: Entry]
+    private var byPerson: [String: [String]] = [:]
+    /// The entries this batch made, in order.
+    private(set) var created: [String] = []
+    /// The notifications to send (none when `sendsNotifications` is off: a replay).
+    private(set) var outbox: [OutboxRow] = []
+    let sendsNotifications: Bool
+
+    init(facts: Facts, entries: [String: Entry], sendsNotifications: Bool) {
+        self.facts = facts
+        self.entries = entries
+        self.sendsNotifications = sendsNotifications
+        for (id, entry) in entries { byPerson[entry.personId, default: []].append(id) }
+    }
+
+    /// What `events` need loaded.
+    static func keys(of events: [ProjectedEvent]) -> Keys { rules.keys(of: events, from: Keys()) }
+
+    /// What `events` make of the bell, given the facts and entries they touch as stored.
+    static func fold(_ events: [ProjectedEvent], facts: Facts, entries: [String: Entry], sendsNotifications: Bool) throws -> BellFold {
+        try rules.fold(events, from: BellFold(facts: facts, entries: entries, sendsNotifications: sendsNotifications))
+    }
+
+    /// Makes the entries and outbox rows of what `event` notifies, planned with `facts`.
+    mutating func notify(_ event: ProjectedEvent, _ facts: NotificationPlanner.Facts = NotificationPlanner.Facts()) {
+        let position = event.record.position
+        for notification in NotificationPlanner.notifications(for: event.payload, facts: facts) {
+            let idsJSON = BellProjection.json(notification.ids)
+            switch notification.audience {
+            case .person(let person):
+                let id = addEntry(for: notification, person: person, idsJSON: idsJSON, event: event)
+                guard notification.isSent && sendsNotifications else { continue }
+                outbox.append(
+                    OutboxRow(
+                        notificationId: id, audience: "person", recipientId: person, category: notification.category.rawValue,
+                        event: notification.event, idsJSON: idsJSON, sourcePosition: position, createdAt: event.record.recordedAt))
+            case .shop(let shop):
+                guard sendsNotifications else { continue }
+                outbox.append(
+                    OutboxRow(
+                        notificationId: BellProjection.notificationId(position: position, recipient: "shop:\(shop)"), audience: "shop",
+                        recipientId: shop, category: notification.category.rawValue, event: notification.event, idsJSON: idsJSON,
+                        sourcePosition: position, createdAt: event.record.recordedAt))
+            }
+        }
+    }
+
+    /// The person's entry of `notification`, made unless it exists (a legacy import sent twice);
+    /// returns its id.
+    private mutating func addEntry(for notification: PlannedNotification, person: String, idsJSON: String, event: ProjectedEvent) -> String {
+        let id = Self.entryId(for: notification, event: event, person: person)
+        if entries[id] != nil { return id }
+        let at = event.record.recordedAt
+        var entry = Entry(
+            id: id, personId: person, category: notification.category.rawValue, event: notification.event, idsJSON: idsJSON,
+            createdAt: at, readAt: nil, sourcePosition: event.record.position, existed: false)
+        if let legacy = event.payload as? LegacyNotificationImported {
+            entry.createdAt = legacy.createdDate ?? at
+            entry.readAt = legacy.read ? entry.createdAt : nil
+        }
+        entries[id] = entry
+        byPerson[person, default: []].append(id)
+        created.append(id)
+        return id
+    }
+
+    /// A legacy entry keeps its own id; every other is derived from its event and person.
+    static func entryId(for notification: PlannedNotification, event: ProjectedEvent, person: String) -> String {
+        if let legacy = event.payload as? LegacyNotificationImported { return legacy.notificationId }
+        return BellProjection.notificationId(position: event.record.position, recipient: person)
+    }
+
+    /// Marks the person's entry read, if it is theirs, there and unread.
+    mutating func read(_ id: String, of person: String, at: Date) {
+        guard var entry = entries[id], entry.personId == person, !entry.deleted, entry.readAt == nil else { return }
+        entry.readAt = at
+        entry.readChanged = true
+        entries[id] = entry
+    }
+
+    /// Removes the person's entry, read or not, if it is theirs.
+    mutating func delete(_ id: String, of person: String) {
+        guard var entry = entries[id], entry.personId == person else { return }
+        entry.deleted = true
+        entries[id] = entry
+    }
+
+    /// Marks read every entry of the person made by an event before `event`.
+    mutating func readAll(of person: String, _ event: ProjectedEvent) {
+        for id in byPerson[person] ?? [] {
+            guard let entry = entries[id], entry.sourcePosition < event.record.position else { continue }
+            read(id, of: person, at: event.record.recordedAt)
+        }
+    }
+
+    /// Removes every entry of the person made by an event before `event`.
+    mutating func deleteAll(of person: String, _ event: ProjectedEvent) {
+        for id in byPerson[person] ?? [] {
+            guard let entry = entries[id], entry.sourcePosition < event.record.position else { continue }
+            delete(id, of: person)
+        }
+    }
+}
+
+extension BellFold {
+    /// The entry rows to insert, mark read and delete, and how the counters move by the reads and
+    /// deletes. Inserts are counted by what the table takes (`BellProjection.store`).
+    struct Writes {
+        var inserts: [Entry] = []
+        var reads: [Entry] = []
+        var deletes: [Entry] = []
+        /// Per person, how the counters move; everybody who got an entry has one, whatever the batch
+        /// nets out to, so the counter rows do not depend on where the log is cut into batches.
+        var counters: [String: Counter] = [:]
+    }
+
+    var writes: Writes {
+        var writes = Writes()
+        for id in created {
+            guard let entry = entries[id] else { continue }
+            if writes.counters[entry.personId] == nil { writes.counters[entry.personId] = Counter() }
+            if !entry.deleted { writes.inserts.append(entry) }
+        }
+        for entry in entries.values where entry.existed {
+            if entry.deleted {
+                writes.deletes.append(entry)
+                writes.counters[entry.personId, default: Counter()].total -= 1
+                // An entry read in this batch was counted unread before it.
+                if entry.readAt == nil || entry.readChanged { writes.counters[entry.personId, default: Counter()].unread -= 1 }
+            } else if entry.readChanged {
+                writes.reads.append(entry)
+                writes.counters[entry.personId, default: Counter()].unread -= 1
+            }
+        }
+        return writes
+    }
+}
+
+extension BellFold {
+    typealias Rules = FoldRules<Keys, BellFold>
+
+    static let rules: Rules = {
+        var rules = Rules(ignoring: [
+            ConversationRead.self, ConversationArchived.self, ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self,
+            SavedSearchChanged.self, AccountBlocked.self, NotificationPreferenceChanged.self,
+            ShopMemberAdded.self, ShopMemberRemoved.self, PersonBlocked.self, PersonUnblocked.self,
+        ])
+        addConversationAndWatchRules(to: &rules)
+        addSavedSearchRules(to: &rules)
+        addBellOperationRules(to: &rules)
+        return rules
+    }()
+
+    /// Orders, security events, conversations and watches: notifications, and the facts they need.
+    private static func addConversationAndWatchRules(to rules: inout Rules) {
+        // Notifications that need nothing but the event.
+        func notifies<E: CatalogueEvent>(_ type: E.Type) { rules.on(type) { fold, _, event in fold.notify(event) } }
+        for type: any CatalogueEvent.Type in [
+            OrderPaid.self, OrderShipped.self, OrderDelivered.self, OrderCancelled.self, OrderRefunded.self,
+            SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self,
+        ] {
+            notifies(type)
+        }
+        // Conversations: the buyer and shop of a message's thread, and whether it was closed before it.
+        rules.on(ConversationStarted.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) { fold, e, _ in
+            fold.facts.start(e)
+        }
+        rules.on(ConversationClosedByBlock.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) { fold, e, _ in
+            fold.facts.close(e.conversationId)
+        }
+        rules.on(MessageSent.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) { fold, e, event in
+            fold.notify(event, NotificationPlanner.Facts(conversation: fold.facts.conversations[e.conversationId]))
+        }
+        // Watches: who has one as a favourite when its price drops or it is sold.
+        rules.on(FavouriteAdded.self, load: { keys, e, _ in keys.watches.insert(e.watchId) }) { fold, e, _ in
+            fold.facts.setFavourite(true, watch: e.watchId, person: e.personId)
+        }
+        rules.on(FavouriteRemoved.self, load: { keys, e, _ in keys.watches.insert(e.watchId) }) { fold, e, _ in
+            fold.facts.setFavourite(false, watch: e.watchId, person: e.personId)
+        }
+        rules.on(WatchPriceChanged.self, load: { keys, e, _ in keys.watches.insert(e.watchId) }) { fold, e, event in
+            fold.notify(event, NotificationPlanner.Facts(favouriters: fold.facts.favouriters(of: e.watchId)))
+        }
+        rules.on(WatchStatusChanged.self, load: { keys, e, _ in keys.watches.insert(e.watchId) }) { fold, e, event in
+            fold.notify(event, NotificationPlanner.Facts(favouriters: fold.facts.favouriters(of: e.watchId)))
+        }
+    }
+
+    /// A match notifies only while its search exists.
+    private static func addSavedSearchRules(to rules: inout Rules) {
+        rules.on(SavedSearchCreated.self, load: { keys, e, _ in keys.searches.insert(e.savedSearchId) }) { fold, e, _ in
+            fold.facts.createSearch(e.savedSearchId, of: e.personId)
+        }
+        rules.on(SavedSearchDeleted.self, load: { keys, e, _ in keys.searches.insert(e.savedSearchId) }) { fold, e, _ in
+            fold.facts.deleteSearch(e.savedSearchId)
+        }
+        rules.on(SavedSearchMatched.self, load: { keys, e, _ in keys.searches.insert(e.savedSearchId) }) { fold, e, event in
+            fold.notify(event, NotificationPlanner.Facts(savedSearchExists: fold.facts.searchExists(e.savedSearchId, of: e.personId)))
+        }
+    }
+
+    /// The bell's own operations, and imports that keep their ids.
+    private static func addBellOperationRules(to rules: inout Rules) {
+        rules.on(LegacyNotificationImported.self, load: { keys, e, _ in keys.entries.insert(e.notificationId) }) { fold, _, event in
+            fold.notify(event)
+        }
+        rules.on(NotificationRead.self, load: { keys, e, _ in keys.entries.insert(e.notificationId) }) { fold, e, event in
+            fold.read(e.notificationId, of: e.personId, at: event.record.recordedAt)
+        }
+        rules.on(NotificationDeleted.self, load: { keys, e, _ in keys.entries.insert(e.notificationId) }) { fold, e, _ in
+            fold.delete(e.notificationId, of: e.personId)
+        }
+        rules.on(AllNotificationsRead.self, load: { keys, e, event in keys.readAllUpTo[e.personId] = event.record.position }) {
+            fold, e, event in fold.readAll(of: e.personId, event)
+        }
+        rules.on(AllNotificationsDeleted.self, load: { keys, e, event in keys.deleteAllUpTo[e.personId] = event.record.position }) {
+            fold, e, event in fold.deleteAll(of: e.personId, event)
+        }
+    }
+}
