@@ -78,79 +78,91 @@ public final class ServiceGroup: Sendable {
         }
     }
 
-    private func drive() async throws {
+    /// What the group knows of its members as it runs them.
+    private struct Progress {
         var tasks: [Task<Void, Never>] = []
+        var finished: [Int: Result<Void, any Error>] = [:]
+        var firstError: (any Error)?
+    }
+
+    private func drive() async throws {
+        var progress = Progress()
         for (index, member) in members.enumerated() {
             logger.info("starting \(member.name)", metadata: ["role": member.name])
-            tasks.append(Task { [continuation] in
+            progress.tasks.append(Task { [continuation] in
                 let result = await Result { try await member.service.run() }
                 continuation.yield(.finished(index, result))
             })
         }
-        var finished: [Int: Result<Void, any Error>] = [:]
-        var firstError: (any Error)?
         var iterator = events.makeAsyncIterator()
-        // Running: until something says stop.
-        running: while let event = await iterator.next() {
+        await untilAskedToStop(&iterator, &progress)
+        for index in members.indices.reversed() where progress.finished[index] == nil {
+            await stop(index, &iterator, &progress)
+        }
+        logger.info("every role stopped")
+        continuation.finish()
+        if let error = progress.firstError { throw error }
+    }
+
+    /// Until a signal, a request, or a member that ends by itself.
+    private func untilAskedToStop(_ iterator: inout AsyncStream<Event>.Iterator, _ progress: inout Progress) async {
+        while let event = await iterator.next() {
             switch event {
             case .signal(let number):
                 logger.info("received \(Self.signalName(number)): stopping the roles in order", metadata: ["signal": Self.signalName(number)])
-                break running
+                return
             case .shutdownRequested:
                 logger.info("stopping the roles in order")
-                break running
+                return
             case .finished(let index, let result):
-                finished[index] = result
+                progress.finished[index] = result
+                let name = members[index].name
                 if case .failure(let error) = result {
-                    firstError = firstError ?? error
-                    logger.error("\(members[index].name) failed: stopping the other roles", metadata: ["role": members[index].name, "error": "\(error)"])
+                    progress.firstError = progress.firstError ?? error
+                    logger.error("\(name) failed: stopping the other roles", metadata: ["role": name, "error": "\(error)"])
                 } else {
-                    logger.error("\(members[index].name) ended on its own: stopping the other roles", metadata: ["role": members[index].name])
+                    logger.error("\(name) ended on its own: stopping the other roles", metadata: ["role": name])
                 }
-                break running
+                return
             case .deadline:
                 continue
             }
         }
-        // Stopping: the last started first, one at a time.
-        for index in members.indices.reversed() where finished[index] == nil {
-            let member = members[index]
-            let started = ContinuousClock.now
-            logger.info("stopping \(member.name)", metadata: ["role": member.name])
-            tasks[index].cancel()
-            let timer = Task { [clock, continuation] in
-                try await clock.sleep(for: member.shutdownDeadline)
-                continuation.yield(.deadline(index))
-            }
-            waiting: while let event = await iterator.next() {
-                switch event {
-                case .finished(let other, let result):
-                    finished[other] = result
-                    if case .failure(let error) = result, !(error is CancellationError) {
-                        firstError = firstError ?? error
-                        logger.error("\(members[other].name) failed while stopping", metadata: ["role": members[other].name, "error": "\(error)"])
-                    }
-                    if other == index {
-                        let elapsed = ContinuousClock.now - started
-                        logger.info("\(member.name) stopped", metadata: ["role": member.name, "milliseconds": "\(elapsed.wholeMilliseconds)"])
-                        break waiting
-                    }
-                case .deadline(let other) where other == index:
-                    logger.error(
-                        "\(member.name) did not stop within \(member.shutdownDeadline); going on without it",
-                        metadata: ["role": member.name])
-                    break waiting
-                case .signal(let number):
-                    logger.info("received \(Self.signalName(number)) again: already stopping", metadata: ["role": member.name])
-                case .shutdownRequested, .deadline:
-                    continue
-                }
-            }
-            timer.cancel()
+    }
+
+    /// Tells one member to stop and waits for it, at most its deadline.
+    private func stop(_ index: Int, _ iterator: inout AsyncStream<Event>.Iterator, _ progress: inout Progress) async {
+        let member = members[index]
+        let started = ContinuousClock.now
+        logger.info("stopping \(member.name)", metadata: ["role": member.name])
+        progress.tasks[index].cancel()
+        let timer = Task { [clock, continuation] in
+            try await clock.sleep(for: member.shutdownDeadline)
+            continuation.yield(.deadline(index))
         }
-        logger.info("every role stopped")
-        continuation.finish()
-        if let firstError { throw firstError }
+        defer { timer.cancel() }
+        while let event = await iterator.next() {
+            switch event {
+            case .finished(let other, let result):
+                progress.finished[other] = result
+                if case .failure(let error) = result, !(error is CancellationError) {
+                    progress.firstError = progress.firstError ?? error
+                    logger.error("\(members[other].name) failed while stopping", metadata: ["role": members[other].name, "error": "\(error)"])
+                }
+                if other == index {
+                    let elapsed = ContinuousClock.now - started
+                    logger.info("\(member.name) stopped", metadata: ["role": member.name, "milliseconds": "\(elapsed.wholeMilliseconds)"])
+                    return
+                }
+            case .deadline(let other) where other == index:
+                logger.error("\(member.name) did not stop within \(member.shutdownDeadline); going on without it", metadata: ["role": member.name])
+                return
+            case .signal(let number):
+                logger.info("received \(Self.signalName(number)) again: already stopping", metadata: ["role": member.name])
+            case .shutdownRequested, .deadline:
+                continue
+            }
+        }
     }
 
     static func signalName(_ number: Int32) -> String {

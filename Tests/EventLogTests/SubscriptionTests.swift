@@ -7,11 +7,12 @@ import PostgresClient
 import Testing
 
 @Suite struct SubscriptionTests {
-    /// With a poll interval of a minute, only the NOTIFY of the append can wake the subscriber in time.
+    /// With a clock that does not move, only the NOTIFY of the append can wake the subscriber.
     @Test func aSubscriberWakesOnTheNotifyOfAnAppend() async throws {
         let db = try await TestDatabase.make()
         defer { Task { await db.drop() } }
-        let stream = db.store.subscribe(after: .start, options: .init(pollInterval: .seconds(60)))
+        let clock = TestClock()
+        let stream = db.store.subscribe(after: .start, options: .init(pollInterval: .seconds(60)), clock: clock)
         let received = Task { () -> [String] in
             var bodies: [String] = []
             for try await batch in stream {
@@ -21,12 +22,21 @@ import Testing
             return bodies
         }
         _ = try await db.store.append(message("conversation-1", "before the wait"))
-        try await Task.sleep(for: .milliseconds(500))
-        let started = ContinuousClock.now
+        // Read, and waiting (besides a few ms held back by another test's transaction, maybe).
+        try await clock.waitForSleepers(1)
         _ = try await db.store.append(message("conversation-2", "wakes the subscriber"))
+        let held = Task {
+            // Held-back retries wait on the clock too: it creeps on 10 ms at a time, so it reaches
+            // the poll interval (60 s) only if the notification never wakes the subscriber.
+            while !Task.isCancelled {
+                if clock.sleepers > 0 { clock.advance(by: .milliseconds(10)) }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+        }
+        defer { held.cancel() }
         let bodies = try await received.value
         #expect(bodies == ["conversation-1", "conversation-2"])
-        #expect(ContinuousClock.now - started < .seconds(20))
+        #expect(clock.now.offset < .seconds(60), "woken by the notification, not by the poll interval")
     }
 
     /// An insert that sends no NOTIFY is still found by the poll, when the clock says it is time.
