@@ -119,7 +119,7 @@ let package = Package(
             dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections", "Encodings"],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "LifecycleTests", dependencies: ["Lifecycle", "PostgresClient", "EventLog", "InboxTesting", "Threads"],
+            name: "LifecycleTests", dependencies: ["Lifecycle", "PostgresClient", "EventLog", "InboxTesting", "Threads", "Projections", "InboxDomain"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "DeviceRegistryTests", dependencies: ["Devices", "PostgresClient", "InboxTesting"], swiftSettings: swiftSettings),

@@ -210,7 +210,10 @@ public struct LeasedLoop<Work: LoopWork>: Sendable {
             } catch is LeaseLost {
                 work.ended(&state)
                 reportedHolder = nil
-            } catch where isRetryable(error) && !Task.isCancelled && !(error is CancellationError) {
+            } catch where Task.isCancelled {
+                // Whatever failed while stopping: the loop was told to stop, and stops.
+                throw CancellationError()
+            } catch where isRetryable(error) && !(error is CancellationError) {
                 work.ended(&state)
                 let delay = backoff.nextDelay()
                 record(

@@ -83,6 +83,7 @@ public final class ServiceGroup: Sendable {
         var tasks: [Task<Void, Never>] = []
         var finished: [Int: Result<Void, any Error>] = [:]
         var firstError: (any Error)?
+        var toldOfRepeatedSignal = false
     }
 
     private func drive() async throws {
@@ -158,7 +159,11 @@ public final class ServiceGroup: Sendable {
                 logger.error("\(member.name) did not stop within \(member.shutdownDeadline); going on without it", metadata: ["role": member.name])
                 return
             case .signal(let number):
-                logger.info("received \(Self.signalName(number)) again: already stopping", metadata: ["role": member.name])
+                // Said once: a burst of signals must not become a burst of lines.
+                if !progress.toldOfRepeatedSignal {
+                    logger.info("received \(Self.signalName(number)) again: already stopping", metadata: ["role": member.name])
+                    progress.toldOfRepeatedSignal = true
+                }
             case .shutdownRequested, .deadline:
                 continue
             }

@@ -36,3 +36,15 @@ extension TestDatabase {
         }
     }
 }
+
+/// The stream ids of the first `count` events a subscription hands over, then the subscription ends.
+func streamIds(_ count: Int, from stream: AsyncThrowingStream<[RecordedEvent], any Error>) -> Task<[String], any Error> {
+    Task {
+        var streams: [String] = []
+        for try await batch in stream {
+            streams += batch.map(\.streamId)
+            if streams.count >= count { break }
+        }
+        return streams
+    }
+}

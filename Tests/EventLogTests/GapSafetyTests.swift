@@ -77,14 +77,7 @@ import Testing
         _ = try await db.store.append(message("conversation-fast", "early"))
 
         let stream = db.store.subscribe(after: .start, options: .init(pollInterval: .seconds(60)))
-        let received = Task { () -> [String] in
-            var streams: [String] = []
-            for try await batch in stream {
-                streams += batch.map(\.streamId)
-                if streams.count >= 2 { break }
-            }
-            return streams
-        }
+        let received = streamIds(2, from: stream)
         try await Task.sleep(for: .milliseconds(500))
         let committed = ContinuousClock.now
         try slow.execute("COMMIT")

@@ -13,14 +13,7 @@ import Testing
         defer { Task { await db.drop() } }
         let clock = TestClock()
         let stream = db.store.subscribe(after: .start, options: .init(pollInterval: .seconds(60)), clock: clock)
-        let received = Task { () -> [String] in
-            var bodies: [String] = []
-            for try await batch in stream {
-                bodies += batch.map(\.streamId)
-                if bodies.count >= 2 { break }
-            }
-            return bodies
-        }
+        let received = streamIds(2, from: stream)
         _ = try await db.store.append(message("conversation-1", "before the wait"))
         // Read, and waiting (besides a few ms held back by another test's transaction, maybe).
         try await clock.waitForSleepers(1)
@@ -72,14 +65,7 @@ import Testing
         let db = try await TestDatabase.make()
         defer { Task { await db.drop() } }
         let stream = db.store.subscribe(after: .start, options: .init(pollInterval: .seconds(60), reconnectDelay: .milliseconds(10)))
-        let received = Task { () -> [String] in
-            var streams: [String] = []
-            for try await batch in stream {
-                streams += batch.map(\.streamId)
-                if streams.count >= 2 { break }
-            }
-            return streams
-        }
+        let received = streamIds(2, from: stream)
         _ = try await db.store.append(message("conversation-1", "before"))
         let killer = try db.connect()
         defer { killer.close() }

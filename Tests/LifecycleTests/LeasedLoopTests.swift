@@ -6,7 +6,7 @@ import Testing
 import Threads
 
 /// A work that counts its turns and waits for a NOTIFY or the poll interval after each.
-private struct CountingWork: LoopWork {
+struct CountingWork: LoopWork {
     struct State: Sendable {
         var begins = 0
         var steps = 0
@@ -42,7 +42,7 @@ private struct CountingWork: LoopWork {
     }
 }
 
-private func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: () throws -> Bool) async throws {
+func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: () throws -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout
     while try !condition() {
         guard ContinuousClock.now < deadline else { throw TestClockTimeout(description: "timed out waiting until \(what)") }
@@ -51,27 +51,6 @@ private func eventually(_ what: String, timeout: Duration = .seconds(20), _ cond
 }
 
 @Suite struct LeasedLoopTests {
-    /// Stopping must not wait out the poll interval (a minute here) nor the lease's session.
-    @Test func aLoopStoppedInTheMiddleOfItsWaitStopsWithinASecond() async throws {
-        let db = try await TestDatabase.make()
-        defer { Task { await db.drop() } }
-        let progress = Locked(CountingWork.State())
-        let loop = LeasedLoop(
-            name: "waiting", work: CountingWork(progress: progress), configuration: db.configuration,
-            lease: Lease(lockClass: 77, key: "waiting"), channels: ["loop_test"], options: .init(pollInterval: .seconds(60)))
-        let running = Task { try await loop.run(from: .init()) }
-        try await eventually("the loop waits") { progress.withLock { $0.steps } == 1 }
-        try await Task.sleep(for: .milliseconds(50))
-        let stopping = ContinuousClock.now
-        running.cancel()
-        _ = await running.result
-        #expect(ContinuousClock.now - stopping < .seconds(1))
-        // Its lease went with its session.
-        let other = try db.connect()
-        defer { other.close() }
-        #expect(try other.query("SELECT pg_try_advisory_lock(77, hashtext('waiting'))").scalar(Bool.self))
-    }
-
     @Test func aNotificationWakesTheLoopBeforeThePollIntervalOfItsClock() async throws {
         let db = try await TestDatabase.make()
         defer { Task { await db.drop() } }

@@ -237,25 +237,6 @@ import Testing
         }
     }
 
-    /// With a poll interval of a minute, only an interruptible wait lets it stop at once.
-    @Test func aProjectorToldToStopInTheMiddleOfItsWaitStopsWithinASecondAndFreesItsLease() async throws {
-        try await withTestDatabase { db in
-            let projector = Task {
-                try await Projector(projection: PeopleProjection(), configuration: db.configuration, options: .init(pollInterval: .seconds(60))).run()
-            }
-            try await db.append(ShopMemberAdded(shopId: "s1", personId: "p1"))
-            try await db.waitUntilProjected([PeopleProjection()])
-            try await Task.sleep(for: .milliseconds(100))
-            let stopping = ContinuousClock.now
-            projector.cancel()
-            _ = await projector.result
-            #expect(ContinuousClock.now - stopping < .seconds(1))
-            let other = try db.connect()
-            defer { other.close() }
-            #expect(try other.query("SELECT pg_try_advisory_lock($1, hashtext('people'))", ProjectionLease.leaseLockClass).scalar(Bool.self))
-        }
-    }
-
     final class Reports: @unchecked Sendable {
         private let lock = NSLock()
         private var items: [Projector.Report] = []
