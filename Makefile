@@ -39,9 +39,9 @@ test: deps
 	trap 'scripts/test-postgres.sh stop "$$dir"' EXIT; \
 	echo "test database: $$dir"; \
 	export INBOX_TEST_DATABASE_URL="postgres:///postgres?host=$$dir&user=inbox" INBOX_MIGRATIONS_DIR="$(CURDIR)/sql"; \
-	$(SWIFT) test --skip-build --disable-xctest --skip PromptShutdownTests && \
+	$(SWIFT) test --skip-build --disable-xctest --skip PromptShutdown && \
 	echo "the timed shutdown tests, on their own:" && \
-	$(SWIFT) test --skip-build --disable-xctest --filter PromptShutdownTests
+	$(SWIFT) test --skip-build --disable-xctest --filter PromptShutdown
 
 # wrk (the HTTP load generator of `inbox-bench http`) only for the benchmarks.
 bench: deps

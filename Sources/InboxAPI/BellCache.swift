@@ -213,7 +213,8 @@ struct BellCacheListening: LoopWork {
     }
 
     func ended(_ state: inout Void) {
-        if cache.isListening { logger.warning("the bell cache stopped answering from memory until it listens again") }
+        // Stopping is not a fault; a lost session is, until the listener is back.
+        if cache.isListening && !Task.isCancelled { logger.warning("the bell cache stopped answering from memory until it listens again") }
         cache.setListening(false)
     }
 }

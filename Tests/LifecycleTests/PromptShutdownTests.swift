@@ -8,8 +8,9 @@ import Testing
 import Threads
 
 /// A role told to stop in the middle of its wait (a poll interval of a minute) stops within a
-/// second, having freed its lease. Timed, so `make test` runs this suite on its own after the rest:
-/// with the whole suite on two cores, a thread hop can wait longer than the role does.
+/// second, having freed its lease. Timed, so `make test` runs the `PromptShutdown` suites on their
+/// own after the rest: with the whole suite on two cores, a thread hop can wait longer than the
+/// role does.
 @Suite(.serialized) struct PromptShutdownTests {
     /// Stopping must not wait out the poll interval (a minute here) nor the lease's session.
     @Test func aLeasedLoopStoppedInTheMiddleOfItsWaitStopsWithinASecond() async throws {
