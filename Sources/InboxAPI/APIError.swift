@@ -70,11 +70,15 @@ public struct APIError: Error, Sendable {
     public var meta: [String: JSONValue]
     /// Headers the response carries besides the document (`Allow`, `Retry-After`).
     public var headers: [(name: String, value: String)]
+    /// What caused it, for the request's log line only: the response never carries it (a client
+    /// has no business knowing the database's host, port or user).
+    public var cause: String?
 
     public init(
         status: Int, code: Code, title: String? = nil, detail: String? = nil, source: Source? = nil, meta: [String: JSONValue] = [:],
-        headers: [(name: String, value: String)] = []
+        headers: [(name: String, value: String)] = [], cause: String? = nil
     ) {
+        self.cause = cause
         self.status = status
         self.code = code
         self.title = title ?? Self.reason(status)

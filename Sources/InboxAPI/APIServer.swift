@@ -14,7 +14,7 @@ public struct RequestLogLine: Sendable {
     public var duration: Duration
     public var requestId: String
     /// The cause of a failure that is not a refusal of the request (a 500, a 503): the error's
-    /// description, which the response never shows.
+    /// description (or an `APIError`'s `cause`), which the response never shows.
     public var error: String?
 }
 
@@ -139,7 +139,12 @@ public final class APIServer: Sendable {
         metrics?.record(
             method: request.method, route: route?.pattern ?? "unmatched", status: response.status,
             seconds: duration.inSeconds)
-        let cause = error.flatMap { $0 is APIError ? nil : String(describing: $0) }
+        let cause: String? =
+            switch error {
+            case nil: nil
+            case let refusal as APIError: refusal.cause
+            case let error?: String(describing: error)
+            }
         log(
             RequestLogLine(
                 method: request.method.rawValue, route: route?.pattern ?? request.path, status: response.status, duration: duration,
