@@ -28,6 +28,8 @@ public struct APIError: Error, Sendable {
         public static let appUpdateRequired = Code("app_update_required")
         /// 413: written by HTTPServer itself, before any route, which cannot see this type.
         public static let bodyTooLarge = Code("body_too_large")
+        /// 400: written by HTTPServer itself, for Content-Length headers that disagree.
+        public static let conflictingContentLength = Code("conflicting_content_length")
         public static let databaseUnavailable = Code("database_unavailable")
         public static let idMismatch = Code("id_mismatch")
         public static let internalError = Code("internal_error")
