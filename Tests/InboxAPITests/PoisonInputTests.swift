@@ -35,32 +35,25 @@ import Threads
     }
 
     @Test func aNULInASavedSearchIsA422PointingAtItsField() async throws {
-        let cluster = try await TestCluster.make()
-        defer { cluster.tearDown() }
-        let db = try await cluster.database()
-        defer { db.client.close() }
-        try await db.withProjectors { try await db.waitUntilProjected() }
-        let api = APIServer(routes: SavedSearchRoutes.routes(client: try db.requestPool()), gate: nil, verifier: AccessTokenTests.verifier)
-        let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
-        defer { server.shutdown() }
-        let client = APITestServer(server: server, db: db)
-        let headers = [
-            "Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "alice", scopes: [.accountRead, .accountWrite])),
-            "Content-Type": "application/vnd.api+json",
-        ]
-        func create(_ attributes: String) async throws -> APITestServer.Reply {
-            try await client.send(
-                "POST", "/v1/me/saved-searches", headers: headers, body: Data(#"{"data":{"type":"saved-searches","attributes":{\#(attributes)}}}"#.utf8))
+        try await SavedSearchRoutesTests.withSavedSearchAPI { client in
+            let headers = [
+                "Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "alice", scopes: [.accountRead, .accountWrite])),
+                "Content-Type": "application/vnd.api+json",
+            ]
+            func create(_ attributes: String) async throws -> APITestServer.Reply {
+                try await client.send(
+                    "POST", "/v1/me/saved-searches", headers: headers, body: Data(#"{"data":{"type":"saved-searches","attributes":{\#(attributes)}}}"#.utf8))
+            }
+            let query = try await create(#""name":"Daytona","query":{"signInId":"nul\u0000"}"#)
+            #expect(query.status == 422)
+            #expect((query.firstError["source"] as? [String: Any])?["pointer"] as? String == "/data/attributes/query/signInId")
+            let name = try await create(#""name":"nul\u0000","query":{"brand":"Rolex"}"#)
+            #expect(name.status == 422)
+            #expect((name.firstError["source"] as? [String: Any])?["pointer"] as? String == "/data/attributes/name")
+            let member = try await create(#""name":"Daytona","query":{"a/b\u0000":1}"#)
+            #expect((member.firstError["source"] as? [String: Any])?["pointer"] as? String == "/data/attributes/query/a~1b\u{0}")
+            #expect(try await create(#""name":"Daytona","query":{"brand":"Rolex"}"#).status == 201)
         }
-        let query = try await create(#""name":"Daytona","query":{"signInId":"nul\u0000"}"#)
-        #expect(query.status == 422)
-        #expect((query.firstError["source"] as? [String: Any])?["pointer"] as? String == "/data/attributes/query/signInId")
-        let name = try await create(#""name":"nul\u0000","query":{"brand":"Rolex"}"#)
-        #expect(name.status == 422)
-        #expect((name.firstError["source"] as? [String: Any])?["pointer"] as? String == "/data/attributes/name")
-        let member = try await create(#""name":"Daytona","query":{"a/b\u0000":1}"#)
-        #expect((member.firstError["source"] as? [String: Any])?["pointer"] as? String == "/data/attributes/query/a~1b\u{0}")
-        #expect(try await create(#""name":"Daytona","query":{"brand":"Rolex"}"#).status == 201)
     }
 
     @Test func aNULInAPathOrQueryParameterIsA404OrA400NamingIt() async throws {
