@@ -116,7 +116,7 @@ let package = Package(
             name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxAPITests",
-            dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections", "Encodings"],
+            dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections", "Encodings", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "LifecycleTests", dependencies: ["Lifecycle", "PostgresClient", "EventLog", "InboxTesting", "Threads", "Projections", "InboxDomain"],

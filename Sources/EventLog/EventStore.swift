@@ -211,6 +211,28 @@ struct AppendRequest: Sendable {
         // The payload must be one JSON object; the server parses it, this catches the common mistakes early.
         let payload = event.payloadJSON.utf8.drop { $0 == 32 || $0 == 10 || $0 == 13 || $0 == 9 }
         if payload.first != UInt8(ascii: "{") { throw refuse("payload", "must be a JSON object") }
+        // PostgreSQL's text and jsonb cannot hold U+0000: refused here, it is the client's fault
+        // (a 422), not a failed statement that another tier would retry forever.
+        if let field = fieldHoldingNUL(event) { throw refuse(field, "holds the character U+0000, which cannot be stored") }
+    }
+
+    /// The first field of `event` with U+0000 in it (`metadata.actor`, `payload.offer.note`). The
+    /// payload is parsed only when its text holds an escaped or raw NUL, so an append of ordinary
+    /// events pays one scan of their text.
+    static func fieldHoldingNUL(_ event: NewEvent) -> String? {
+        let metadata = event.metadata
+        let strings: [(field: String, value: String?)] = [
+            ("stream", event.streamId), ("type", event.type), ("idempotencyKey", event.idempotencyKey),
+            ("metadata.appVersion", metadata.appVersion), ("metadata.actor", metadata.actor),
+            ("metadata.correlationId", metadata.correlationId), ("metadata.causationId", metadata.causationId),
+            ("metadata.service", metadata.service),
+        ]
+        if let found = strings.first(where: { $0.value?.containsNUL == true }) { return found.field }
+        guard event.payloadJSON.containsNUL || event.payloadJSON.contains("\\u0000") else { return nil }
+        guard let payload = try? JSONDecoder().decode(JSONValue.self, from: Data(event.payloadJSON.utf8)) else {
+            return event.payloadJSON.containsNUL ? "payload" : nil
+        }
+        return payload.pathToNUL.map { (["payload"] + $0).joined(separator: ".") }
     }
 
     static func write(_ metadata: EventMetadata, to text: inout JSONText) {

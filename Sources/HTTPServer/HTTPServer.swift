@@ -12,6 +12,8 @@ import Threads
 /// - a body over `maximumBodyBytes` is answered 413 (up front when `Content-Length` says so, else
 ///   as soon as it grows past the limit), never buffered whole;
 /// - headers over `maximumHeaderBytes` are refused by libmicrohttpd itself (431);
+/// - `Content-Length` given twice with different values is a 400 and the connection is closed
+///   (RFC 9112 §6.3: the body's end is unknown); libmicrohttpd itself takes the first;
 /// - at most `connectionLimit` connections are open; idle ones close after `idleTimeoutSeconds`;
 /// - `shutdown` stops accepting, lets the requests in flight finish (up to a grace period), then
 ///   closes every connection.
@@ -169,7 +171,8 @@ final class Core: Sendable {
 /// answer its work on the pool left for that thread to send once the connection is resumed.
 final class RequestState: @unchecked Sendable {
     var body: [UInt8] = []
-    var tooLarge = false
+    /// The answer when the request is refused before its handler (413, 400): its body is dropped.
+    var refusal: HTTPResponse?
     let answer = Mutex<HTTPResponse?>(nil)
 }
 
@@ -186,18 +189,19 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
         let state = RequestState()
         core.inFlight.add(1, ordering: .relaxed)
         stateSlot.pointee = Unmanaged.passRetained(state).toOpaque()
-        if let length = headerValue(connection, "Content-Length").flatMap(Int.init), length > core.maximumBodyBytes {
-            state.tooLarge = true
-            return send(tooLargeResponse(core.maximumBodyBytes), on: connection)
+        if contentLengths(connection).count > 1 {
+            state.refusal = conflictingLengthsResponse
+        } else if let length = headerValue(connection, "Content-Length").flatMap(Int.init), length > core.maximumBodyBytes {
+            state.refusal = tooLargeResponse(core.maximumBodyBytes)
         }
-        return .YES
+        return state.refusal.map { send($0, on: connection) } ?? .YES
     }
     let state = Unmanaged<RequestState>.fromOpaque(rawState).takeUnretainedValue()
     if uploadDataSize.pointee > 0 {
         let count = uploadDataSize.pointee
-        if !state.tooLarge, let uploadData {
+        if state.refusal == nil, let uploadData {
             if state.body.count + count > core.maximumBodyBytes {
-                state.tooLarge = true
+                state.refusal = tooLargeResponse(core.maximumBodyBytes)
                 state.body = []
             } else {
                 uploadData.withMemoryRebound(to: UInt8.self, capacity: count) { bytes in
@@ -208,7 +212,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
         uploadDataSize.pointee = 0
         return .YES
     }
-    if state.tooLarge { return send(tooLargeResponse(core.maximumBodyBytes), on: connection) }
+    if let refusal = state.refusal { return send(refusal, on: connection) }
     // Called again after a resume: the pool's answer is waiting.
     if let answer = state.answer.withLock({ answer in answer.take() }) { return send(answer, on: connection) }
     let request = HTTPRequest(
@@ -251,6 +255,13 @@ private let requestCompleted: MHD_RequestCompletedCallback = { context, _, state
     Unmanaged<Core>.fromOpaque(context).takeUnretainedValue().inFlight.subtract(1, ordering: .releasing)
 }
 
+/// Closes the connection: where the body ends, and so where the next request starts, is unknown.
+private let conflictingLengthsResponse = HTTPResponse(
+    status: 400, contentType: "application/vnd.api+json",
+    body: #"{"jsonapi":{"version":"1.0"},"errors":[{"status":"400","code":"conflicting_content_length","title":"Bad Request","#
+        + #""detail":"The request has Content-Length headers with different values.","source":{"header":"Content-Length"}}]}"#,
+    headers: [("Connection", "close")])
+
 private func tooLargeResponse(_ limit: Int) -> HTTPResponse {
     HTTPResponse(
         status: 413, contentType: "application/vnd.api+json",
@@ -282,6 +293,20 @@ private func headers(_ connection: OpaquePointer) -> [String: String] {
         if let existing = result[key] { result[key] = existing + ", " + (value ?? "") } else { result[key] = value ?? "" }
     }
     return result
+}
+
+/// The distinct values of the request's `Content-Length` headers (libmicrohttpd keeps them all).
+private func contentLengths(_ connection: OpaquePointer) -> Set<String> {
+    let collector = PairCollector()
+    let context = Unmanaged.passUnretained(collector).toOpaque()
+    _ = MHD_get_connection_values(
+        connection, .HEADER_KIND,
+        { context, _, key, value in
+            guard let context, let key, strcasecmp(key, "Content-Length") == 0 else { return .YES }
+            Unmanaged<PairCollector>.fromOpaque(context).takeUnretainedValue().pairs.append(("", value.map { String(cString: $0) }))
+            return .YES
+        }, context)
+    return withExtendedLifetime(collector) { Set(collector.pairs.map { $0.1 ?? "" }) }
 }
 
 /// Collects name/value pairs of one kind (headers, query arguments) in the order they came.

@@ -28,6 +28,8 @@ public struct APIError: Error, Sendable {
         public static let appUpdateRequired = Code("app_update_required")
         /// 413: written by HTTPServer itself, before any route, which cannot see this type.
         public static let bodyTooLarge = Code("body_too_large")
+        /// 400: written by HTTPServer itself, for Content-Length headers that disagree.
+        public static let conflictingContentLength = Code("conflicting_content_length")
         public static let databaseUnavailable = Code("database_unavailable")
         public static let idMismatch = Code("id_mismatch")
         public static let internalError = Code("internal_error")
@@ -70,11 +72,15 @@ public struct APIError: Error, Sendable {
     public var meta: [String: JSONValue]
     /// Headers the response carries besides the document (`Allow`, `Retry-After`).
     public var headers: [(name: String, value: String)]
+    /// What caused it, for the request's log line only: the response never carries it (a client
+    /// has no business knowing the database's host, port or user).
+    public var cause: String?
 
     public init(
         status: Int, code: Code, title: String? = nil, detail: String? = nil, source: Source? = nil, meta: [String: JSONValue] = [:],
-        headers: [(name: String, value: String)] = []
+        headers: [(name: String, value: String)] = [], cause: String? = nil
     ) {
+        self.cause = cause
         self.status = status
         self.code = code
         self.title = title ?? Self.reason(status)

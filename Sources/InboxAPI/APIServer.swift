@@ -13,6 +13,9 @@ public struct RequestLogLine: Sendable {
     public var status: Int
     public var duration: Duration
     public var requestId: String
+    /// The cause of a failure that is not a refusal of the request (a 500, a 503): the error's
+    /// description (or an `APIError`'s `cause`), which the response never shows.
+    public var error: String?
 }
 
 /// The API in front of the routes: every request gets a request id (kept from `X-Request-Id`
@@ -61,6 +64,7 @@ public final class APIServer: Sendable {
                     status: 405, code: .methodNotAllowed, detail: "\(request.path) answers \(allow).", headers: [("Allow", allow)])
             case .found(let found, let parameters):
                 route = found
+                try Self.refuseNUL(in: request, parameters: parameters)
                 var identity = AppIdentity.integration
                 if found.isAppAPI {
                     identity = try AppIdentity.parse(request.header(AppIdentity.headerName))
@@ -78,13 +82,15 @@ public final class APIServer: Sendable {
                     return .now(finish(try found.handler(context), request: request, route: found, requestId: requestId, started: started))
                 }
                 return .later { [self] in
-                    let response: HTTPResponse
-                    do { response = try found.handler(context) } catch { response = Self.response(for: error) }
-                    return finish(response, request: request, route: found, requestId: requestId, started: started)
+                    do {
+                        return finish(try found.handler(context), request: request, route: found, requestId: requestId, started: started)
+                    } catch {
+                        return finish(Self.response(for: error), request: request, route: found, requestId: requestId, started: started, error: error)
+                    }
                 }
             }
         } catch {
-            return .now(finish(Self.response(for: error), request: request, route: route, requestId: requestId, started: started))
+            return .now(finish(Self.response(for: error), request: request, route: route, requestId: requestId, started: started, error: error))
         }
     }
 
@@ -108,9 +114,23 @@ public final class APIServer: Sendable {
         }
     }
 
-    /// The request id on the response, the request counted in the metrics and logged.
+    /// A path or query parameter holding U+0000, which PostgreSQL's text cannot hold: no resource
+    /// has such an id (404), and a query parameter with it is a 400 naming it.
+    static func refuseNUL(in request: HTTPRequest, parameters: [String: String]) throws(APIError) {
+        if parameters.values.contains(where: \.containsNUL) {
+            throw APIError(status: 404, code: .notFound, detail: "There is no such resource: its id holds the character U+0000.")
+        }
+        if let parameter = request.query.first(where: { $0.name.containsNUL || $0.value?.containsNUL == true }) {
+            throw APIError(
+                status: 400, code: .invalidParameter, detail: "A query parameter holds the character U+0000.", source: .parameter(parameter.name))
+        }
+    }
+
+    /// The request id on the response, the request counted in the metrics and logged (with the
+    /// cause of an `error` that is not a refusal of the request).
     private func finish(
-        _ response: HTTPResponse, request: HTTPRequest, route: Route?, requestId: String, started: ContinuousClock.Instant
+        _ response: HTTPResponse, request: HTTPRequest, route: Route?, requestId: String, started: ContinuousClock.Instant,
+        error: (any Error)? = nil
     ) -> HTTPResponse {
         var response = response
         response.headers.append(("X-Request-Id", requestId))
@@ -119,7 +139,16 @@ public final class APIServer: Sendable {
         metrics?.record(
             method: request.method, route: route?.pattern ?? "unmatched", status: response.status,
             seconds: duration.inSeconds)
-        log(RequestLogLine(method: request.method.rawValue, route: route?.pattern ?? request.path, status: response.status, duration: duration, requestId: requestId))
+        let cause: String? =
+            switch error {
+            case nil: nil
+            case let refusal as APIError: refusal.cause
+            case let error?: String(describing: error)
+            }
+        log(
+            RequestLogLine(
+                method: request.method.rawValue, route: route?.pattern ?? request.path, status: response.status, duration: duration,
+                requestId: requestId, error: cause))
         return response
     }
 

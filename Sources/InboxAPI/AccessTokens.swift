@@ -71,37 +71,55 @@ public struct TokenVerifier: Sendable {
     public let keys: TokenKeys
     public let leeway: TimeInterval
     private let now: @Sendable () -> Date
-    private let cache = VerifiedTokens()
+    private let cache: VerifiedTokens
 
-    public init(keys: TokenKeys, leeway: TimeInterval = 30, now: @escaping @Sendable () -> Date = { Date() }) {
+    /// `cacheBytes` bounds the memory of the tokens remembered after their signature verified.
+    public init(
+        keys: TokenKeys, leeway: TimeInterval = 30, cacheBytes: Int = VerifiedTokens.defaultBytes,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
         self.keys = keys
         self.leeway = leeway
         self.now = now
+        cache = VerifiedTokens(bytes: cacheBytes)
     }
 
     /// An app sends the same token with every request for an hour: a token whose signature was
-    /// checked is remembered (by its exact text), and only its expiry is checked again.
+    /// checked is remembered (by the token itself, however the header spells `Bearer`), and only
+    /// its expiry is checked again.
     public func verify(authorization: String?) throws(APIError) -> AccessToken {
-        if let authorization, let known = cache.token(for: authorization) {
+        let token = try Self.bearerToken(authorization)
+        if let known = cache.token(for: token) {
             guard known.expiresAt.timeIntervalSince1970 + leeway > now().timeIntervalSince1970 else {
                 throw Self.unauthorized(.tokenExpired, "The access token has expired; refresh it.")
             }
             return known
         }
-        let token = try verifySignature(authorization: authorization)
-        if let authorization { cache.remember(token, for: authorization) }
-        return token
+        let verified = try verifySignature(token: token)
+        cache.remember(verified, for: token)
+        return verified
     }
 
-    private func verifySignature(authorization: String?) throws(APIError) -> AccessToken {
+    /// The tokens remembered now and the bytes they are counted as (never more than the bound).
+    public var cached: (count: Int, bytes: Int) { cache.usage }
+
+    /// The token of `Bearer <token>`: the scheme in any letter case, then one or more spaces
+    /// (RFC 9110 §11.1, §11.4); spaces and tabs around the header are not part of it.
+    static func bearerToken(_ authorization: String?) throws(APIError) -> String {
         guard let authorization, !authorization.isEmpty else {
             throw Self.unauthorized(.missingToken, "This needs a signed-in access token: Authorization: Bearer <token>.")
         }
-        let parts = authorization.split(separator: " ", maxSplits: 1)
+        let parts = authorization.trimmingSpaces.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else {
             throw Self.unauthorized(.invalidToken, "The Authorization header must be Bearer <token>.")
         }
-        let segments = parts[1].trimmingSpaces.split(separator: ".", omittingEmptySubsequences: false)
+        let token = parts[1].trimmingSpaces
+        guard !token.isEmpty else { throw Self.unauthorized(.invalidToken, "The Authorization header must be Bearer <token>.") }
+        return token
+    }
+
+    private func verifySignature(token: String) throws(APIError) -> AccessToken {
+        let segments = token.split(separator: ".", omittingEmptySubsequences: false)
         guard segments.count == 3, let headerBytes = Base64URL.decode(String(segments[0])),
             let payloadBytes = Base64URL.decode(String(segments[1])), let signature = Base64URL.decode(String(segments[2]))
         else { throw Self.unauthorized(.invalidToken, "The access token is not a JWT.") }
@@ -148,21 +166,61 @@ public struct TokenVerifier: Sendable {
     }
 }
 
-/// Tokens whose signature verified, by their `Authorization` header's exact text; at most 50,000,
-/// forgotten all at once when full (a cache miss costs one signature check).
-final class VerifiedTokens: Sendable {
-    /// At most this many tokens are remembered (a stripe that fills up starts over).
-    static let capacity = 65_536
-    private let tokens = Striped<[String: AccessToken]>(count: 32) { [:] }
+/// Tokens whose signature verified, by the token itself, within a bound in bytes that holds
+/// whatever the tokens: each entry is counted as its token, subject, id and scopes plus a fixed
+/// overhead, and a stripe over its share of the bound forgets its expired tokens, then all of them
+/// (a miss costs one signature check).
+public final class VerifiedTokens: Sendable {
+    public static let defaultBytes = 16 << 20
+    /// What an entry costs beyond its strings: the dictionary's slot, the token's fields, the
+    /// strings' and the scope set's storage headers.
+    static let entryOverhead = 256
 
-    func token(for authorization: String) -> AccessToken? { tokens.withLock(for: authorization) { $0[authorization] } }
+    private struct Stripe {
+        var tokens: [String: AccessToken] = [:]
+        var bytes = 0
+    }
 
-    func remember(_ token: AccessToken, for authorization: String) {
-        let perStripe = Self.capacity / tokens.count
-        tokens.withLock(for: authorization) { tokens in
-            if tokens.count >= perStripe { tokens.removeAll(keepingCapacity: true) }
-            tokens[authorization] = token
+    private let stripes = Striped<Stripe>(count: 32) { Stripe() }
+    private let bytesPerStripe: Int
+
+    init(bytes: Int) { bytesPerStripe = max(0, bytes) / stripes.count }
+
+    func token(for token: String) -> AccessToken? { stripes.withLock(for: token) { $0.tokens[token] } }
+
+    func remember(_ verified: AccessToken, for token: String) {
+        let cost = Self.cost(verified, token: token)
+        guard cost <= bytesPerStripe else { return }
+        let now = Date()
+        stripes.withLock(for: token) { stripe in
+            guard stripe.tokens[token] == nil else { return }
+            if stripe.bytes + cost > bytesPerStripe {
+                for (key, old) in stripe.tokens where old.expiresAt < now {
+                    stripe.tokens[key] = nil
+                    stripe.bytes -= Self.cost(old, token: key)
+                }
+            }
+            if stripe.bytes + cost > bytesPerStripe {
+                stripe.tokens.removeAll(keepingCapacity: true)
+                stripe.bytes = 0
+            }
+            stripe.tokens[token] = verified
+            stripe.bytes += cost
         }
+    }
+
+    var usage: (count: Int, bytes: Int) {
+        var usage = (count: 0, bytes: 0)
+        stripes.forEach { stripe in
+            usage.count += stripe.tokens.count
+            usage.bytes += stripe.bytes
+        }
+        return usage
+    }
+
+    static func cost(_ verified: AccessToken, token: String) -> Int {
+        entryOverhead + token.utf8.count + verified.subject.utf8.count + verified.id.utf8.count
+            + verified.scopes.reduce(0) { $0 + $1.rawValue.utf8.count + 16 }
     }
 }
 

@@ -19,11 +19,10 @@ public enum InternalEventRoutes {
     public static func routes(store: EventStore) -> [Route] {
         [
             Route(.post, "/internal/v1/events", access: .service) { context in
-                guard !context.request.body.isEmpty,
-                    let document = try? JSONDecoder().decode(JSONValue.self, from: Data(context.request.body))
-                else {
+                guard !context.request.body.isEmpty else {
                     throw APIError(status: 400, code: .malformedJSON, detail: "The body is not valid JSON.", source: .pointer(""))
                 }
+                let document = try context.jsonBody()
                 guard case .array(let items)? = document["data"] else {
                     throw APIError(status: 400, code: .invalidDocument, detail: "data must be an array of events.", source: .pointer("/data"))
                 }

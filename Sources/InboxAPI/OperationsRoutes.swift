@@ -7,7 +7,8 @@ import PostgresClient
 /// The routes for operators and load balancers, outside `/v1`: no app gate, no person's token.
 public enum OperationsRoutes {
     /// `GET /healthz`: the process is up and answering. `GET /readyz`: the database answers and
-    /// every migration is applied (503 otherwise, saying which).
+    /// every migration is applied (503 otherwise, saying which migrations, or only "database
+    /// unreachable": the database's address and user go to the log).
     public static func routes(client: PostgresClient, migrator: Migrator) -> [Route] {
         [
             Route(.get, "/healthz", waits: false) { _ in
@@ -18,7 +19,8 @@ public enum OperationsRoutes {
                 do {
                     pending = try client.withConnectionBlocking { connection in try migrator.pending(on: connection) }
                 } catch {
-                    throw APIError(status: 503, code: .databaseUnavailable, detail: "The database does not answer: \(error)")
+                    // Anybody may call this: where the database is, and as whom, goes only to the log.
+                    throw APIError(status: 503, code: .databaseUnavailable, detail: "database unreachable", cause: String(describing: error))
                 }
                 guard pending.isEmpty else {
                     throw APIError(

@@ -13,19 +13,31 @@ extension RequestContext {
         guard !request.body.isEmpty else {
             throw APIError(status: 400, code: .missingBody, detail: "This request needs a JSON:API document with data.", source: .pointer(""))
         }
-        let value: JSONValue
-        do {
-            value = try JSONDecoder().decode(JSONValue.self, from: Data(request.body))
-        } catch {
-            throw APIError(status: 400, code: .malformedJSON, detail: "The body is not valid JSON.", source: .pointer(""))
-        }
-        guard case .object(let document) = value else {
+        guard case .object(let document) = try jsonBody() else {
             throw APIError(status: 400, code: .invalidDocument, detail: "The body must be a JSON object.", source: .pointer(""))
         }
         guard case .object(let data)? = document["data"] else {
             throw APIError(status: 400, code: .invalidDocument, detail: "The document needs a data object.", source: .pointer("/data"))
         }
         return data
+    }
+
+    /// The body as JSON: malformed JSON is a 400 pointing at the body, and a string holding U+0000
+    /// (which PostgreSQL cannot store, wherever the value goes) a 422 pointing at it. Every route
+    /// reads its body here, so no such string reaches a handler.
+    public func jsonBody() throws(APIError) -> JSONValue {
+        let value: JSONValue
+        do {
+            value = try JSONDecoder().decode(JSONValue.self, from: Data(request.body))
+        } catch {
+            throw APIError(status: 400, code: .malformedJSON, detail: "The body is not valid JSON.", source: .pointer(""))
+        }
+        if let path = value.pathToNUL {
+            let pointer = path.map { "/" + $0.replacingOccurrences(of: "~", with: "~0").replacingOccurrences(of: "/", with: "~1") }.joined()
+            throw APIError(
+                status: 422, code: .invalidField, detail: "\(pointer) holds the character U+0000, which cannot be stored.", source: .pointer(pointer))
+        }
+        return value
     }
 
     /// The value of query parameter `name` (the last one when repeated).

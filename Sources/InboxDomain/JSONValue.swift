@@ -104,3 +104,31 @@ public enum JSONValue: Codable, Sendable, Hashable {
         return nil
     }
 }
+
+extension JSONValue {
+    /// Where the first string holding U+0000 is (a member's name or a string value), as the
+    /// names and indices leading to it; nil when there is none. PostgreSQL's text and jsonb cannot
+    /// hold that character, so a value carrying it must be refused before it reaches the database.
+    public var pathToNUL: [String]? {
+        switch self {
+        case .string(let text): return text.containsNUL ? [] : nil
+        case .array(let items):
+            for (index, item) in items.enumerated() {
+                if let path = item.pathToNUL { return [String(index)] + path }
+            }
+            return nil
+        case .object(let members):
+            for name in members.keys.sorted() {
+                if name.containsNUL { return [name] }
+                if let path = members[name]?.pathToNUL { return [name] + path }
+            }
+            return nil
+        case .null, .bool, .integer, .number: return nil
+        }
+    }
+}
+
+extension StringProtocol {
+    /// Whether the text holds U+0000, which PostgreSQL's text cannot store.
+    public var containsNUL: Bool { utf8.contains(0) }
+}

@@ -43,10 +43,12 @@ enum Roles {
                 gate: AppVersionGate(client: requestClient), verifier: try DevelopmentKey.verifier(configuration, log: log), services: services,
                 metrics: metrics, rateLimiter: RateLimiter()
             ) { line in
-                log.info("request", metadata: [
+                var metadata: Logger.Metadata = [
                     "method": line.method, "route": line.route, "status": String(line.status),
                     "durationMs": line.duration.millisecondsText, "requestId": line.requestId,
-                ])
+                ]
+                metadata["error"] = line.error
+                log.log(level: line.error == nil ? .info : .error, "request", metadata: metadata)
             }
             var members: [ServiceGroup.Member] = []
             if let bellCache {

@@ -144,6 +144,24 @@ import Testing
         #expect(try await db.count() == 0)
     }
 
+    @Test func aStringHoldingNULIsRefusedNamingItsFieldBeforeAnythingIsWritten() async throws {
+        let db = try await TestDatabase.make()
+        defer { Task { await db.drop() } }
+        let reason = "holds the character U+0000, which cannot be stored"
+        await #expect(throws: EventLogError.invalidEvent(index: 1, field: "payload.body", reason: reason)) {
+            try await db.store.append([message("conversation-1", "fine"), message("conversation-1", "nul\\u0000")])
+        }
+        var actor = message("conversation-1", "x")
+        actor.metadata.actor = "p-1\u{0}"
+        await #expect(throws: EventLogError.invalidEvent(index: 0, field: "metadata.actor", reason: reason)) { try await db.store.append([actor]) }
+        await #expect(throws: EventLogError.invalidEvent(index: 0, field: "idempotencyKey", reason: reason)) {
+            try await db.store.append([message("conversation-1", "x", key: "k\u{0}")])
+        }
+        // An escaped backslash before u0000 is not a NUL.
+        #expect(try await db.store.append([message("conversation-1", #"a \\u0000 b"#)]).count == 1)
+        #expect(try await db.count() == 1)
+    }
+
     @Test func theDatabaseRefusesUpdateDeleteAndTruncate() async throws {
         let db = try await TestDatabase.make()
         defer { Task { await db.drop() } }

@@ -65,6 +65,26 @@ import Testing
         #expect(reply.contains("body=11"), "\(reply)")
     }
 
+    /// RFC 9112 §6.3: differing lengths are unrecoverable (a proxy in front could read another
+    /// request than the server does), so the server answers 400 and handles nothing.
+    @Test func twoDifferentContentLengthsAreA400AndTheRequestIsNotHandled() throws {
+        let handled = Atomic<Int>(0)
+        let server = try Self.start { request in
+            handled.add(1, ordering: .relaxed)
+            return Self.echo(request)
+        }
+        defer { server.shutdown() }
+        let request = "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 10\r\nConnection: close\r\n\r\nhelloworld"
+        let reply = try RawHTTPClient.exchange(port: server.port, Array(request.utf8))
+        #expect(RawHTTPClient.statuses(reply) == [400], "\(reply)")
+        #expect(handled.load(ordering: .relaxed) == 0)
+        // One length said twice is one length (RFC 9110 §8.6 lets a recipient accept it).
+        let repeated = "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+        let same = try RawHTTPClient.exchange(port: server.port, Array(repeated.utf8))
+        #expect(RawHTTPClient.statuses(same) == [200], "\(same)")
+        #expect(same.contains("body=5"), "\(same)")
+    }
+
     @Test func aBodyOverTheLimitIsA413WhetherItsLengthIsDeclaredOrNot() throws {
         let server = try Self.start(.init(port: 0, threads: 2, maximumBodyBytes: 1024), handler: Self.echo)
         defer { server.shutdown() }

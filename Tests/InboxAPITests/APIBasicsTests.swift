@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 import HTTPServer
 import InboxAPI
@@ -5,6 +6,7 @@ import InboxDomain
 import InboxTesting
 import PostgresClient
 import Testing
+import Threads
 
 /// What every request gets right (app-guide sections 1, 2 and 7), through real sockets.
 @Suite struct APIBasicsTests {
@@ -56,6 +58,27 @@ import Testing
         #expect(ready.firstError["code"] as? String == "migrations_pending")
         #expect((ready.firstError["detail"] as? String)?.contains("001_event_log.sql") == true)
         await db.drop()
+    }
+
+    @Test func readinessWithoutADatabaseSaysOnlyThatAndLogsWhereItIs() async throws {
+        let unreachable = try PostgresClient(url: "postgres://readyz_user:readyz_password@127.0.0.1:1/readyz_db", maximumConnections: 1)
+        defer { unreachable.close() }
+        let lines = Locked<[RequestLogLine]>([])
+        let api = APIServer(
+            routes: OperationsRoutes.routes(client: unreachable, migrator: try Migrator(directory: TestDatabase.migrationsDirectory)), gate: nil
+        ) { line in lines.withLock { $0.append(line) } }
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
+        defer { server.shutdown() }
+        try await withTestDatabase { db in
+            let ready = try await APITestServer(server: server, db: db).send("GET", "/readyz", headers: ["X-Request-Id": "readyz-1"])
+            #expect(ready.status == 503)
+            #expect(ready.firstError["code"] as? String == "database_unavailable")
+            #expect(ready.firstError["detail"] as? String == "database unreachable")
+            let body = String(decoding: ready.body, as: UTF8.self)
+            for secret in ["readyz_user", "127.0.0.1", "readyz_db", ":1", "port"] { #expect(!body.contains(secret), "\(secret) in \(body)") }
+            let cause = lines.withLock { $0.last { $0.requestId == "readyz-1" }?.error } ?? ""
+            #expect(cause.contains("127.0.0.1"), "the log says where the database was looked for: \(cause)")
+        }
     }
 
     @Test func anUnknownRouteIs404AndAWrongMethodIs405WithAllow() async throws {

@@ -28,7 +28,8 @@ public struct KeysetCursor: Sendable, Hashable {
             throw Malformed()
         }
         let parts = text.split(separator: "|", maxSplits: 2, omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == "v1", let key = Int64(parts[1]), !parts[2].isEmpty else { throw Malformed() }
+        // An id with U+0000 was never handed out, and PostgreSQL could not compare it.
+        guard parts.count == 3, parts[0] == "v1", let key = Int64(parts[1]), !parts[2].isEmpty, !parts[2].utf8.contains(0) else { throw Malformed() }
         self.init(key: key, id: String(parts[2]))
     }
 }
