@@ -54,6 +54,27 @@ import Testing
         #expect(RawHTTPClient.statuses(health) == [200], "the operations listener: \(health)")
     }
 
+    /// The deadline is for each request, counted again from each answer: a keep-alive connection
+    /// that sends whole requests in time lives past it, and one that then goes quiet is closed.
+    @Test func aKeepAliveConnectionGetsTheDeadlineAfreshForEachRequest() throws {
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 1, requestDeadlineSeconds: 1), handler: Self.health)
+        defer { server.shutdown(gracePeriod: .zero) }
+        let socket = try RawHTTPClient.connect(port: server.port, from: "127.0.0.2")
+        defer { close(socket) }
+        let started = ContinuousClock.now
+        for round in 0..<3 {
+            usleep(600_000)
+            let request = Array("GET /round-\(round) HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
+            _ = send(socket, request, request.count, Int32(MSG_NOSIGNAL))
+            let answer = RawHTTPClient.readAnswer(socket, timeout: 2)
+            #expect(RawHTTPClient.statuses(answer) == [200] && answer.contains("up /round-\(round)"), "round \(round): \(answer)")
+        }
+        #expect(ContinuousClock.now - started > .seconds(1), "the requests outlived one deadline")
+        let quiet = ContinuousClock.now
+        #expect(Self.closedByServer([socket], atLeast: 1, within: .seconds(3)) == 1)
+        #expect(ContinuousClock.now - quiet < .milliseconds(2500))
+    }
+
     /// A slowloris: connections that fill the server and send one byte of a request head every
     /// 0.2 s, which restarts libmicrohttpd's idle timer every time. The deadline closes them, so a
     /// health check queued behind them is answered.

@@ -54,6 +54,27 @@ enum RawHTTPClient {
         return socket
     }
 
+    /// Reads one answer from a connection kept open: its head, then as many body bytes as its
+    /// `Content-Length` says (empty if nothing complete came within `timeout`).
+    static func readAnswer(_ socket: Int32, timeout: TimeInterval) -> String {
+        var time = timeval(tv_sec: Int(timeout), tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let text = String(decoding: received, as: UTF8.self)
+            if let end = text.range(of: "\r\n\r\n") {
+                let length = text[..<end.lowerBound].split(separator: "\r\n")
+                    .first { $0.lowercased().hasPrefix("content-length:") }
+                    .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) } ?? 0
+                if text.utf8.count - text[..<end.upperBound].utf8.count >= length { return text }
+            }
+            let count = buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { return "" }
+            received.append(contentsOf: buffer[0..<count])
+        }
+    }
+
     /// Whether the server has closed `socket` (read its end, or reset it), without waiting.
     static func isClosedByServer(_ socket: Int32) -> Bool {
         var byte: UInt8 = 0
