@@ -73,13 +73,15 @@ struct HTTPBenchmark: Benchmark {
         let api = APIServer(
             routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator, bellCache: bellCache), gate: AppVersionGate(client: requestClient),
             verifier: verifier, rateLimiter: limiter)
-        let server = try HTTPServer(configuration: .init(port: 0, blockingThreads: 16), replying: { api.reply($0) })
+        // wrk is one client address with all its connections: the per-address limit is for others.
+        let serving = HTTPServer.Configuration(port: 0, blockingThreads: 16, connectionsPerAddress: 0)
+        let server = try HTTPServer(configuration: serving, replying: { api.reply($0) })
         defer { server.shutdown() }
         // The same without the cache (INBOX_BELL_CACHE_MB=0), on a port of its own.
         let uncachedAPI = APIServer(
             routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator), gate: AppVersionGate(client: requestClient),
             verifier: verifier, rateLimiter: limiter)
-        let uncachedServer = try HTTPServer(configuration: .init(port: 0, blockingThreads: 16), replying: { uncachedAPI.reply($0) })
+        let uncachedServer = try HTTPServer(configuration: serving, replying: { uncachedAPI.reply($0) })
         defer { uncachedServer.shutdown() }
         while !bellCache.isListening { try await Task.sleep(for: .milliseconds(20)) }
         let tokens = try (0..<people).map { try signer.mint(subject: "p\($0)", scopes: [.accountRead, .accountWrite], lifetime: 86_400) }

@@ -14,7 +14,12 @@ import Threads
 /// - headers over `maximumHeaderBytes` are refused by libmicrohttpd itself (431);
 /// - `Content-Length` given twice with different values is a 400 and the connection is closed
 ///   (RFC 9112 §6.3: the body's end is unknown); libmicrohttpd itself takes the first;
-/// - at most `connectionLimit` connections are open; idle ones close after `idleTimeoutSeconds`;
+/// - at most `connectionLimit` connections are open, and at most `connectionsPerAddress` from one
+///   client address; a connection over either limit is closed as soon as it is accepted;
+/// - a request must be received whole, head and body, within `requestDeadlineSeconds` of its
+///   connection being opened or of the previous answer on it, else the connection is closed
+///   (`RequestDeadlines`), however steadily it trickles; idle connections close after
+///   `idleTimeoutSeconds` (which also bounds a stalled reader of an answer);
 /// - `shutdown` stops accepting, lets the requests in flight finish (up to a grace period), then
 ///   closes every connection.
 ///
@@ -37,11 +42,17 @@ public final class HTTPServer: Sendable {
         public var maximumBodyBytes: Int = 1 << 20
         public var maximumHeaderBytes: Int = 64 * 1024
         public var connectionLimit: Int = 1024
+        /// Connections open at once from one client address; 0: no limit (behind a proxy, every
+        /// client has the proxy's address).
+        public var connectionsPerAddress: Int = 64
         public var idleTimeoutSeconds: Int = 30
+        /// The longest a whole request (head and body) may take to arrive; 0: no deadline.
+        public var requestDeadlineSeconds: Int = 10
 
         public init(
             host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = HTTPServer.defaultThreads, blockingThreads: Int = 16,
-            maximumBodyBytes: Int = 1 << 20, maximumHeaderBytes: Int = 64 * 1024, connectionLimit: Int = 1024, idleTimeoutSeconds: Int = 30
+            maximumBodyBytes: Int = 1 << 20, maximumHeaderBytes: Int = 64 * 1024, connectionLimit: Int = 1024,
+            connectionsPerAddress: Int = 64, idleTimeoutSeconds: Int = 30, requestDeadlineSeconds: Int = 10
         ) {
             self.host = host
             self.port = port
@@ -50,7 +61,9 @@ public final class HTTPServer: Sendable {
             self.maximumBodyBytes = maximumBodyBytes
             self.maximumHeaderBytes = maximumHeaderBytes
             self.connectionLimit = connectionLimit
+            self.connectionsPerAddress = connectionsPerAddress
             self.idleTimeoutSeconds = idleTimeoutSeconds
+            self.requestDeadlineSeconds = requestDeadlineSeconds
         }
     }
 
@@ -79,7 +92,8 @@ public final class HTTPServer: Sendable {
         self.configuration = configuration
         let core = Core(
             handler: handler, maximumBodyBytes: configuration.maximumBodyBytes,
-            pool: BlockingPool(threads: max(1, configuration.blockingThreads), name: "http-blocking"))
+            pool: BlockingPool(threads: max(1, configuration.blockingThreads), name: "http-blocking"),
+            deadlines: configuration.requestDeadlineSeconds > 0 ? RequestDeadlines(limit: .seconds(configuration.requestDeadlineSeconds)) : nil)
         self.core = core
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -94,7 +108,10 @@ public final class HTTPServer: Sendable {
                 MHD_OptionItem(option: .SOCK_ADDR, value: 0, ptr_value: UnsafeMutableRawPointer(mutating: addressPointer)),
                 MHD_OptionItem(option: .THREAD_POOL_SIZE, value: max(1, configuration.threads), ptr_value: nil),
                 MHD_OptionItem(option: .CONNECTION_LIMIT, value: max(1, configuration.connectionLimit), ptr_value: nil),
+                MHD_OptionItem(option: .PER_IP_CONNECTION_LIMIT, value: max(0, configuration.connectionsPerAddress), ptr_value: nil),
                 MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: max(1, configuration.idleTimeoutSeconds), ptr_value: nil),
+                MHD_OptionItem(
+                    option: .NOTIFY_CONNECTION, value: unsafeBitCast(connectionChanged, to: Int.self), ptr_value: context),
                 MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: max(4096, configuration.maximumHeaderBytes), ptr_value: nil),
                 MHD_OptionItem(
                     option: .NOTIFY_COMPLETED, value: unsafeBitCast(requestCompleted, to: Int.self), ptr_value: context),
@@ -109,6 +126,7 @@ public final class HTTPServer: Sendable {
         }
         guard let started else {
             core.pool.stop()
+            core.deadlines?.stop()
             throw StartFailure(
                 description: "Cannot listen on \(configuration.host):\(configuration.port) (in use, or not an address of this machine).")
         }
@@ -141,6 +159,7 @@ public final class HTTPServer: Sendable {
         }
         MHD_stop_daemon(running)
         core.pool.stop()
+        core.deadlines?.stop()
     }
 
     deinit { shutdown(gracePeriod: .zero) }
@@ -156,14 +175,16 @@ final class Core: Sendable {
     let handler: HTTPServer.Handler
     let maximumBodyBytes: Int
     let pool: BlockingPool
+    let deadlines: RequestDeadlines?
     let inFlight = Atomic<Int>(0)
     /// Connections suspended while their request's work runs on the pool.
     let suspended = Atomic<Int>(0)
 
-    init(handler: @escaping HTTPServer.Handler, maximumBodyBytes: Int, pool: BlockingPool) {
+    init(handler: @escaping HTTPServer.Handler, maximumBodyBytes: Int, pool: BlockingPool, deadlines: RequestDeadlines?) {
         self.handler = handler
         self.maximumBodyBytes = maximumBodyBytes
         self.pool = pool
+        self.deadlines = deadlines
     }
 }
 
@@ -212,6 +233,8 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
         uploadDataSize.pointee = 0
         return .YES
     }
+    // The request is all in: its deadline no longer runs while it is answered.
+    core.deadlines?.received(connection)
     if let refusal = state.refusal { return send(refusal, on: connection) }
     // Called again after a resume: the pool's answer is waiting.
     if let answer = state.answer.withLock({ answer in answer.take() }) { return send(answer, on: connection) }
@@ -248,11 +271,21 @@ private let keepEscaped: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer
     text.map { strlen($0) } ?? 0
 }
 
-private let requestCompleted: MHD_RequestCompletedCallback = { context, _, stateSlot, _ in
-    guard let context, let stateSlot, let rawState = stateSlot.pointee else { return }
+private let requestCompleted: MHD_RequestCompletedCallback = { context, connection, stateSlot, _ in
+    guard let context else { return }
+    let core = Unmanaged<Core>.fromOpaque(context).takeUnretainedValue()
+    if let connection { core.deadlines?.answered(connection) }
+    guard let stateSlot, let rawState = stateSlot.pointee else { return }
     Unmanaged<RequestState>.fromOpaque(rawState).release()
     stateSlot.pointee = nil
-    Unmanaged<Core>.fromOpaque(context).takeUnretainedValue().inFlight.subtract(1, ordering: .releasing)
+    core.inFlight.subtract(1, ordering: .releasing)
+}
+
+private let connectionChanged: MHD_NotifyConnectionCallback = { context, connection, _, change in
+    guard let context, let connection else { return }
+    guard let deadlines = Unmanaged<Core>.fromOpaque(context).takeUnretainedValue().deadlines else { return }
+    // MHD_CONNECTION_NOTIFY_STARTED is 0, MHD_CONNECTION_NOTIFY_CLOSED 1.
+    if change.rawValue == 0 { deadlines.opened(connection) } else { deadlines.closed(connection) }
 }
 
 /// Closes the connection: where the body ends, and so where the next request starts, is unknown.

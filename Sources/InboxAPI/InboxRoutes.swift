@@ -15,6 +15,15 @@ public enum InboxRoutes {
         return served + [OpenAPI.route(describing: served)]
     }
 
+    /// The paths of the operations listener (`INBOX_OPS_PORT`): what a load balancer and a
+    /// monitoring system call, answered on a port of their own while the API's is full.
+    public static let operationsPaths: Set<String> = ["/healthz", "/readyz", "/metrics"]
+
+    /// The routes among `routes` that the operations listener serves.
+    public static func operations(_ routes: [Route]) -> [Route] {
+        routes.filter { operationsPaths.contains($0.pattern) }
+    }
+
     /// The longest one statement of a request may run; past it the request is a 503.
     public static let statementTimeout: Duration = .seconds(5)
     /// Distinct statements each request connection keeps prepared: the routes run a few dozen.

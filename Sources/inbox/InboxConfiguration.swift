@@ -27,6 +27,13 @@ struct InboxConfiguration: Sendable {
     var httpThreads: Int = 16
     /// `INBOX_HTTP_MAX_BODY_BYTES`: the largest request body accepted (larger: 413).
     var httpMaximumBodyBytes: Int = 1 << 20
+    /// `INBOX_HTTP_CONNECTIONS_PER_ADDRESS`: connections one client address may hold; 0: no limit.
+    var httpConnectionsPerAddress: Int = 64
+    /// `INBOX_HTTP_REQUEST_DEADLINE_SECONDS`: the longest a whole request may take to arrive.
+    var httpRequestDeadlineSeconds: Int = 10
+    /// `INBOX_OPS_PORT`: the operations listener (`/healthz`, `/readyz`, `/metrics` on a port of
+    /// their own, answered while the API's connections are all taken); nil: none.
+    var opsPort: UInt16?
     /// `INBOX_BELL_CACHE_MB`: memory for bell pages kept between their changes; 0: none.
     var bellCacheMegabytes: Int = 64
     /// `INBOX_TOKEN_KEYS`: the identity tier's public keys (a JWKS file, a PEM file or a folder of
@@ -82,19 +89,29 @@ struct InboxConfiguration: Sendable {
             }
             configuration.httpHost = host
         },
-        Setting(variable: "INBOX_HTTP_PORT", flag: "--http-port", defaultValue: "8080",
-                meaning: "TCP port the API listens on (0: any free port, printed at start)") { configuration, text in
-            guard let port = UInt16(text) else {
-                throw Invalid(description: "INBOX_HTTP_PORT (--http-port) must be a port from 0 to 65535 (0: any free one), not \"\(text)\".")
-            }
-            configuration.httpPort = port
+        port("INBOX_HTTP_PORT", "--http-port", default: "8080", meaning: "TCP port the API listens on (0: any free port, printed at start)") {
+            $0.httpPort = $1
         },
+        port(
+            "INBOX_OPS_PORT", "--ops-port", default: "(unset: none)",
+            meaning: "TCP port of the operations listener on the API's host: /healthz, /readyz and /metrics only, answered while the API's connections are all taken (0: any free port, printed at start)"
+        ) { $0.opsPort = $1 },
         wholeNumber(
             "INBOX_HTTP_THREADS", "--http-threads", 1...256, default: 16,
             meaning: "threads running requests that wait on the database, one request each (1-256)") { $0.httpThreads = $1 },
         wholeNumber(
             "INBOX_HTTP_MAX_BODY_BYTES", "--http-max-body-bytes", 1024...104_857_600, default: 1_048_576,
             meaning: "largest request body accepted, larger is 413 (1024-104857600)") { $0.httpMaximumBodyBytes = $1 },
+        wholeNumber(
+            "INBOX_HTTP_CONNECTIONS_PER_ADDRESS", "--http-connections-per-address", 0...100_000, default: 64,
+            meaning: "connections one client address may hold open; more are closed at once (0: no limit, for a proxy in front)") {
+            $0.httpConnectionsPerAddress = $1
+        },
+        wholeNumber(
+            "INBOX_HTTP_REQUEST_DEADLINE_SECONDS", "--http-request-deadline-seconds", 1...600, default: 10, unit: "a whole number of seconds",
+            meaning: "longest a whole request (head and body) may take to arrive, from the connection's opening or its previous answer; later, the connection is closed (1-600)") {
+            $0.httpRequestDeadlineSeconds = $1
+        },
         wholeNumber(
             "INBOX_BELL_CACHE_MB", "--bell-cache-mb", 0...65_536, default: 64,
             meaning: "memory for bell pages kept until the person's bell changes (0: none, up to 65536)") { $0.bellCacheMegabytes = $1 },
@@ -103,6 +120,19 @@ struct InboxConfiguration: Sendable {
         Setting(variable: "INBOX_SERVICE_CREDENTIALS", flag: "--service-credentials", defaultValue: "(unset: /internal refuses every call)",
                 meaning: "name=secret,... of the tiers that may POST /internal/v1/events (secrets of 16+ characters)") { $0.serviceCredentials = $1 },
     ]
+
+    /// A setting whose value is a TCP port (0: any free one).
+    private static func port(
+        _ variable: String, _ flag: String, default defaultValue: String, meaning: String,
+        _ set: @escaping @Sendable (inout InboxConfiguration, UInt16) -> Void
+    ) -> Setting {
+        Setting(variable: variable, flag: flag, defaultValue: defaultValue, meaning: meaning) { configuration, text in
+            guard let port = UInt16(text) else {
+                throw Invalid(description: "\(variable) (\(flag)) must be a port from 0 to 65535 (0: any free one), not \"\(text)\".")
+            }
+            set(&configuration, port)
+        }
+    }
 
     /// A setting whose value is a whole number within `range`.
     private static func wholeNumber(

@@ -38,11 +38,8 @@ enum Roles {
             let bellCache = configuration.bellCacheMegabytes > 0 ? BellCache(capacityBytes: configuration.bellCacheMegabytes << 20) : nil
             let store = EventStore(client: requestClient, validator: database.store.validator)
             let metrics = RequestMetrics()
-            let api = APIServer(
-                routes: InboxRoutes.all(client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache),
-                gate: AppVersionGate(client: requestClient), verifier: try DevelopmentKey.verifier(configuration, log: log), services: services,
-                metrics: metrics, rateLimiter: RateLimiter()
-            ) { line in
+            let routes = InboxRoutes.all(client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache)
+            let logRequest: @Sendable (RequestLogLine) -> Void = { line in
                 var metadata: Logger.Metadata = [
                     "method": line.method, "route": line.route, "status": String(line.status),
                     "durationMs": line.duration.millisecondsText, "requestId": line.requestId,
@@ -50,12 +47,18 @@ enum Roles {
                 metadata["error"] = line.error
                 log.log(level: line.error == nil ? .info : .error, "request", metadata: metadata)
             }
+            let api = APIServer(
+                routes: routes, gate: AppVersionGate(client: requestClient), verifier: try DevelopmentKey.verifier(configuration, log: log),
+                services: services, metrics: metrics, rateLimiter: RateLimiter(), log: logRequest)
+            let operations = configuration.opsPort.map { _ in
+                APIServer(routes: InboxRoutes.operations(routes), gate: nil, metrics: metrics, log: logRequest)
+            }
             var members: [ServiceGroup.Member] = []
             if let bellCache {
                 let listener = BellCacheListener(cache: bellCache, configuration: database.client.configuration.connection, logger: log)
                 members.append(ServiceGroup.Member("the bell cache listener", listener, shutdownDeadline: .seconds(5)))
             }
-            members.append(ServiceGroup.Member("the API", APIService(api: api, configuration: configuration, log: log), shutdownDeadline: .seconds(15)))
+            members.append(ServiceGroup.Member("the API", APIService(api: api, operations: operations, configuration: configuration, log: log), shutdownDeadline: .seconds(15)))
             return (members, requestClient)
         } catch {
             requestClient.close()
@@ -75,10 +78,14 @@ enum Roles {
     }
 }
 
-/// The JSON:API over HTTP. It listens from the start of `run()`; told to stop, it takes no new
-/// connection and finishes the requests in flight within `gracePeriod`.
+/// The JSON:API over HTTP, and the operations listener when `INBOX_OPS_PORT` is set. They listen
+/// from the start of `run()`; told to stop, they take no new connection and finish the requests
+/// in flight within `gracePeriod`.
 struct APIService: Service {
     let api: APIServer
+    /// `/healthz`, `/readyz` and `/metrics` on a server of their own, whose connections the
+    /// API's clients cannot take.
+    let operations: APIServer?
     let configuration: InboxConfiguration
     let log: Logger
     var gracePeriod: Duration = .seconds(10)
@@ -88,15 +95,40 @@ struct APIService: Service {
         let server = try HTTPServer(
             configuration: .init(
                 host: configuration.httpHost, port: configuration.httpPort, blockingThreads: configuration.httpThreads,
-                maximumBodyBytes: configuration.httpMaximumBodyBytes),
+                maximumBodyBytes: configuration.httpMaximumBodyBytes, connectionsPerAddress: configuration.httpConnectionsPerAddress,
+                requestDeadlineSeconds: configuration.httpRequestDeadlineSeconds),
             replying: { request in api.reply(request) })
-        let url = "http://\(configuration.httpHost):\(server.port)"
-        log.info("serving the API", metadata: ["url": url])
-        FileHandle.standardOutput.write(Data("The API listens on \(url) (try \(url)/healthz).\n".utf8))
+        let operationsServer: HTTPServer?
+        do {
+            operationsServer = try operations.map { operations in
+                // Few callers (a load balancer, a monitoring system), often from one address: no
+                // per-address limit, a few connections, and two threads for what waits on the database.
+                try HTTPServer(
+                    configuration: .init(
+                        host: configuration.httpHost, port: configuration.opsPort ?? 0, threads: 1, blockingThreads: 2,
+                        maximumBodyBytes: 1024, connectionLimit: 64, connectionsPerAddress: 0,
+                        requestDeadlineSeconds: configuration.httpRequestDeadlineSeconds),
+                    replying: { request in operations.reply(request) })
+            }
+        } catch {
+            server.shutdown(gracePeriod: .zero)
+            throw error
+        }
+        announce("the API", port: server.port)
+        if let operationsServer { announce("the operations listener", port: operationsServer.port) }
         await waitUntilCancelled()
         log.info("the API takes no new connection; finishing the requests in flight", metadata: ["inFlight": String(server.requestsInFlight)])
         let grace = gracePeriod
-        try await BlockingThread.run { server.shutdown(gracePeriod: grace) }
+        try await BlockingThread.run {
+            operationsServer?.shutdown(gracePeriod: grace)
+            server.shutdown(gracePeriod: grace)
+        }
+    }
+
+    private func announce(_ name: String, port: UInt16) {
+        let url = "http://\(configuration.httpHost):\(port)"
+        log.info("serving \(name)", metadata: ["url": url])
+        FileHandle.standardOutput.write(Data("\(name.prefix(1).uppercased() + name.dropFirst()) listens on \(url) (try \(url)/healthz).\n".utf8))
     }
 }
 

@@ -7,20 +7,11 @@ enum RawHTTPClient {
         var description: String
     }
 
-    /// Sends `request` to 127.0.0.1:`port` and returns everything the server wrote until it closed
-    /// the connection (or `timeout` passed).
-    static func exchange(port: UInt16, _ request: [UInt8], timeout: TimeInterval = 10) throws -> String {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socket >= 0 else { throw Failure(description: "socket() failed") }
+    /// Sends `request` to 127.0.0.1:`port` from the loopback address `source` and returns
+    /// everything the server wrote until it closed the connection (or `timeout` passed).
+    static func exchange(port: UInt16, _ request: [UInt8], from source: String = "127.0.0.1", timeout: TimeInterval = 10) throws -> String {
+        let socket = try connect(port: port, from: source)
         defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { throw Failure(description: "connect() failed: \(String(cString: strerror(errno)))") }
         var time = timeval(tv_sec: Int(timeout), tv_usec: 0)
         setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
         var sent = 0
@@ -37,6 +28,58 @@ enum RawHTTPClient {
             received.append(contentsOf: buffer[0..<count])
         }
         return String(decoding: received, as: UTF8.self)
+    }
+
+    /// A connection to 127.0.0.1:`port` from `source` (any address of 127.0.0.0/8 is this machine
+    /// on Linux, so each looks like another client); the caller closes the socket.
+    static func connect(port: UInt16, from source: String) throws -> Int32 {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { throw Failure(description: "socket() failed") }
+        var local = sockaddr_in()
+        local.sin_family = sa_family_t(AF_INET)
+        local.sin_addr.s_addr = inet_addr(source)
+        var address = local
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } }
+        let connected =
+            bound == 0
+            ? withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(socket, $0, length) } } : -1
+        guard connected == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(socket)
+            throw Failure(description: "connect() from \(source) failed: \(reason)")
+        }
+        return socket
+    }
+
+    /// Reads one answer from a connection kept open: its head, then as many body bytes as its
+    /// `Content-Length` says (empty if nothing complete came within `timeout`).
+    static func readAnswer(_ socket: Int32, timeout: TimeInterval) -> String {
+        var time = timeval(tv_sec: Int(timeout), tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let text = String(decoding: received, as: UTF8.self)
+            if let end = text.range(of: "\r\n\r\n") {
+                let length = text[..<end.lowerBound].split(separator: "\r\n")
+                    .first { $0.lowercased().hasPrefix("content-length:") }
+                    .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) } ?? 0
+                if text.utf8.count - text[..<end.upperBound].utf8.count >= length { return text }
+            }
+            let count = buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { return "" }
+            received.append(contentsOf: buffer[0..<count])
+        }
+    }
+
+    /// Whether the server has closed `socket` (read its end, or reset it), without waiting.
+    static func isClosedByServer(_ socket: Int32) -> Bool {
+        var byte: UInt8 = 0
+        let count = recv(socket, &byte, 1, Int32(MSG_DONTWAIT | MSG_PEEK))
+        return count == 0 || (count < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
     }
 
     /// The status codes of the responses in `text`, in order.

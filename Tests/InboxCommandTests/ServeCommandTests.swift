@@ -13,11 +13,24 @@ import Testing
         try await withTestDatabase { db in
             let dataDirectory = NSTemporaryDirectory() + "inbox-serve-\(UUID().uuidString)"
             defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
-            let environment = InboxCLI.databaseEnvironment(db.url, ["INBOX_HTTP_PORT": "0", "INBOX_DATA_DIR": dataDirectory])
+            let environment = InboxCLI.databaseEnvironment(
+                db.url, ["INBOX_HTTP_PORT": "0", "INBOX_OPS_PORT": "0", "INBOX_DATA_DIR": dataDirectory])
             let server = try InboxCLI.start(["serve"], environment: environment)
             defer { server.cleanUp() }
-            let line = try await server.waitForStdoutLine(timeout: .seconds(30)) { $0.hasPrefix("The API listens on ") }
-            let url = try #require(line.split(separator: " ").first { $0.hasPrefix("http://") }.map(String.init))
+            func listening(_ prefix: String) async throws -> String {
+                let line = try await server.waitForStdoutLine(timeout: .seconds(30)) { $0.hasPrefix(prefix) }
+                return try #require(line.split(separator: " ").first { $0.hasPrefix("http://") }.map(String.init))
+            }
+            let url = try await listening("The API listens on ")
+
+            // The operations listener answers the health routes, and only them.
+            let operations = try await listening("The operations listener listens on ")
+            #expect(operations != url)
+            for (path, status) in [("/healthz", 200), ("/metrics", 200), ("/v1/me/notifications", 404)] {
+                let (_, response) = try await URLSession.shared.data(from: URL(string: operations + path)!)
+                #expect((response as? HTTPURLResponse)?.statusCode == status, "\(path) on the operations listener")
+            }
+
             var request = URLRequest(url: URL(string: url + "/healthz")!)
             request.setValue("cli-test-1", forHTTPHeaderField: "X-Request-Id")
             let (_, response) = try await URLSession.shared.data(for: request)
@@ -44,7 +57,9 @@ import Testing
         }
     }
 
-    @Test(arguments: [["INBOX_HTTP_PORT": "http"], ["INBOX_HTTP_HOST": "localhost"], ["INBOX_HTTP_THREADS": "0"], ["INBOX_HTTP_MAX_BODY_BYTES": "10"]])
+    @Test(arguments: [["INBOX_HTTP_PORT": "http"], ["INBOX_HTTP_HOST": "localhost"], ["INBOX_HTTP_THREADS": "0"], ["INBOX_HTTP_MAX_BODY_BYTES": "10"],
+        ["INBOX_OPS_PORT": "ops"], ["INBOX_HTTP_CONNECTIONS_PER_ADDRESS": "-1"], ["INBOX_HTTP_REQUEST_DEADLINE_SECONDS": "0"],
+    ])
     func aBadHTTPSettingIsRefusedNamingIt(setting: [String: String]) async throws {
         let result = try await InboxCLI.run(["serve"], environment: setting)
         #expect(result.status == 2, "stderr: \(result.stderr)")

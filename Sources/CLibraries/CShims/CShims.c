@@ -41,3 +41,8 @@ uint16_t wristler_mhd_bound_port(struct MHD_Daemon *daemon) {
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
     return info == NULL ? 0 : info->port;
 }
+
+int wristler_mhd_connection_socket(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : info->connect_fd;
+}

@@ -31,4 +31,7 @@ struct MHD_Daemon *wristler_mhd_start_daemon(unsigned int flags, uint16_t port,
 /// The port a running daemon listens on (MHD_get_daemon_info is variadic); 0 when unknown.
 uint16_t wristler_mhd_bound_port(struct MHD_Daemon *daemon);
 
+/// The socket of a connection (MHD_get_connection_info is variadic); -1 when unknown.
+int wristler_mhd_connection_socket(struct MHD_Connection *connection);
+
 #endif
