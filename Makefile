@@ -30,18 +30,21 @@ build: deps
 run: build
 	$(SWIFT) run $(SWIFT_BUILD_FLAGS) inbox run
 
+# The timed suites (a role stops within a second; a flood of connections is cut within its
+# deadline) run on their own after the rest, so that they time the tier rather than a two-core
+# machine busy with every other suite.
+TIMED_SUITES := PromptShutdown|ConnectionFlood
+
 # The database is stopped and removed whether the tests pass or fail; the exit code is the tests'.
-# The timed shutdown tests (a role stops within a second) run on their own after the rest, so that
-# they time the role rather than a two-core machine busy with every other suite.
 test: deps
 	$(SWIFT) build --build-tests
 	@dir=$$(scripts/test-postgres.sh start) || exit 1; \
 	trap 'scripts/test-postgres.sh stop "$$dir"' EXIT; \
 	echo "test database: $$dir"; \
 	export INBOX_TEST_DATABASE_URL="postgres:///postgres?host=$$dir&user=inbox" INBOX_MIGRATIONS_DIR="$(CURDIR)/sql"; \
-	$(SWIFT) test --skip-build --disable-xctest --skip PromptShutdown && \
-	echo "the timed shutdown tests, on their own:" && \
-	$(SWIFT) test --skip-build --disable-xctest --filter PromptShutdown
+	$(SWIFT) test --skip-build --disable-xctest --skip '$(TIMED_SUITES)' && \
+	echo "the timed suites, on their own: $(TIMED_SUITES)" && \
+	$(SWIFT) test --skip-build --disable-xctest --filter '$(TIMED_SUITES)'
 
 # wrk (the HTTP load generator of `inbox-bench http`) only for the benchmarks.
 bench: deps
