@@ -1,6 +1,7 @@
 import CShims
 import Foundation
 import Synchronization
+import Threads
 
 /// A deadline for receiving a whole request, head and body, counted from the moment its
 /// connection could send it: when the connection was accepted, or when the previous answer on it
@@ -20,7 +21,9 @@ final class RequestDeadlines: Sendable {
     }
 
     let limit: Duration
-    private let watched = Mutex<[UInt: Watched]>([:])
+    /// By connection, in stripes: every request passes here twice, from every event loop, so one
+    /// lock would be a queue (and Swift's `Mutex` spins on two cores; these locks sleep).
+    private let watched = Striped<[UInt: Watched]>(count: 16) { [:] }
     private let stopped = Atomic<Bool>(false)
     /// How often the watcher looks, in seconds: a late connection is closed at most this long
     /// after its deadline.
@@ -42,30 +45,34 @@ final class RequestDeadlines: Sendable {
     func opened(_ connection: OpaquePointer) {
         let socket = wristler_mhd_connection_socket(connection)
         guard socket >= 0 else { return }
-        watched.withLock { $0[key(connection)] = Watched(socket: socket, deadline: .now + limit) }
+        let key = key(connection)
+        watched.withLock(for: key) { $0[key] = Watched(socket: socket, deadline: .now + limit) }
     }
 
     /// The request is all in and goes to the handler.
     func received(_ connection: OpaquePointer) {
-        watched.withLock { $0[key(connection)]?.deadline = nil }
+        let key = key(connection)
+        watched.withLock(for: key) { $0[key]?.deadline = nil }
     }
 
     /// The answer was sent (or the request given up): the next request on the connection gets a
     /// deadline of its own.
     func answered(_ connection: OpaquePointer) {
         let deadline = ContinuousClock.now + limit
-        watched.withLock { $0[key(connection)]?.deadline = deadline }
+        let key = key(connection)
+        watched.withLock(for: key) { $0[key]?.deadline = deadline }
     }
 
     /// libmicrohttpd closes the connection (its socket is still open during this call).
     func closed(_ connection: OpaquePointer) {
-        _ = watched.withLock { $0.removeValue(forKey: key(connection)) }
+        let key = key(connection)
+        _ = watched.withLock(for: key) { $0.removeValue(forKey: key) }
     }
 
     func stop() { stopped.store(true, ordering: .relaxed) }
 
     private func sweep(now: ContinuousClock.Instant) {
-        watched.withLock { watched in
+        watched.forEach { watched in
             for (connection, entry) in watched {
                 guard let deadline = entry.deadline, deadline <= now else { continue }
                 Glibc.shutdown(entry.socket, Int32(SHUT_RDWR))
