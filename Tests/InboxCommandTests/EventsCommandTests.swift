@@ -68,6 +68,21 @@ import Testing
         }
     }
 
+    @Test func anIdempotencyKeyReusedForAnotherEventExitsWithOneAndAppendsNothing() async throws {
+        try await withTestDatabase { db in
+            _ = try await Self.append(Self.event(person: "conversation-1", extra: #""idempotencyKey":"send-42""#), to: db)
+            let other = Self.event(person: "conversation-1", payload: #"{"body":"Another text"}"#, extra: #""idempotencyKey":"send-42""#)
+            let result = try await InboxCLI.run(["events", "append", other], environment: InboxCLI.databaseEnvironment(db.url))
+            #expect(result.exitedNormally)
+            #expect(result.status == 1, "stderr: \(result.stderr)")
+            #expect(result.stdout.isEmpty, "stdout: \(result.stdout)")
+            let errors = result.stderrLines.filter { $0.hasPrefix("inbox: ") }
+            #expect(errors.count == 1, "stderr: \(result.stderr)")
+            #expect(errors.first?.contains("send-42") == true, "stderr: \(result.stderr)")
+            #expect(errors.first?.contains("nothing was appended") == true, "stderr: \(result.stderr)")
+        }
+    }
+
     @Test func appendingAnArrayOfThreeEventsAppendsThreeInOrder() async throws {
         try await withTestDatabase { db in
             let batch = "[" + (1...3).map { Self.event(person: "conversation-\($0)", payload: #"{"n":\#($0)}"#) }
