@@ -65,13 +65,15 @@ public struct DeviceRegistry: Sendable {
     public func devices(of person: String, limit: Int, offset: Int = 0) throws -> [Device] {
         try client.queryBlocking(
             "SELECT * FROM devices WHERE person_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3",
-            binds: [PostgresBind(person), PostgresBind(Int64(limit)), PostgresBind(Int64(offset))]
+            binds: [PostgresBind(person), PostgresBind(Int64(limit)), PostgresBind(Int64(offset))], retryIfFoundDead: true
         ) { try Device(row: $0) }
     }
 
     /// The person's registration `id`; nil when there is none, or it is somebody else's.
     public func device(_ id: UUID, of person: String) throws -> Device? {
-        try client.queryBlocking("SELECT * FROM devices WHERE id = $1 AND person_id = $2", binds: [PostgresBind(id), PostgresBind(person)]) {
+        try client.queryBlocking(
+            "SELECT * FROM devices WHERE id = $1 AND person_id = $2", binds: [PostgresBind(id), PostgresBind(person)], retryIfFoundDead: true
+        ) {
             try Device(row: $0)
         }.first
     }

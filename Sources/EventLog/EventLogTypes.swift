@@ -126,6 +126,10 @@ public enum EventLogError: Error, Sendable, Hashable, CustomStringConvertible {
     case wrongExpectedVersion(stream: String, expected: Int64, actual: Int64)
     /// An event in the batch is not acceptable; nothing was written. `index` is its place in the batch.
     case invalidEvent(index: Int, field: String, reason: String)
+    /// The event at `index` carries an idempotency key the log (or an earlier event of the batch)
+    /// already holds for another event: another stream, type or payload. A retry sends the same
+    /// event; this is a different one under a used key. Nothing was written.
+    case idempotencyKeyReused(index: Int, key: String)
 
     public var description: String {
         switch self {
@@ -133,6 +137,8 @@ public enum EventLogError: Error, Sendable, Hashable, CustomStringConvertible {
             "Stream \"\(stream)\" is at version \(actual), not the expected \(expected); nothing was appended."
         case .invalidEvent(let index, let field, let reason):
             "Event \(index) of the batch: \(field) \(reason); nothing was appended."
+        case .idempotencyKeyReused(let index, let key):
+            "Event \(index) of the batch: idempotency key \"\(key)\" was already used for another event (stream, type or payload differ); nothing was appended."
         }
     }
 }

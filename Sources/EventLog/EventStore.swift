@@ -7,6 +7,7 @@ import PostgresClient
 /// Guarantees (each proven by a test, see docs/event-log.md):
 /// - a batch is appended atomically, or not at all;
 /// - an event whose idempotency key is known is not written again: the original is returned;
+///   another event (stream, type or payload differ) under a known key throws `idempotencyKeyReused`;
 /// - an expected stream version that does not match writes nothing and throws `wrongExpectedVersion`;
 /// - a reader that follows checkpoints sees every committed event exactly once, in (transaction id,
 ///   position) order, also when transactions commit out of position order.
@@ -275,6 +276,7 @@ struct AppendRequest: Sendable {
             } catch let error as PostgresError {
                 if savepoint, connection.isOpen { _ = try? connection.execute("ROLLBACK TO SAVEPOINT inbox_append") }
                 if error.sqlState == .wrongExpectedVersion { throw Self.conflict(from: error) }
+                if error.sqlState == .idempotencyKeyReused { throw Self.reuse(from: error) }
                 // A key of the batch is already in the log: the full path returns the originals.
                 if error.sqlState == .idempotencyKeyInLog && fastPath {
                     fastPath = false
@@ -355,9 +357,20 @@ struct AppendRequest: Sendable {
         }
         return .wrongExpectedVersion(stream: "?", expected: -1, actual: -1)
     }
+
+    static func reuse(from error: PostgresError) -> EventLogError {
+        struct Detail: Decodable {
+            let index: Int
+            let key: String
+        }
+        if let detail = error.detail, let parsed = try? JSONDecoder().decode(Detail.self, from: Data(detail.utf8)) {
+            return .idempotencyKeyReused(index: parsed.index, key: parsed.key)
+        }
+        return .idempotencyKeyReused(index: -1, key: "?")
+    }
 }
 
-/// The SQLSTATEs the event log's own SQL functions raise (sql/001_event_log.sql).
+/// The SQLSTATEs the event log's own SQL functions raise (sql/001_event_log.sql, sql/005_idempotency_key_reuse.sql).
 extension SQLState {
     /// An append named an expected version the stream is not at; nothing was written.
     public static let wrongExpectedVersion = SQLState("WR001")
@@ -365,4 +378,6 @@ extension SQLState {
     public static let eventsAreImmutable = SQLState("WR002")
     /// An idempotency key of the batch is already in the log: the full path returns the originals.
     public static let idempotencyKeyInLog = SQLState("WR003")
+    /// An idempotency key of the batch is held by another event (stream, type or payload differ); nothing was written.
+    public static let idempotencyKeyReused = SQLState("WR004")
 }

@@ -31,6 +31,8 @@ public struct APIError: Error, Sendable {
         /// 400: written by HTTPServer itself, for Content-Length headers that disagree.
         public static let conflictingContentLength = Code("conflicting_content_length")
         public static let databaseUnavailable = Code("database_unavailable")
+        /// 409: an idempotency key already used for another event (docs/api.md).
+        public static let idempotencyKeyReused = Code("idempotency_key_reused")
         public static let idMismatch = Code("id_mismatch")
         public static let internalError = Code("internal_error")
         public static let invalidAppHeader = Code("invalid_app_header")

@@ -69,7 +69,7 @@ public final class AppVersionGate: Sendable {
     static let query = "SELECT platform, minimum_version, store_url FROM app_minimum_versions"
 
     private func load(at now: ContinuousClock.Instant) throws -> [AppIdentity.Platform: Minimum] {
-        store(try client.queryBlocking(Self.query, Self.decode), at: now)
+        store(try client.queryBlocking(Self.query, retryIfFoundDead: true, Self.decode), at: now)
     }
 
     private func loadInBackground() async throws {

@@ -21,7 +21,7 @@ public enum BellRoutes {
             ) { context in
                 let list = try ListRequest(context)
                 let ticket = cache?.ticket()
-                let (page, unreadCount) = try client.withConnectionBlocking { connection in
+                let (page, unreadCount) = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
                     try BellReader.pageAndUnreadCount(person: list.key.person, unread: list.unread, after: list.cursor, limit: list.limit, on: connection)
                 }
                 let filter = list.unread.map { String($0) }

@@ -51,6 +51,11 @@ public enum InternalEventRoutes {
                         throw APIError(
                             status: 409, code: .wrongExpectedVersion,
                             detail: "Stream \(stream) is at version \(actual), not \(expected); nothing was appended.")
+                    case .idempotencyKeyReused(let index, let key):
+                        throw APIError(
+                            status: 409, code: .idempotencyKeyReused,
+                            detail: "Event \(index): idempotency key \(key) was already used for another event (stream, type or payload differ); nothing was appended.",
+                            source: .pointer("/data/\(index)/attributes/idempotencyKey"))
                     }
                 }
                 let data: [JSONValue] = appended.map { item in

@@ -88,7 +88,7 @@ public enum MetricsRoutes {
     public static func routes(metrics: RequestMetrics, client: PostgresClient, bellCache: BellCache? = nil) -> [Route] {
         [
             Route(.get, "/metrics") { _ in
-                let database = try client.withConnectionBlocking { connection in try Self.databaseMetrics(on: connection) }
+                let database = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try Self.databaseMetrics(on: connection) }
                 let cache = bellCache.map(Self.cacheMetrics) ?? ""
                 return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database + cache)
             }

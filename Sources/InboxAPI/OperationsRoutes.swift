@@ -17,7 +17,7 @@ public enum OperationsRoutes {
             Route(.get, "/readyz") { _ in
                 let pending: [Migration]
                 do {
-                    pending = try client.withConnectionBlocking { connection in try migrator.pending(on: connection) }
+                    pending = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try migrator.pending(on: connection) }
                 } catch {
                     // Anybody may call this: where the database is, and as whom, goes only to the log.
                     throw APIError(status: 503, code: .databaseUnavailable, detail: "database unreachable", cause: String(describing: error))

@@ -79,7 +79,7 @@ public enum PreferenceRoutes {
     }
 
     static func stored(person: String, client: PostgresClient) throws -> [Key: Bool] {
-        try client.withConnectionBlocking { connection in try stored(person: person, on: connection) }
+        try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try stored(person: person, on: connection) }
     }
 
     static func stored(person: String, on connection: PostgresConnection) throws -> [Key: Bool] {

@@ -23,7 +23,8 @@ public enum SavedSearchRoutes {
                     """
                     SELECT * FROM saved_searches WHERE person_id = $1 AND NOT deleted
                     ORDER BY created_at, saved_search_id LIMIT $2 OFFSET $3
-                    """, binds: [PostgresBind(person), PostgresBind(Int64(size + 1)), PostgresBind(Int64((number - 1) * size))]
+                    """, binds: [PostgresBind(person), PostgresBind(Int64(size + 1)), PostgresBind(Int64((number - 1) * size))],
+                    retryIfFoundDead: true
                 ) { try SavedSearch(row: $0) }
                 var links: [String: JSONValue] = ["self": Documents.link(path, [("page[number]", String(number)), ("page[size]", String(size))])]
                 if rows.count > size { links["next"] = Documents.link(path, [("page[number]", String(number + 1)), ("page[size]", String(size))]) }
@@ -111,7 +112,7 @@ public enum SavedSearchRoutes {
     static func notFound() -> APIError { APIError(status: 404, code: .notFound, detail: "You have no such saved search.") }
 
     static func find(id: String, person: String, client: PostgresClient) throws -> SavedSearch? {
-        try client.withConnectionBlocking { connection in try find(id: id, person: person, on: connection) }
+        try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try find(id: id, person: person, on: connection) }
     }
 
     static func find(id: String, person: String, on connection: PostgresConnection) throws -> SavedSearch? {

@@ -34,7 +34,22 @@ final class ConnectionWorker: @unchecked Sendable {
     /// Runs `body` with a live connection, opening (or reopening) it first. If the connection broke
     /// during the call, it is dropped so the next call reconnects. Call only from a job, or from the
     /// thread that has this worker checked out of the pool.
-    func withLiveConnection<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+    ///
+    /// With `retryingIfFoundDead`, a connection kept from an earlier call that turns out dead (the
+    /// server ended the session while it sat in the pool: a connection error) gets `body` run once
+    /// more, on a fresh connection. Only for a `body` that is safe to run twice: reads, outside a
+    /// transaction that wrote. A fresh connection that fails, or any other error (a statement
+    /// timeout is one), is thrown as it is.
+    func withLiveConnection<T>(retryingIfFoundDead: Bool = false, _ body: (PostgresConnection) throws -> T) throws -> T {
+        let kept = connection?.isOpen == true
+        do {
+            return try withLiveConnectionOnce(body)
+        } catch let error as PostgresError where retryingIfFoundDead && kept && error.isConnectionError {
+            return try withLiveConnectionOnce(body)
+        }
+    }
+
+    private func withLiveConnectionOnce<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
         let live: PostgresConnection
         if let connection, connection.isOpen {
             live = connection

@@ -6,7 +6,8 @@ import Threads
 /// Guarantees: at most `maximumConnections` sessions are open; a call waits for a free one
 /// rather than opening more. Connections open lazily and reopen on the next call after the server
 /// went away, so a restart of PostgreSQL costs the calls in flight (they throw a connection error)
-/// and nothing else.
+/// and nothing else; a read that passes `retryIfFoundDead` does not even pay for finding its idle
+/// connection dead (it runs again, once, on a fresh one).
 public final class PostgresClient: Sendable {
     public struct Configuration: Sendable {
         public var connection: PostgresConfiguration
@@ -81,11 +82,18 @@ public final class PostgresClient: Sendable {
     /// Runs `body` on a pooled connection on the calling thread, which waits (blocked) for a free
     /// connection first. For threads that may block, such as an HTTP server's workers: it saves the
     /// two thread hops of `withConnection`. Never call it from Swift's cooperative pool.
-    public func withConnectionBlocking<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+    ///
+    /// `retryIfFoundDead`: when the pooled connection turns out dead (the server ended the session
+    /// while it was idle, as after a database failover or `pg_terminate_backend`), run `body` once
+    /// more on a fresh connection instead of throwing the connection error. Pass it only for a
+    /// `body` that is safe to run twice (reads that write nothing, such as a GET's); never for one
+    /// that writes, which may have committed before the connection broke. A connection that was
+    /// opened for this call, or any other error (a statement timeout), is not retried.
+    public func withConnectionBlocking<T>(retryIfFoundDead: Bool = false, _ body: (PostgresConnection) throws -> T) throws -> T {
         let worker = try acquireBlocking()
         defer { release(worker) }
         // The worker's thread leaves a checked-out connection alone, so this thread may use it.
-        return try worker.withLiveConnection(body)
+        return try worker.withLiveConnection(retryingIfFoundDead: retryIfFoundDead, body)
     }
 
     /// Runs `body` in a transaction on a pooled connection on the calling thread (see `withConnectionBlocking`).
@@ -93,9 +101,12 @@ public final class PostgresClient: Sendable {
         try withConnectionBlocking { connection in try connection.transaction(isolation: isolation, body) }
     }
 
-    /// Runs one statement on a pooled connection on the calling thread (see `withConnectionBlocking`).
-    public func queryBlocking<T>(_ sql: String, binds: [PostgresBind] = [], _ transform: (PostgresRow) throws -> T) throws -> [T] {
-        try withConnectionBlocking { connection in try connection.query(sql, binds: binds).map(transform) }
+    /// Runs one statement on a pooled connection on the calling thread (see `withConnectionBlocking`,
+    /// also for `retryIfFoundDead`, which only a statement that writes nothing may pass).
+    public func queryBlocking<T>(
+        _ sql: String, binds: [PostgresBind] = [], retryIfFoundDead: Bool = false, _ transform: (PostgresRow) throws -> T
+    ) throws -> [T] {
+        try withConnectionBlocking(retryIfFoundDead: retryIfFoundDead) { connection in try connection.query(sql, binds: binds).map(transform) }
     }
 
     /// Runs `body` in a transaction on a pooled connection: committed when it returns, rolled back when it throws.

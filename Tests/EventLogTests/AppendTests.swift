@@ -42,11 +42,45 @@ import Testing
         let db = try await TestDatabase.make()
         defer { Task { await db.drop() } }
         let first = try await db.store.append(message("conversation-1", "first", key: "request-1"))
-        let again = try await db.store.append(message("conversation-1", "a retry with other text", key: "request-1"))
+        let again = try await db.store.append(message("conversation-1", "first", key: "request-1"))
         #expect(first.wasAppended)
         #expect(!again.wasAppended)
         #expect(again.event.position == first.event.position)
         #expect(again.event.payloadJSON.contains("first"))
+        #expect(try await db.count() == 1)
+    }
+
+    /// A key sent again with another event is a client's bug, not a retry: refused, naming the
+    /// event, and nothing of the batch is written. The same event (payload compared as JSON, so key
+    /// order and whitespace do not matter) is a retry and still answers the original.
+    @Test func anIdempotencyKeyReusedForAnotherEventIsATypedErrorAndWritesNothing() async throws {
+        let db = try await TestDatabase.make()
+        defer { Task { await db.drop() } }
+        let first = try await db.store.append(message("conversation-1", "first", key: "request-1"))
+        await #expect(throws: EventLogError.idempotencyKeyReused(index: 0, key: "request-1")) {
+            try await db.store.append(message("conversation-1", "other text", key: "request-1"))
+        }
+        await #expect(throws: EventLogError.idempotencyKeyReused(index: 0, key: "request-1")) {
+            try await db.store.append(message("conversation-2", "first", key: "request-1"))
+        }
+        var otherType = message("conversation-1", "first", key: "request-1")
+        otherType.type = "message_edited"
+        await #expect(throws: EventLogError.idempotencyKeyReused(index: 0, key: "request-1")) { try await db.store.append(otherType) }
+        // In a batch: the reused key is named by its place, and the new event beside it is not written.
+        await #expect(throws: EventLogError.idempotencyKeyReused(index: 1, key: "request-1")) {
+            try await db.store.append([message("conversation-3", "new", key: "k-new"), message("conversation-1", "other", key: "request-1")])
+        }
+        // One key twice in one batch with two different events.
+        await #expect(throws: EventLogError.idempotencyKeyReused(index: 1, key: "k-twice")) {
+            try await db.store.append([message("conversation-4", "a", key: "k-twice"), message("conversation-4", "b", key: "k-twice")])
+        }
+        #expect(try await db.count() == 1)
+        // The same event with its payload's keys in another order and other whitespace is a retry.
+        var reordered = message("conversation-1", "first", key: "request-1")
+        reordered.payloadJSON = #"{ "body" : "first", "authorId": "p-1",  "conversationId":"conversation-1" }"#
+        let retry = try await db.store.append(reordered)
+        #expect(!retry.wasAppended)
+        #expect(retry.event.position == first.event.position)
         #expect(try await db.count() == 1)
     }
 
@@ -55,8 +89,8 @@ import Testing
         defer { Task { await db.drop() } }
         _ = try await db.store.append([message("conversation-1", "a", key: "k-a"), message("conversation-1", "b", key: "k-b")])
         let mixed = try await db.store.append([
-            message("conversation-1", "a again", key: "k-a"), message("conversation-1", "c", key: "k-c"),
-            message("conversation-1", "c twice in one batch", key: "k-c"), message("conversation-1", "d"),
+            message("conversation-1", "a", key: "k-a"), message("conversation-1", "c", key: "k-c"),
+            message("conversation-1", "c", key: "k-c"), message("conversation-1", "d"),
         ])
         #expect(mixed.map(\.wasAppended) == [false, true, false, true])
         #expect(mixed[2].event.position == mixed[1].event.position)
@@ -74,7 +108,7 @@ import Testing
         _ = try await db.store.append(message("conversation-1", "a", key: "k-a"))
         let appended = try await db.client.transaction { connection in
             try EventStore.append(
-                [message("conversation-1", "b", key: "k-b"), message("conversation-1", "a again", key: "k-a"),
+                [message("conversation-1", "b", key: "k-b"), message("conversation-1", "a", key: "k-a"),
                  message("conversation-2", "c", key: "k-c")], on: connection)
         }
         #expect(appended.map(\.wasAppended) == [true, false, true])

@@ -25,6 +25,41 @@ import Testing
         #expect(!(try Self.key.publicKey.verify(signature: flipped, data: data)))
     }
 
+    /// ES256 signatures are accepted in both their `s` and `n - s` forms (docs/tokens.md, "Signature
+    /// malleability"): issuers do not commonly normalize s, so requiring low-S would refuse valid
+    /// tokens. The other form signs the same claims, and the token cache keys by the token's text,
+    /// so it is one more entry, bounded like any other.
+    @Test func aSignatureIsAcceptedInBothItsSAndNMinusSForms() throws {
+        let verifier = TokenVerifier(keys: TokenKeys(keys: ["k1": try Self.key.publicKey]))
+        let token = try Self.signer.mint(subject: "alice", scopes: [.accountRead])
+        let parts = token.split(separator: ".")
+        let signature = try #require(Base64URL.decode(parts[2]))
+        let flipped = Array(signature.prefix(32)) + Self.p256Order(minus: Array(signature.suffix(32)))
+        #expect(flipped != signature)
+        let other = parts[0] + "." + parts[1] + "." + Base64URL.encode(flipped)
+        #expect(try Self.key.publicKey.verify(signature: flipped, data: Array((parts[0] + "." + parts[1]).utf8)))
+        #expect(try verifier.verify(authorization: "Bearer " + token).subject == "alice")
+        #expect(try verifier.verify(authorization: "Bearer " + other).subject == "alice")
+        #expect(verifier.cached.count == 2, "each form is an entry of its own")
+    }
+
+    /// n - s for P-256's group order n, in 32 big-endian bytes.
+    static func p256Order(minus s: [UInt8]) -> [UInt8] {
+        let n: [UInt8] = [
+            0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0xBC, 0xE6, 0xFA, 0xAD, 0xA7, 0x17, 0x9E, 0x84, 0xF3, 0xB9, 0xCA, 0xC2, 0xFC, 0x63, 0x25, 0x51,
+        ]
+        var result = [UInt8](repeating: 0, count: 32)
+        var borrow = 0
+        for index in stride(from: 31, through: 0, by: -1) {
+            var digit = Int(n[index]) - Int(s[index]) - borrow
+            borrow = digit < 0 ? 1 : 0
+            if digit < 0 { digit += 256 }
+            result[index] = UInt8(digit)
+        }
+        return result
+    }
+
     @Test func keysRoundTripThroughPEMAndAJWK() throws {
         let reloaded = try ES256PrivateKey(pem: Self.key.pem)
         let data = Array("x".utf8)

@@ -23,6 +23,27 @@ import Testing
 
     static func register(_ attributes: String) -> Data { Data(#"{"data":{"type":"devices","attributes":{\#(attributes)}}}"#.utf8) }
 
+    /// After the database ended every session of the API's pool (a failover, a restart,
+    /// `pg_terminate_backend`), the first GET runs again on a fresh connection rather than
+    /// answering 503.
+    @Test func theFirstReadAfterTheDatabaseEndedEverySessionIsAnswered() async throws {
+        try await Self.withDevicesAPI { api, alice, _ in
+            let registered = try await api.send("POST", "/v1/me/devices", headers: alice, body: Self.register(#""platform":"ios","pushToken":"tok-dead-1""#))
+            #expect(registered.status == 201)
+            #expect(try await api.send("GET", "/v1/me/devices", headers: alice).status == 200)
+            let sessions = "SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'inbox-api'"
+            #expect(try await api.db.scalar(sessions, Int.self) > 0)
+            _ = try await api.db.scalar(
+                "SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'inbox-api'",
+                Int.self)
+            for _ in 0..<100 where try await api.db.scalar(sessions, Int.self) > 0 { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(try await api.db.scalar(sessions, Int.self) == 0)
+            let list = try await api.send("GET", "/v1/me/devices", headers: alice)
+            #expect(list.status == 200, "\(String(decoding: list.body, as: UTF8.self))")
+            #expect((list.json["data"] as? [[String: Any]])?.count == 1)
+        }
+    }
+
     @Test func registeringIsAnUpsertByTokenAndATokenMovesToWhoeverSignsInOnTheHandset() async throws {
         try await Self.withDevicesAPI { api, alice, bob in
             let first = try await api.send(

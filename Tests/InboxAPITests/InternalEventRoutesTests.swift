@@ -55,6 +55,27 @@ import Testing
         }
     }
 
+    /// A key already used for another event is a 409 naming the key's field; the same event sent
+    /// again (its payload's keys in another order) is a retry and answers the original.
+    @Test func anIdempotencyKeyReusedForAnotherEventIsAConflictNamingTheKey() async throws {
+        try await Self.withInternalAPI { api in
+            let headers = ["Authorization": "Bearer \(Self.secret)"]
+            let first = try await api.send(
+                "POST", "/internal/v1/events", headers: headers, body: Data(#"{"data":[\#(Self.orderPaid("o1", key: "orders:o1:paid"))]}"#.utf8))
+            #expect(first.status == 201)
+            let other = Data(
+                #"{"data":[\#(Self.orderPaid("o2", key: "orders:o2:paid")),\#(Self.orderPaid("o1", key: "orders:o1:paid", amount: #"{"amount":1,"currency":"EUR"}"#))]}"#.utf8)
+            let refused = try await api.send("POST", "/internal/v1/events", headers: headers, body: other)
+            #expect(refused.status == 409)
+            #expect(refused.firstError["code"] as? String == "idempotency_key_reused")
+            #expect((refused.firstError["source"] as? [String: Any])?["pointer"] as? String == "/data/1/attributes/idempotencyKey")
+            #expect(try await api.db.scalar("SELECT count(*)::int FROM events", Int.self) == 1)
+            let reordered = Data(#"{"data":[\#(Self.orderPaid("o1", key: "orders:o1:paid", amount: #"{ "currency": "EUR", "amount": 425000 }"#))]}"#.utf8)
+            let retry = try await api.send("POST", "/internal/v1/events", headers: headers, body: reordered)
+            #expect(retry.status == 200)
+        }
+    }
+
     @Test func onlyAServiceCredentialOpensIt() async throws {
         try await Self.withInternalAPI { api in
             let body = Data(#"{"data":[\#(Self.orderPaid("o1"))]}"#.utf8)

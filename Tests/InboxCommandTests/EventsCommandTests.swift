@@ -28,6 +28,21 @@ import Testing
         return try result.stdoutObjects(sourceLocation: sourceLocation)
     }
 
+    /// Runs `events append document` against `db` and expects a refused append: exit status 1,
+    /// nothing on stdout, one error line saying nothing was appended and naming `name`.
+    static func expectRefusal(
+        of document: String, by db: TestDatabase, naming name: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        let result = try await InboxCLI.run(["events", "append", document], environment: InboxCLI.databaseEnvironment(db.url))
+        #expect(result.exitedNormally, sourceLocation: sourceLocation)
+        #expect(result.status == 1, "stderr: \(result.stderr)", sourceLocation: sourceLocation)
+        #expect(result.stdout.isEmpty, "stdout: \(result.stdout)", sourceLocation: sourceLocation)
+        let errors = result.stderrLines.filter { $0.hasPrefix("inbox: ") }
+        #expect(errors.count == 1, "stderr: \(result.stderr)", sourceLocation: sourceLocation)
+        #expect(errors.first?.contains("nothing was appended") == true, "stderr: \(result.stderr)", sourceLocation: sourceLocation)
+        #expect(errors.first?.contains(name) == true, "stderr: \(result.stderr)", sourceLocation: sourceLocation)
+    }
+
     @Test func appendingOneEventPrintsOneJSONLineAppendedAtPositionOne() async throws {
         try await withTestDatabase { db in
             let result = try await InboxCLI.run(
@@ -68,6 +83,14 @@ import Testing
         }
     }
 
+    @Test func anIdempotencyKeyReusedForAnotherEventExitsWithOneAndAppendsNothing() async throws {
+        try await withTestDatabase { db in
+            _ = try await Self.append(Self.event(person: "conversation-1", extra: #""idempotencyKey":"send-42""#), to: db)
+            let other = Self.event(person: "conversation-1", payload: #"{"body":"Another text"}"#, extra: #""idempotencyKey":"send-42""#)
+            try await Self.expectRefusal(of: other, by: db, naming: "send-42")
+        }
+    }
+
     @Test func appendingAnArrayOfThreeEventsAppendsThreeInOrder() async throws {
         try await withTestDatabase { db in
             let batch = "[" + (1...3).map { Self.event(person: "conversation-\($0)", payload: #"{"n":\#($0)}"#) }
@@ -99,14 +122,7 @@ import Testing
             // A batch whose second event expects the wrong version: neither event may be written.
             let batch = "[" + Self.event(person: "conversation-2") + ","
                 + Self.event(person: "conversation-1", extra: #""expectedVersion":5"#) + "]"
-            let result = try await InboxCLI.run(["events", "append", batch], environment: InboxCLI.databaseEnvironment(db.url))
-            #expect(result.exitedNormally)
-            #expect(result.status == 1, "stderr: \(result.stderr)")
-            #expect(result.stdout.isEmpty, "stdout: \(result.stdout)")
-            let errors = result.stderrLines.filter { $0.hasPrefix("inbox: ") }
-            #expect(errors.count == 1, "stderr: \(result.stderr)")
-            #expect(errors.first?.contains("nothing was appended") == true, "stderr: \(result.stderr)")
-            #expect(errors.first?.contains("conversation-1") == true)
+            try await Self.expectRefusal(of: batch, by: db, naming: "conversation-1")
 
             let tail = try await InboxCLI.run(["events", "tail", "--from", "1"], environment: InboxCLI.databaseEnvironment(db.url))
             #expect(tail.status == 0, "stderr: \(tail.stderr)")

@@ -152,6 +152,69 @@ import Testing
     }
 }
 
+/// A read on a pooled connection the server ended while it sat idle (a failover, a restart,
+/// `pg_terminate_backend`) runs once more on a fresh connection when it says it may; nothing else
+/// is retried.
+@Suite struct DeadConnectionRetryTests {
+    /// Terminates the pool's one session (application `inbox`) and waits until it is gone.
+    static func terminateSessions(of db: TestDatabase, pool: PostgresClient) async throws {
+        let pid = try await pool.withConnection { connection in connection.backendPID }
+        _ = try await db.client.query("SELECT pg_terminate_backend($1)", binds: [PostgresBind(pid)]) { _ in 0 }
+        for _ in 0..<100 {
+            let alive = try await db.client.query("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", binds: [PostgresBind(pid)]) {
+                try $0.decode(Int64.self, "count")
+            }.first ?? 0
+            if alive == 0 { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    @Test func aReadOnAConnectionFoundDeadRunsOnceMoreOnAFreshOne() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        let pool = try PostgresClient(configuration: .init(connection: db.configuration, maximumConnections: 1))
+        defer { pool.close() }
+        try await Self.terminateSessions(of: db, pool: pool)
+        let runs = Failures()
+        let value = try await BlockingThread.run {
+            try pool.withConnectionBlocking(retryIfFoundDead: true) { connection in
+                runs.add(CancellationError())
+                return try connection.query("SELECT 42").scalar(Int32.self)
+            }
+        }
+        #expect(value == 42)
+        #expect(runs.all.count == 2)
+
+        // Without the promise that the body may run twice, the dead connection's error is thrown.
+        try await Self.terminateSessions(of: db, pool: pool)
+        let error = await #expect(throws: PostgresError.self) {
+            try await BlockingThread.run { try pool.queryBlocking("SELECT 1") { try $0.decode(Int32.self, at: 0) } }
+        }
+        #expect(error?.isConnectionError == true)
+        // And the connection after it is fresh again.
+        #expect(try await BlockingThread.run { try pool.queryBlocking("SELECT 1", retryIfFoundDead: true) { try $0.decode(Int32.self, at: 0) } } == [1])
+    }
+
+    @Test func aStatementTimeoutIsNeverRetried() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        let pool = try PostgresClient(
+            configuration: .init(connection: db.configuration.withStatementTimeout(.milliseconds(100)), maximumConnections: 1))
+        defer { pool.close() }
+        let runs = Failures()
+        let error = await #expect(throws: PostgresError.self) {
+            try await BlockingThread.run {
+                try pool.withConnectionBlocking(retryIfFoundDead: true) { connection in
+                    runs.add(CancellationError())
+                    _ = try connection.query("SELECT pg_sleep(2)")
+                }
+            }
+        }
+        #expect(error?.sqlState == .queryCanceled)
+        #expect(runs.all.count == 1)
+    }
+}
+
 final class Failures: @unchecked Sendable {
     private let lock = NSLock()
     private var errors: [any Error] = []
