@@ -35,6 +35,8 @@ public struct Route: Sendable {
     public let pattern: String
     public let access: Access
     public let waits: Bool
+    /// What the OpenAPI document says of the route: its query, body and answers.
+    public let description: RouteDescription
     public let fromMemory: (@Sendable (RequestContext) throws -> HTTPResponse?)?
     public let handler: @Sendable (RequestContext) throws -> HTTPResponse
     /// The pattern's segments, split once: a literal, or `{name}` taking any non-empty segment.
@@ -46,7 +48,7 @@ public struct Route: Sendable {
     }
 
     public init(
-        _ method: HTTPMethod, _ pattern: String, access: Access = .open, waits: Bool = true,
+        _ method: HTTPMethod, _ pattern: String, access: Access = .open, waits: Bool = true, describedAs description: RouteDescription,
         fromMemory: (@Sendable (RequestContext) throws -> HTTPResponse?)? = nil,
         handler: @escaping @Sendable (RequestContext) throws -> HTTPResponse
     ) {
@@ -54,6 +56,7 @@ public struct Route: Sendable {
         self.pattern = pattern
         self.access = access
         self.waits = waits
+        self.description = description
         self.fromMemory = fromMemory
         self.handler = handler
         segments = pattern.split(separator: "/", omittingEmptySubsequences: false).map { segment in
