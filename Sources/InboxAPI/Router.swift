@@ -83,14 +83,26 @@ public struct Router: Sendable {
         self.routes = routes
     }
 
+    /// A path that a pattern of literals matches is that pattern's alone: `/v1/me/notifications/read`
+    /// answers only what its own routes do (405 with their methods, never a PATCH of the
+    /// notification `read`), as the OpenAPI document lists it. Among the patterns matching a path,
+    /// those with the fewest parameters win.
     public func match(method: HTTPMethod, path: String) -> Match {
         let requested = path.split(separator: "/", omittingEmptySubsequences: false)
         var allowed: [HTTPMethod] = []
+        var found: (route: Route, parameters: [String: String])?
+        var fewest = Int.max
         for route in routes {
-            guard let parameters = Self.parameters(of: route.segments, in: requested) else { continue }
-            if route.method == method { return .found(route, parameters: parameters) }
+            guard let parameters = Self.parameters(of: route.segments, in: requested), parameters.count <= fewest else { continue }
+            if parameters.count < fewest {
+                fewest = parameters.count
+                allowed = []
+                found = nil
+            }
+            if route.method == method && found == nil { found = (route, parameters) }
             allowed.append(route.method)
         }
+        if let found { return .found(found.route, parameters: found.parameters) }
         if allowed.isEmpty { return .notFound }
         // HEAD is answered wherever GET is; OPTIONS is not served.
         return .methodNotAllowed(allowed: Array(Set(allowed)).sorted())

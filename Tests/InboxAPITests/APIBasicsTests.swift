@@ -105,6 +105,9 @@ import Threads
             #expect((android.json["meta"] as? [String: Any])?["origin"] as? String == "app:android")
             let integration = try await api.send("GET", "/v1/test/origin")
             #expect((integration.json["meta"] as? [String: Any])?["origin"] as? String == "api")
+            // An empty value, which HTTP allows (and schemathesis sends), is no header.
+            #expect(try AppIdentity.parse("").platform == nil)
+            #expect(try AppIdentity.parse(" \t").platform == nil)
             for bad in ["ios", "ios/", "windows/1.0", "ios/2.x", "ios/1.2.3.4.5", "IOS/2.4.0", "ios/2.4.0 beta"] {
                 let reply = try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": bad])
                 #expect(reply.status == 400, "\(bad)")

@@ -55,6 +55,20 @@ import Testing
         }
     }
 
+    /// `/v1/me/notifications/read` is also the shape of `/v1/me/notifications/{id}`; the path of
+    /// literals wins, so its 405 names only what the document lists for it.
+    @Test func aPathOfLiteralsAnswersOnlyTheMethodsTheDocumentListsForIt() async throws {
+        try await EveryRouteTests.withFullAPI { api, _ in
+            let token = "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: Scope.app))
+            for method in ["PATCH", "DELETE"] {
+                let reply = try await api.send(method, "/v1/me/notifications/read", headers: ["Authorization": token, "Content-Type": JSONAPI.mediaType], body: Data("{}".utf8))
+                #expect(reply.status == 405, "\(method)")
+                #expect(reply.header("Allow") == "POST", "\(method)")
+            }
+            #expect(try await api.send("DELETE", "/v1/me/notifications/n1", headers: ["Authorization": token]).status == 404)
+        }
+    }
+
     /// The query parameters any route reads, by the readers of `RequestReading.swift`.
     static let queryNames = ["page[limit]", "page[cursor]", "page[number]", "page[size]", "filter[unread]"]
 
