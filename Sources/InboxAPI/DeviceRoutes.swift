@@ -30,6 +30,14 @@ public enum DeviceRoutes {
         return schemas
     }
 
+    /// What `check` refuses: an Android registration with an apnsEnvironment.
+    static let rules: [String: JSONValue] = [
+        "not": .object([
+            "required": .array([.string("platform"), .string("apnsEnvironment")]),
+            "properties": .object(["platform": .object(["const": .string("android")]), "apnsEnvironment": .object(["type": .string("string")])]),
+        ])
+    ]
+
     public static func routes(client: PostgresClient) -> [Route] {
         let registry = DeviceRegistry(client: client)
         return [
@@ -37,7 +45,8 @@ public enum DeviceRoutes {
                 .post, "/v1/me/devices", access: .signedIn(scope: scope),
                 describedAs: RouteDescription(
                     "Registers a push token: 200 for the same token, 201 for a new one or one taken over.",
-                    body: Schema.resourceDocument(type: "devices", attributes: Self.schemas(pushToken: true), required: ["platform", "pushToken"]),
+                    body: Schema.resourceDocument(
+                        type: "devices", attributes: Self.schemas(pushToken: true), required: ["platform", "pushToken"], rules: Self.rules),
                     responses: [200: .document(Schema.document), 201: .document(Schema.document)])
             ) { context in
                 let data = try context.resourceDocument()
@@ -76,7 +85,7 @@ public enum DeviceRoutes {
                 .patch, "/v1/me/devices/{id}", access: .signedIn(scope: scope),
                 describedAs: RouteDescription(
                     "Changes a registration (not its pushToken: 422).",
-                    body: Schema.resourceDocument(type: "devices", attributes: Self.schemas(pushToken: false), id: true))
+                    body: Schema.resourceDocument(type: "devices", attributes: Self.schemas(pushToken: false), id: true, rules: Self.rules))
             ) { context in
                 let id = try Self.id(context)
                 let data = try context.resourceDocument()

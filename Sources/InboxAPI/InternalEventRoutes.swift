@@ -77,19 +77,18 @@ public enum InternalEventRoutes {
     /// catalogue (docs/events.md), which the event log checks (422 pointing at the field).
     static var batchSchema: JSONValue {
         let metadata = Schema.object([
-            "origin": Schema.choice(["app:ios", "app:android", "web", "api"]), "appVersion": .object(["type": .string("string")]),
-            "actor": .object(["type": .string("string")]), "correlationId": .object(["type": .string("string")]),
-            "causationId": .object(["type": .string("string")]),
+            "origin": Schema.choice(["app:ios", "app:android", "web", "api"]), "appVersion": Schema.stringWithoutNUL,
+            "actor": Schema.stringWithoutNUL, "correlationId": Schema.stringWithoutNUL, "causationId": Schema.stringWithoutNUL,
         ])
         let attributes = Schema.object(
             [
-                "stream": .object(["type": .string("string")]), "type": .object(["type": .string("string")]), "payload": Schema.anyObject,
-                "schemaVersion": Schema.integer(1...1000), "idempotencyKey": .object(["type": .string("string")]), "metadata": metadata,
+                "stream": Schema.stringWithoutNUL, "type": Schema.stringWithoutNUL, "payload": Schema.objectWithoutNUL,
+                "schemaVersion": Schema.integer(1...1000), "idempotencyKey": Schema.stringWithoutNUL, "metadata": metadata,
             ], required: ["stream", "type", "payload"])
-        let event = Schema.object(["type": .object(["const": .string("events")]), "attributes": attributes], required: ["type", "attributes"], closed: false)
+        let event = Schema.object(["type": .object(["const": .string("events")]), "attributes": attributes], required: ["type", "attributes"])
         return Schema.object(
             ["data": .object(["type": .string("array"), "minItems": .integer(1), "maxItems": .integer(Int64(maximumBatch)), "items": event])],
-            required: ["data"], closed: false)
+            required: ["data"])
     }
 
     static func event(_ item: JSONValue, index: Int, service: String, requestId: String) throws(APIError) -> NewEvent {

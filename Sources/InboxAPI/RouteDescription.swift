@@ -87,14 +87,35 @@ public enum Schema {
     /// `{"data": {"type": type, "id"?: ..., "attributes": {...}}}`, the body of a create or change.
     /// `attributes` is closed (an unknown attribute is 422 unknown_field); `required` names the
     /// attributes that must be there.
-    public static func resourceDocument(type: String, attributes: [String: JSONValue], required: [String] = [], id: Bool = false) -> JSONValue {
-        var data: [String: JSONValue] = ["type": .object(["const": .string(type)]), "attributes": object(attributes, required: required)]
-        if id { data["id"] = .object(["type": .string("string"), "description": .string("The id in the URL (another is 409 id_mismatch).")]) }
-        return .object([
-            "type": .string("object"), "required": .array([.string("data")]),
-            "properties": .object(["data": object(data, required: required.isEmpty ? ["type"] : ["attributes", "type"], closed: false)]),
-        ])
+    /// The document and `data` hold only the members the route reads: another member is not
+    /// read, yet refused when it holds U+0000 (as every body is, `RequestContext.jsonBody`).
+    /// An attribute that is not required and not a boolean may be null, which the handlers read
+    /// as absent (`Attributes.string`, `choice`; a saved search's query); a boolean may not
+    /// (`Attributes.bool`). `rules` adds keywords to the attributes' schema (`not`: a combination
+    /// the handler refuses).
+    public static func resourceDocument(
+        type: String, attributes: [String: JSONValue], required: [String] = [], id: Bool = false, rules: [String: JSONValue] = [:]
+    ) -> JSONValue {
+        var properties = attributes
+        for (name, schema) in attributes where !required.contains(name) && schema != boolean {
+            properties[name] = .object(["anyOf": .array([schema, .object(["type": .string("null")])])])
+        }
+        guard case .object(var attributesSchema) = object(properties, required: required) else { preconditionFailure("an object schema") }
+        attributesSchema.merge(rules) { _, rule in rule }
+        var data: [String: JSONValue] = ["type": .object(["const": .string(type)]), "attributes": .object(attributesSchema)]
+        if id { data["id"] = .object(["type": .string("string"), "pattern": .string("^[^\\u0000]*$"), "description": .string("The id in the URL (another is 409 id_mismatch).")]) }
+        return object(["data": object(data, required: required.isEmpty ? ["type"] : ["attributes", "type"])], required: ["data"])
     }
+
+    /// Any JSON without U+0000 (PostgreSQL cannot store it; a body holding it is 422), in a name
+    /// or a string: what a free-form member (a saved search's query, an event's payload) may be.
+    public static let jsonWithoutNUL: JSONValue = .object(["$ref": .string("#/components/schemas/JSONWithoutNUL")])
+    /// An object of `jsonWithoutNUL` members.
+    public static let objectWithoutNUL: JSONValue = .object([
+        "type": .string("object"), "propertyNames": .object(["pattern": .string("^[^\\u0000]*$")]), "additionalProperties": jsonWithoutNUL,
+    ])
+    /// A string without U+0000.
+    public static let stringWithoutNUL: JSONValue = .object(["type": .string("string"), "pattern": .string("^[^\\u0000]*$")])
 
     /// Any JSON:API document this server answers with.
     public static let document: JSONValue = .object(["$ref": .string("#/components/schemas/Document")])
@@ -103,6 +124,12 @@ public enum Schema {
 
     /// The components the references above name.
     static let components: [String: JSONValue] = [
+        "JSONWithoutNUL": .object([
+            "anyOf": .array([
+                .object(["type": .array([.string("null"), .string("boolean"), .string("number")])]), stringWithoutNUL,
+                .object(["type": .string("array"), "items": jsonWithoutNUL]), objectWithoutNUL,
+            ])
+        ]),
         "Document": .object([
             "type": .string("object"),
             "properties": .object([

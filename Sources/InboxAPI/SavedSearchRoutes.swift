@@ -17,7 +17,9 @@ public enum SavedSearchRoutes {
     /// The attributes as the handlers validate them.
     static let schemas: [String: JSONValue] = [
         "name": Schema.string(maximumLength: 100, pattern: "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"),
-        "query": .object(["type": .string("object"), "description": .string("The search, as the catalogue tier understands it (at most 16 KiB).")]),
+        "query": .object([
+            "allOf": .array([Schema.objectWithoutNUL]), "description": .string("The search, as the catalogue tier understands it (at most 16 KiB)."),
+        ]),
         "interval": Schema.choice(intervals), "push": Schema.boolean,
     ]
 
