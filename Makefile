@@ -6,12 +6,13 @@ APT_PACKAGES := libpq-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev pkg-
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: help deps build run test bench clean
+.PHONY: help deps build run test bench fuzz clean
 
 help:
 	@echo "make run    build and run the tier on an embedded PostgreSQL in .inbox/postgres"
 	@echo "make test   start a throwaway PostgreSQL, build, run every test, stop it"
 	@echo "make bench  run the benchmarks (figures in docs/benchmarks.md)"
+	@echo "make fuzz   schemathesis against a live server from its /openapi.json, at most 5 minutes"
 	@echo "make deps   install the Debian packages the build needs"
 
 # Installs only what is missing, so a machine that has everything never touches apt.
@@ -51,6 +52,12 @@ bench: deps
 	@command -v wrk >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk >/dev/null; }
 	$(SWIFT) build -c release --product inbox-bench
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench $(BENCH_ARGS)
+
+# schemathesis (PyPI, into .build/fuzz-venv when missing) against `inbox serve` on a throwaway
+# PostgreSQL, driven by /openapi.json: FUZZ_SECONDS (300) and FUZZ_EXAMPLES per operation (25);
+# FUZZ_ARGS go to `schemathesis run`. Not part of `make test`.
+fuzz: build
+	scripts/fuzz.sh $(FUZZ_ARGS)
 
 clean:
 	rm -rf .build

@@ -61,11 +61,12 @@ public struct AppIdentity: Sendable, Hashable {
         self.version = version
     }
 
-    /// Reads the header's value (nil: no header). A value that is not `ios/<version>` or
-    /// `android/<version>` is a 400 naming the header.
+    /// Reads the header's value (nil: no header; an empty value, which HTTP allows, is none
+    /// either). A value that is not `ios/<version>` or `android/<version>` is a 400 naming the header.
     public static func parse(_ value: String?) throws(APIError) -> AppIdentity {
         guard let value else { return .integration }
         let trimmed = value.trimmingSpaces
+        if trimmed.isEmpty { return .integration }
         let parts = trimmed.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2, let platform = Platform(rawValue: String(parts[0])), let version = AppVersion(String(parts[1])) else {
             throw APIError(

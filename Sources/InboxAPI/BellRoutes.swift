@@ -13,6 +13,9 @@ public enum BellRoutes {
         [
             Route(
                 .get, "/v1/me/notifications", access: .signedIn(scope: .accountRead),
+                describedAs: RouteDescription(
+                    "The bell: notifications about the person, newest first, in cursor pages; meta.unread.",
+                    query: QueryParameter.cursorPage + [QueryParameter("filter[unread]", Schema.choice(["true", "false"]), "Only unread (true) or read (false) entries.")]),
                 fromMemory: { context in
                     guard let cache else { return nil }
                     let list = try ListRequest(context)
@@ -36,7 +39,12 @@ public enum BellRoutes {
                 cache?.keep(body, for: list.key, ticket: ticket)
                 return Self.listResponse(body, language: list.language)
             },
-            Route(.patch, "/v1/me/notifications/{id}", access: .signedIn(scope: .accountWrite)) { context in
+            Route(
+                .patch, "/v1/me/notifications/{id}", access: .signedIn(scope: .accountWrite),
+                describedAs: RouteDescription(
+                    "Marks one notification read (attributes.read: true).",
+                    body: Schema.resourceDocument(type: "notifications", attributes: ["read": .object(["const": .bool(true)])], required: ["read"], id: true))
+            ) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, "notifications", id: id)
@@ -59,12 +67,12 @@ public enum BellRoutes {
                 guard let entry else { throw notFound(id) }
                 return Documents.response(["data": resource(entry, language: Language.negotiate(context.request.header("Accept-Language")))])
             },
-            Route(.post, "/v1/me/notifications/read", access: .signedIn(scope: .accountWrite)) { context in
+            Route(.post, "/v1/me/notifications/read", access: .signedIn(scope: .accountWrite), describedAs: .noContent("Marks every notification read.")) { context in
                 defer { cache?.changed(people: [context.person]) }
                 try context.appendInline([AllNotificationsRead(personId: context.person)], client: client, inline: inline)
                 return Documents.noContent
             },
-            Route(.delete, "/v1/me/notifications/{id}", access: .signedIn(scope: .accountWrite)) { context in
+            Route(.delete, "/v1/me/notifications/{id}", access: .signedIn(scope: .accountWrite), describedAs: .noContent("Clears one notification.")) { context in
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 let metadata = context.eventMetadata
@@ -77,7 +85,7 @@ public enum BellRoutes {
                 guard found else { throw notFound(id) }
                 return Documents.noContent
             },
-            Route(.delete, "/v1/me/notifications", access: .signedIn(scope: .accountWrite)) { context in
+            Route(.delete, "/v1/me/notifications", access: .signedIn(scope: .accountWrite), describedAs: .noContent("Clears the bell.")) { context in
                 defer { cache?.changed(people: [context.person]) }
                 try context.appendInline([AllNotificationsDeleted(personId: context.person)], client: client, inline: inline)
                 return Documents.noContent

@@ -16,10 +16,39 @@ public enum DeviceRoutes {
     static let scope = Scope.accountWrite
     static let attributes: Set<String> = ["platform", "pushToken", "appId", "appVersion", "name", "locale", "apnsEnvironment"]
 
+    /// The attributes as `fields` validates them (`Attributes.string`, `choice`).
+    static func schemas(pushToken: Bool) -> [String: JSONValue] {
+        var schemas: [String: JSONValue] = [
+            "platform": Schema.choice(["ios", "android"]),
+            "appId": Schema.string(maximumLength: 200, pattern: "^[A-Za-z0-9._-]+$"),
+            "appVersion": Schema.string(maximumLength: 30, pattern: "^[0-9]{1,6}(\\.[0-9]{1,6}){0,3}$"),
+            "name": Schema.string(maximumLength: 100, pattern: "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"),
+            "locale": Schema.string(maximumLength: 35, pattern: "^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$"),
+            "apnsEnvironment": Schema.choice(["development", "production"]),
+        ]
+        if pushToken { schemas["pushToken"] = Schema.string(maximumLength: 4096, pattern: "^[^\\s\\u0000-\\u001F\\u007F-\\u009F]+$") }
+        return schemas
+    }
+
+    /// What `check` refuses: an Android registration with an apnsEnvironment.
+    static let rules: [String: JSONValue] = [
+        "not": .object([
+            "required": .array([.string("platform"), .string("apnsEnvironment")]),
+            "properties": .object(["platform": .object(["const": .string("android")]), "apnsEnvironment": .object(["type": .string("string")])]),
+        ])
+    ]
+
     public static func routes(client: PostgresClient) -> [Route] {
         let registry = DeviceRegistry(client: client)
         return [
-            Route(.post, "/v1/me/devices", access: .signedIn(scope: scope)) { context in
+            Route(
+                .post, "/v1/me/devices", access: .signedIn(scope: scope),
+                describedAs: RouteDescription(
+                    "Registers a push token: 200 for the same token, 201 for a new one or one taken over.",
+                    body: Schema.resourceDocument(
+                        type: "devices", attributes: Self.schemas(pushToken: true), required: ["platform", "pushToken"], rules: Self.rules),
+                    responses: [200: .document(Schema.document), 201: .document(Schema.document)])
+            ) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, "devices", id: nil)
                 let attributes = try Attributes(data, allowed: Self.attributes)
@@ -33,7 +62,10 @@ public enum DeviceRoutes {
                 let status = if case .created = registration { 201 } else { 200 }
                 return Documents.response(status: status, ["data": registration.device.resource])
             },
-            Route(.get, "/v1/me/devices", access: .signedIn(scope: scope)) { context in
+            Route(
+                .get, "/v1/me/devices", access: .signedIn(scope: scope),
+                describedAs: RouteDescription("The person's push registrations, in numbered pages; pushToken is never returned.", query: QueryParameter.numberedPage)
+            ) { context in
                 let (number, size) = try context.numberedPage()
                 let rows = try registry.devices(of: context.person, limit: size + 1, offset: (number - 1) * size)
                 var links: [String: JSONValue] = [
@@ -44,12 +76,17 @@ public enum DeviceRoutes {
                 }
                 return Documents.response(["data": .array(rows.prefix(size).map(\.resource)), "links": .object(links)])
             },
-            Route(.get, "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
+            Route(.get, "/v1/me/devices/{id}", access: .signedIn(scope: scope), describedAs: RouteDescription("One registration.")) { context in
                 let id = try Self.id(context)
                 guard let device = try registry.device(id, of: context.person) else { throw Self.notFound() }
                 return Documents.response(["data": device.resource])
             },
-            Route(.patch, "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
+            Route(
+                .patch, "/v1/me/devices/{id}", access: .signedIn(scope: scope),
+                describedAs: RouteDescription(
+                    "Changes a registration (not its pushToken: 422).",
+                    body: Schema.resourceDocument(type: "devices", attributes: Self.schemas(pushToken: false), id: true, rules: Self.rules))
+            ) { context in
                 let id = try Self.id(context)
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, "devices", id: context.parameters["id"])
@@ -67,7 +104,7 @@ public enum DeviceRoutes {
                 guard let updated = try registry.change(id, of: context.person, to: fields) else { throw Self.notFound() }
                 return Documents.response(["data": updated.resource])
             },
-            Route(.delete, "/v1/me/devices/{id}", access: .signedIn(scope: scope)) { context in
+            Route(.delete, "/v1/me/devices/{id}", access: .signedIn(scope: scope), describedAs: .noContent("Deletes a registration.")) { context in
                 let id = try Self.id(context)
                 guard try registry.delete(id, of: context.person) else { throw Self.notFound() }
                 return Documents.noContent

@@ -18,7 +18,12 @@ public enum InternalEventRoutes {
 
     public static func routes(store: EventStore) -> [Route] {
         [
-            Route(.post, "/internal/v1/events", access: .service) { context in
+            Route(
+                .post, "/internal/v1/events", access: .service,
+                describedAs: RouteDescription(
+                    "Other tiers append a batch of catalogue events, all or nothing (service credential).", body: Self.batchSchema,
+                    responses: [200: .document(Schema.document), 201: .document(Schema.document)])
+            ) { context in
                 guard !context.request.body.isEmpty else {
                     throw APIError(status: 400, code: .malformedJSON, detail: "The body is not valid JSON.", source: .pointer(""))
                 }
@@ -71,6 +76,24 @@ public enum InternalEventRoutes {
                 return Documents.response(status: appended.contains(where: \.wasAppended) ? 201 : 200, ["data": .array(data)])
             }
         ]
+    }
+
+    /// A batch of 1 to `maximumBatch` events; each payload must be of its type's shape in the
+    /// catalogue (docs/events.md), which the event log checks (422 pointing at the field).
+    static var batchSchema: JSONValue {
+        let metadata = Schema.object([
+            "origin": Schema.choice(["app:ios", "app:android", "web", "api"]), "appVersion": Schema.stringWithoutNUL,
+            "actor": Schema.stringWithoutNUL, "correlationId": Schema.stringWithoutNUL, "causationId": Schema.stringWithoutNUL,
+        ])
+        let attributes = Schema.object(
+            [
+                "stream": Schema.stringWithoutNUL, "type": Schema.stringWithoutNUL, "payload": Schema.objectWithoutNUL,
+                "schemaVersion": Schema.integer(1...1000), "idempotencyKey": Schema.stringWithoutNUL, "metadata": metadata,
+            ], required: ["stream", "type", "payload"])
+        let event = Schema.object(["type": .object(["const": .string("events")]), "attributes": attributes], required: ["type", "attributes"])
+        return Schema.object(
+            ["data": .object(["type": .string("array"), "minItems": .integer(1), "maxItems": .integer(Int64(maximumBatch)), "items": event])],
+            required: ["data"])
     }
 
     static func event(_ item: JSONValue, index: Int, service: String, requestId: String) throws(APIError) -> NewEvent {

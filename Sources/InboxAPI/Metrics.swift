@@ -87,7 +87,12 @@ public final class RequestMetrics: Sendable {
 public enum MetricsRoutes {
     public static func routes(metrics: RequestMetrics, client: PostgresClient, bellCache: BellCache? = nil) -> [Route] {
         [
-            Route(.get, "/metrics") { _ in
+            Route(
+                .get, "/metrics",
+                describedAs: RouteDescription(
+                    "Metrics in the Prometheus text format.",
+                    responses: [200: .other(mediaType: "text/plain; version=0.0.4; charset=utf-8", schema: .object(["type": .string("string")]))])
+            ) { _ in
                 let database = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try Self.databaseMetrics(on: connection) }
                 let cache = bellCache.map(Self.cacheMetrics) ?? ""
                 return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database + cache)

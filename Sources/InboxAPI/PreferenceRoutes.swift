@@ -13,12 +13,19 @@ public enum PreferenceRoutes {
 
     public static func routes(client: PostgresClient, inline: InlineProjections = InlineProjections()) -> [Route] {
         [
-            Route(.get, path, access: .signedIn(scope: .accountRead)) { context in
+            Route(
+                .get, path, access: .signedIn(scope: .accountRead),
+                describedAs: RouteDescription("Every category's push and email switch, with labels in the reader's language.")
+            ) { context in
                 let person = context.person
                 let stored = try Self.stored(person: person, client: client)
                 return Self.response(person: person, stored: stored, context: context)
             },
-            Route(.patch, path, access: .signedIn(scope: .accountWrite)) { context in
+            Route(
+                .patch, path, access: .signedIn(scope: .accountWrite),
+                describedAs: RouteDescription(
+                    "Switches channels on or off; a locked channel cannot be turned off (422).", body: Self.changeSchema)
+            ) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, type, id: nil)
                 let attributes = try Attributes(data, allowed: ["categories"])
@@ -71,6 +78,21 @@ public enum PreferenceRoutes {
                 return Self.response(person: person, stored: stored, context: context)
             },
         ]
+    }
+
+    /// `categories.{category}.{push,email}`: booleans of the categories that have switches
+    /// (not saved searches, set per search); a locked channel only true.
+    static var changeSchema: JSONValue {
+        func channels(_ category: NotificationCategory) -> JSONValue {
+            Schema.object(
+                Dictionary(
+                    uniqueKeysWithValues: NotificationChannel.allCases.map {
+                        ($0.rawValue, PreferenceRules.isLocked(category, $0) ? .object(["const": .bool(true)]) : Schema.boolean)
+                    }))
+        }
+        let categories = NotificationCategory.allCases.filter { !PreferenceRules.isManagedPerSearch($0) }.map { ($0.rawValue, channels($0)) }
+        return Schema.resourceDocument(
+            type: type, attributes: ["categories": Schema.object(Dictionary(uniqueKeysWithValues: categories))], required: ["categories"])
     }
 
     struct Key: Hashable {

@@ -35,6 +35,8 @@ public struct Route: Sendable {
     public let pattern: String
     public let access: Access
     public let waits: Bool
+    /// What the OpenAPI document says of the route: its query, body and answers.
+    public let description: RouteDescription
     public let fromMemory: (@Sendable (RequestContext) throws -> HTTPResponse?)?
     public let handler: @Sendable (RequestContext) throws -> HTTPResponse
     /// The pattern's segments, split once: a literal, or `{name}` taking any non-empty segment.
@@ -46,7 +48,7 @@ public struct Route: Sendable {
     }
 
     public init(
-        _ method: HTTPMethod, _ pattern: String, access: Access = .open, waits: Bool = true,
+        _ method: HTTPMethod, _ pattern: String, access: Access = .open, waits: Bool = true, describedAs description: RouteDescription,
         fromMemory: (@Sendable (RequestContext) throws -> HTTPResponse?)? = nil,
         handler: @escaping @Sendable (RequestContext) throws -> HTTPResponse
     ) {
@@ -54,6 +56,7 @@ public struct Route: Sendable {
         self.pattern = pattern
         self.access = access
         self.waits = waits
+        self.description = description
         self.fromMemory = fromMemory
         self.handler = handler
         segments = pattern.split(separator: "/", omittingEmptySubsequences: false).map { segment in
@@ -80,14 +83,26 @@ public struct Router: Sendable {
         self.routes = routes
     }
 
+    /// A path that a pattern of literals matches is that pattern's alone: `/v1/me/notifications/read`
+    /// answers only what its own routes do (405 with their methods, never a PATCH of the
+    /// notification `read`), as the OpenAPI document lists it. Among the patterns matching a path,
+    /// those with the fewest parameters win.
     public func match(method: HTTPMethod, path: String) -> Match {
         let requested = path.split(separator: "/", omittingEmptySubsequences: false)
         var allowed: [HTTPMethod] = []
+        var found: (route: Route, parameters: [String: String])?
+        var fewest = Int.max
         for route in routes {
-            guard let parameters = Self.parameters(of: route.segments, in: requested) else { continue }
-            if route.method == method { return .found(route, parameters: parameters) }
+            guard let parameters = Self.parameters(of: route.segments, in: requested), parameters.count <= fewest else { continue }
+            if parameters.count < fewest {
+                fewest = parameters.count
+                allowed = []
+                found = nil
+            }
+            if route.method == method && found == nil { found = (route, parameters) }
             allowed.append(route.method)
         }
+        if let found { return .found(found.route, parameters: found.parameters) }
         if allowed.isEmpty { return .notFound }
         // HEAD is answered wherever GET is; OPTIONS is not served.
         return .methodNotAllowed(allowed: Array(Set(allowed)).sorted())

@@ -14,9 +14,21 @@ public enum SavedSearchRoutes {
     static let attributes: Set<String> = ["name", "query", "interval", "push"]
     static let intervals = SavedSearchInterval.allCases.map(\.rawValue)
 
+    /// The attributes as the handlers validate them.
+    static let schemas: [String: JSONValue] = [
+        "name": Schema.string(maximumLength: 100, pattern: "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"),
+        "query": .object([
+            "allOf": .array([Schema.objectWithoutNUL]), "description": .string("The search, as the catalogue tier understands it (at most 16 KiB)."),
+        ]),
+        "interval": Schema.choice(intervals), "push": Schema.boolean,
+    ]
+
     public static func routes(client: PostgresClient, inline: InlineProjections = InlineProjections()) -> [Route] {
         [
-            Route(.get, path, access: .signedIn(scope: .accountRead)) { context in
+            Route(
+                .get, path, access: .signedIn(scope: .accountRead),
+                describedAs: RouteDescription("The person's saved searches, in numbered pages.", query: QueryParameter.numberedPage)
+            ) { context in
                 let (number, size) = try context.numberedPage()
                 let person = context.person
                 let rows = try client.queryBlocking(
@@ -30,7 +42,12 @@ public enum SavedSearchRoutes {
                 if rows.count > size { links["next"] = Documents.link(path, [("page[number]", String(number + 1)), ("page[size]", String(size))]) }
                 return Documents.response(["data": .array(rows.prefix(size).map(\.resource)), "links": .object(links)])
             },
-            Route(.post, path, access: .signedIn(scope: .accountWrite)) { context in
+            Route(
+                .post, path, access: .signedIn(scope: .accountWrite),
+                describedAs: RouteDescription(
+                    "Saves a search (name, query, interval, push).",
+                    body: Schema.resourceDocument(type: type, attributes: Self.schemas, required: ["name", "query"]), responses: [201: .document(Schema.document)])
+            ) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, type, id: nil)
                 let attributes = try Attributes(data, allowed: Self.attributes)
@@ -45,13 +62,16 @@ public enum SavedSearchRoutes {
                     id: event.savedSearchId, name: name, query: query, interval: interval.rawValue, push: push, createdAt: recorded, updatedAt: recorded)
                 return Documents.response(status: 201, ["data": search.resource])
             },
-            Route(.get, path + "/{id}", access: .signedIn(scope: .accountRead)) { context in
+            Route(.get, path + "/{id}", access: .signedIn(scope: .accountRead), describedAs: RouteDescription("One saved search.")) { context in
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 guard let search = try Self.find(id: id, person: person, client: client) else { throw Self.notFound() }
                 return Documents.response(["data": search.resource])
             },
-            Route(.patch, path + "/{id}", access: .signedIn(scope: .accountWrite)) { context in
+            Route(
+                .patch, path + "/{id}", access: .signedIn(scope: .accountWrite),
+                describedAs: RouteDescription("Changes a saved search.", body: Schema.resourceDocument(type: type, attributes: Self.schemas, id: true))
+            ) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, type, id: id)
@@ -77,7 +97,7 @@ public enum SavedSearchRoutes {
                 guard let updated else { throw Self.notFound() }
                 return Documents.response(["data": updated.resource])
             },
-            Route(.delete, path + "/{id}", access: .signedIn(scope: .accountWrite)) { context in
+            Route(.delete, path + "/{id}", access: .signedIn(scope: .accountWrite), describedAs: .noContent("Deletes a saved search.")) { context in
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 let metadata = context.eventMetadata

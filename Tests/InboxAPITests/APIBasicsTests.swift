@@ -11,7 +11,7 @@ import Threads
 /// What every request gets right (app-guide sections 1, 2 and 7), through real sockets.
 @Suite struct APIBasicsTests {
     /// A route under /v1 that answers with the origin the request would record.
-    static let whoAmI = Route(.get, "/v1/test/origin") { context in
+    static let whoAmI = Route(.get, "/v1/test/origin", describedAs: RouteDescription("A test route.")) { context in
         let metadata = context.identity.metadata
         return HTTPResponse(
             status: 200, contentType: JSONAPI.mediaType,
@@ -19,7 +19,7 @@ import Threads
                 "origin": .string(metadata.origin.rawValue), "appVersion": metadata.appVersion.map(JSONValue.string) ?? .null,
             ])])))
     }
-    static let echoBody = Route(.post, "/v1/test/echo") { context in
+    static let echoBody = Route(.post, "/v1/test/echo", describedAs: RouteDescription("A test route.")) { context in
         HTTPResponse(status: 200, contentType: JSONAPI.mediaType, body: String(decoding: context.request.body, as: UTF8.self))
     }
 
@@ -105,6 +105,9 @@ import Threads
             #expect((android.json["meta"] as? [String: Any])?["origin"] as? String == "app:android")
             let integration = try await api.send("GET", "/v1/test/origin")
             #expect((integration.json["meta"] as? [String: Any])?["origin"] as? String == "api")
+            // An empty value, which HTTP allows (and schemathesis sends), is no header.
+            #expect(try AppIdentity.parse("").platform == nil)
+            #expect(try AppIdentity.parse(" \t").platform == nil)
             for bad in ["ios", "ios/", "windows/1.0", "ios/2.x", "ios/1.2.3.4.5", "IOS/2.4.0", "ios/2.4.0 beta"] {
                 let reply = try await api.send("GET", "/v1/test/origin", headers: ["X-Wristler-App": bad])
                 #expect(reply.status == 400, "\(bad)")
@@ -186,7 +189,7 @@ import Threads
             let slowClient = try PostgresClient(
                 configuration: .init(connection: db.configuration.withStatementTimeout(.milliseconds(200)), maximumConnections: 2))
             defer { slowClient.close() }
-            let slow = Route(.get, "/v1/test/slow") { _ in
+            let slow = Route(.get, "/v1/test/slow", describedAs: RouteDescription("A test route.")) { _ in
                 _ = try slowClient.withConnectionBlocking { connection in try connection.query("SELECT pg_sleep(5)") }
                 return HTTPResponse(status: 204)
             }

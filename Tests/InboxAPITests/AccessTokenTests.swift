@@ -131,7 +131,7 @@ import Testing
 
 /// Tokens and scopes at the API's door, through real sockets.
 @Suite struct AccessControlTests {
-    static let route = Route(.get, "/v1/test/mine", access: .signedIn(scope: .accountWrite)) { context in
+    static let route = Route(.get, "/v1/test/mine", access: .signedIn(scope: .accountWrite), describedAs: RouteDescription("A test route.")) { context in
         HTTPResponse(status: 200, contentType: JSONAPI.mediaType, body: JSONAPI.encode(.object(["meta": .object(["person": .string(context.token?.subject ?? "")])])))
     }
 

@@ -36,7 +36,83 @@ import Testing
                 case .service: #expect(security?.first?["serviceCredential"] == [], "\(route.pattern)")
                 }
             }
-            #expect(Set(OpenAPI.summaries.keys) == served, "every summary is of a served route and every route has one")
+            for route in routes {
+                let operation = paths[route.pattern]?[route.method.rawValue.lowercased()] as? [String: Any] ?? [:]
+                let responses = operation["responses"] as? [String: [String: Any]] ?? [:]
+                let errors = (responses["default"]?["content"] as? [String: Any])?[JSONAPI.mediaType]
+                #expect(errors != nil, "\(route.method) \(route.pattern): errors are JSON:API documents")
+                let successes = responses.keys.filter { $0.hasPrefix("2") }
+                #expect(!successes.isEmpty, "\(route.method) \(route.pattern) has no success response")
+                for status in successes {
+                    let content = responses[status]?["content"] as? [String: Any]
+                    if status == "204" {
+                        #expect(content == nil, "\(route.method) \(route.pattern): a 204 has no content")
+                    } else {
+                        #expect(content?.isEmpty == false, "\(route.method) \(route.pattern): \(status) says what it returns")
+                    }
+                }
+            }
+        }
+    }
+
+    /// `/v1/me/notifications/read` is also the shape of `/v1/me/notifications/{id}`; the path of
+    /// literals wins, so its 405 names only what the document lists for it.
+    @Test func aPathOfLiteralsAnswersOnlyTheMethodsTheDocumentListsForIt() async throws {
+        try await EveryRouteTests.withFullAPI { api, _ in
+            let token = "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: Scope.app))
+            for method in ["PATCH", "DELETE"] {
+                let reply = try await api.send(method, "/v1/me/notifications/read", headers: ["Authorization": token, "Content-Type": JSONAPI.mediaType], body: Data("{}".utf8))
+                #expect(reply.status == 405, "\(method)")
+                #expect(reply.header("Allow") == "POST", "\(method)")
+            }
+            #expect(try await api.send("DELETE", "/v1/me/notifications/n1", headers: ["Authorization": token]).status == 404)
+        }
+    }
+
+    /// The query parameters any route reads, by the readers of `RequestReading.swift`.
+    static let queryNames = ["page[limit]", "page[cursor]", "page[number]", "page[size]", "filter[unread]"]
+
+    /// Each route is asked as a client would: a body that is not JSON (a route that reads a body
+    /// refuses it, so the document must describe that body) and each query parameter with a bad
+    /// value (a route that reads it answers 400 naming it, so the document must list it). What
+    /// the document says a route answers with no content, it does.
+    @Test func theDocumentDescribesEveryBodyAndQueryParameterARouteReads() async throws {
+        try await EveryRouteTests.withFullAPI { api, routes in
+            let token = "Bearer " + (try AccessTokenTests.signer.mint(subject: "p1", scopes: Scope.app))
+            let document = try await api.send("GET", "/openapi.json").json
+            let paths = try #require(document["paths"] as? [String: [String: [String: Any]]])
+            var everyRead = Set<String>()
+            var bodies = 0
+            for route in routes {
+                let operation = paths[route.pattern]?[route.method.rawValue.lowercased()] ?? [:]
+                let authorization = route.access == .service ? "Bearer orders-secret-0123456789" : token
+                let headers = ["Authorization": authorization, "Content-Type": JSONAPI.mediaType]
+                let path = EveryRouteTests.path(route.pattern)
+                if route.method != .get {
+                    let reply = try await api.send(route.method.rawValue, path, headers: headers, body: Data("{".utf8))
+                    let readsBody = reply.firstError["code"] as? String == "malformed_json"
+                    if readsBody { bodies += 1 }
+                    #expect(readsBody == (operation["requestBody"] != nil), "\(route.method) \(route.pattern): reads a body \(readsBody), describes one \(operation["requestBody"] != nil)")
+                }
+                let listed = Set((operation["parameters"] as? [[String: Any]] ?? []).filter { $0["in"] as? String == "query" }.compactMap { $0["name"] as? String })
+                var read = Set<String>()
+                for name in Self.queryNames {
+                    let query = name.replacingOccurrences(of: "[", with: "%5B").replacingOccurrences(of: "]", with: "%5D") + "=not-valid"
+                    let body = route.method == .get ? nil : Data("{".utf8)
+                    let reply = try await api.send(route.method.rawValue, path + "?" + query, headers: headers, body: body)
+                    if (reply.firstError["source"] as? [String: Any])?["parameter"] as? String == name { read.insert(name) }
+                }
+                everyRead.formUnion(read)
+                #expect(read == listed, "\(route.method) \(route.pattern): reads \(read.sorted()), lists \(listed.sorted())")
+                let responses = operation["responses"] as? [String: Any] ?? [:]
+                if responses["204"] != nil && !route.pattern.contains("{") {
+                    let reply = try await api.send(route.method.rawValue, path, headers: ["Authorization": authorization])
+                    #expect(reply.status == 204 && reply.body.isEmpty, "\(route.method) \(route.pattern): \(reply.status)")
+                }
+            }
+            // The probes find what they look for: every reader is used, and the routes with a body do refuse bad JSON.
+            #expect(everyRead == Set(Self.queryNames))
+            #expect(bodies == 7, "POST and PATCH of devices and saved searches, PATCH of a notification and of the preferences, the events")
         }
     }
 }

@@ -58,7 +58,7 @@ import Threads
 
     @Test func aNULInAPathOrQueryParameterIsA404OrA400NamingIt() async throws {
         try await withTestDatabase { db in
-            let route = Route(.get, "/v1/test/things/{id}") { context in
+            let route = Route(.get, "/v1/test/things/{id}", describedAs: RouteDescription("A test route.")) { context in
                 HTTPResponse(status: 200, contentType: JSONAPI.mediaType, body: JSONAPI.encode(.object(["meta": .string(context.parameters["id"] ?? "")])))
             }
             let server = try APITestServer.start(db: db, extraRoutes: [route])
@@ -76,8 +76,8 @@ import Threads
             var description: String { "the disk is on fire" }
         }
         let lines = Locked<[RequestLogLine]>([])
-        let waits = Route(.get, "/v1/test/fails", access: .open) { _ in throw DiskOnFire() }
-        let atOnce = Route(.get, "/v1/test/fails-at-once", access: .open, waits: false) { _ in throw DiskOnFire() }
+        let waits = Route(.get, "/v1/test/fails", access: .open, describedAs: RouteDescription("A test route.")) { _ in throw DiskOnFire() }
+        let atOnce = Route(.get, "/v1/test/fails-at-once", access: .open, waits: false, describedAs: RouteDescription("A test route.")) { _ in throw DiskOnFire() }
         let api = APIServer(routes: [waits, atOnce], gate: nil) { line in lines.withLock { $0.append(line) } }
         let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
         defer { server.shutdown() }

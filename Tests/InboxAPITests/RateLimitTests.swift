@@ -8,7 +8,7 @@ import Testing
 @Suite struct RateLimitTests {
     @Test func aTokenOverItsLimitGets429WithRetryAfterAndAGuestSooner() async throws {
         try await withTestDatabase { db in
-            let route = Route(.get, "/v1/test/limited", access: .signedIn(scope: nil)) { _ in HTTPResponse(status: 204) }
+            let route = Route(.get, "/v1/test/limited", access: .signedIn(scope: nil), describedAs: RouteDescription("A test route.")) { _ in HTTPResponse(status: 204) }
             // Refilled so slowly that a slow machine cannot refill a request during the test.
             let limiter = RateLimiter(limits: .init(personPerSecond: 0.01, personBurst: 5, guestPerSecond: 0.01, guestBurst: 2))
             let api = APIServer(routes: [route], gate: nil, verifier: AccessTokenTests.verifier, rateLimiter: limiter)

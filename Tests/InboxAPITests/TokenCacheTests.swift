@@ -8,7 +8,7 @@ import Testing
 @Suite struct TokenCacheTests {
     @Test func spellingsOfOneTokenAndGarbageTokensAreRememberedOnceWithinTheBound() async throws {
         try await withTestDatabase { db in
-            let route = Route(.get, "/v1/test/cached", access: .signedIn(scope: nil)) { _ in HTTPResponse(status: 204) }
+            let route = Route(.get, "/v1/test/cached", access: .signedIn(scope: nil), describedAs: RouteDescription("A test route.")) { _ in HTTPResponse(status: 204) }
             let verifier = TokenVerifier(keys: AccessTokenTests.verifier.keys, cacheBytes: 64 * 1024)
             let api = APIServer(routes: [route], gate: nil, verifier: verifier)
             let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })

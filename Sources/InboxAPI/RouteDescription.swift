@@ -1,0 +1,163 @@
+import Foundation
+import InboxDomain
+
+/// What a route reads and answers, as the OpenAPI document says it: a summary, the query
+/// parameters its handler reads, the JSON:API document its body must be, and its success answers.
+/// Every `Route` has one (its initializer requires it), so a route cannot be served undescribed;
+/// errors are the JSON:API error document on every operation.
+public struct RouteDescription: Sendable {
+    public var summary: String
+    public var query: [QueryParameter]
+    /// The JSON Schema of the request body (`application/vnd.api+json`); nil: the route reads none.
+    public var body: JSONValue?
+    /// Success answers by status.
+    public var responses: [Int: SuccessResponse]
+
+    public init(_ summary: String, query: [QueryParameter] = [], body: JSONValue? = nil, responses: [Int: SuccessResponse] = [200: .document(Schema.document)]) {
+        self.summary = summary
+        self.query = query
+        self.body = body
+        self.responses = responses
+    }
+
+    /// A route answering `204 No Content`.
+    public static func noContent(_ summary: String, query: [QueryParameter] = [], body: JSONValue? = nil) -> RouteDescription {
+        RouteDescription(summary, query: query, body: body, responses: [204: .noContent])
+    }
+}
+
+/// A success answer: nothing (204), a JSON:API document of a schema, or another media type.
+public enum SuccessResponse: Sendable {
+    case noContent
+    case document(JSONValue)
+    case other(mediaType: String, schema: JSONValue)
+}
+
+/// A query parameter a handler reads (`page[limit]`), with the schema its validation enforces.
+public struct QueryParameter: Sendable {
+    public var name: String
+    public var schema: JSONValue
+    public var description: String
+
+    public init(_ name: String, _ schema: JSONValue, _ description: String) {
+        self.name = name
+        self.schema = schema
+        self.description = description
+    }
+
+    /// `page[limit]` and `page[cursor]` of a cursor list (`RequestContext.pageLimit`, `pageCursor`).
+    public static let cursorPage: [QueryParameter] = [
+        QueryParameter("page[limit]", Schema.integer(1...50), "Entries per page, 25 when absent."),
+        QueryParameter("page[cursor]", Schema.string(maximumLength: 1024), "The cursor of links.next; one this server did not hand out is 400 invalid_cursor."),
+    ]
+    /// `page[number]` and `page[size]` of a numbered list (`RequestContext.numberedPage`).
+    public static let numberedPage: [QueryParameter] = [
+        QueryParameter("page[number]", Schema.integer(1...1_000_000), "The page, from 1."),
+        QueryParameter("page[size]", Schema.integer(1...50), "Entries per page, 25 when absent."),
+    ]
+}
+
+/// JSON Schema (2020-12, as OpenAPI 3.1 has it) of what the routes read and write.
+public enum Schema {
+    public static func string(maximumLength: Int = 200, pattern: String? = nil) -> JSONValue {
+        var schema: [String: JSONValue] = ["type": .string("string"), "minLength": .integer(1), "maxLength": .integer(Int64(maximumLength))]
+        if let pattern { schema["pattern"] = .string(pattern) }
+        return .object(schema)
+    }
+
+    /// One of `choices` (`Attributes.choice`).
+    public static func choice(_ choices: [String]) -> JSONValue {
+        .object(["type": .string("string"), "enum": .array(choices.map(JSONValue.string))])
+    }
+
+    public static let boolean: JSONValue = .object(["type": .string("boolean")])
+    public static let anyObject: JSONValue = .object(["type": .string("object")])
+
+    public static func integer(_ range: ClosedRange<Int>) -> JSONValue {
+        .object(["type": .string("integer"), "minimum": .integer(Int64(range.lowerBound)), "maximum": .integer(Int64(range.upperBound))])
+    }
+
+    public static func object(_ properties: [String: JSONValue], required: [String] = [], closed: Bool = true) -> JSONValue {
+        var schema: [String: JSONValue] = ["type": .string("object"), "properties": .object(properties)]
+        if !required.isEmpty { schema["required"] = .array(required.sorted().map(JSONValue.string)) }
+        if closed { schema["additionalProperties"] = .bool(false) }
+        return .object(schema)
+    }
+
+    /// `{"data": {"type": type, "id"?: ..., "attributes": {...}}}`, the body of a create or change.
+    /// `attributes` is closed (an unknown attribute is 422 unknown_field); `required` names the
+    /// attributes that must be there.
+    /// The document and `data` hold only the members the route reads: another member is not
+    /// read, yet refused when it holds U+0000 (as every body is, `RequestContext.jsonBody`).
+    /// An attribute that is not required and not a boolean may be null, which the handlers read
+    /// as absent (`Attributes.string`, `choice`; a saved search's query); a boolean may not
+    /// (`Attributes.bool`). `rules` adds keywords to the attributes' schema (`not`: a combination
+    /// the handler refuses).
+    public static func resourceDocument(
+        type: String, attributes: [String: JSONValue], required: [String] = [], id: Bool = false, rules: [String: JSONValue] = [:]
+    ) -> JSONValue {
+        var properties = attributes
+        for (name, schema) in attributes where !required.contains(name) && schema != boolean {
+            properties[name] = .object(["anyOf": .array([schema, .object(["type": .string("null")])])])
+        }
+        guard case .object(var attributesSchema) = object(properties, required: required) else { preconditionFailure("an object schema") }
+        attributesSchema.merge(rules) { _, rule in rule }
+        var data: [String: JSONValue] = ["type": .object(["const": .string(type)]), "attributes": .object(attributesSchema)]
+        if id { data["id"] = .object(["type": .string("string"), "pattern": .string("^[^\\u0000]*$"), "description": .string("The id in the URL (another is 409 id_mismatch).")]) }
+        return object(["data": object(data, required: required.isEmpty ? ["type"] : ["attributes", "type"])], required: ["data"])
+    }
+
+    /// Any JSON without U+0000 (PostgreSQL cannot store it; a body holding it is 422), in a name
+    /// or a string: what a free-form member (a saved search's query, an event's payload) may be.
+    public static let jsonWithoutNUL: JSONValue = .object(["$ref": .string("#/components/schemas/JSONWithoutNUL")])
+    /// An object of `jsonWithoutNUL` members.
+    public static let objectWithoutNUL: JSONValue = .object([
+        "type": .string("object"), "propertyNames": .object(["pattern": .string("^[^\\u0000]*$")]), "additionalProperties": jsonWithoutNUL,
+    ])
+    /// A string without U+0000.
+    public static let stringWithoutNUL: JSONValue = .object(["type": .string("string"), "pattern": .string("^[^\\u0000]*$")])
+
+    /// Any JSON:API document this server answers with.
+    public static let document: JSONValue = .object(["$ref": .string("#/components/schemas/Document")])
+    /// The JSON:API error document.
+    public static let errors: JSONValue = .object(["$ref": .string("#/components/schemas/Errors")])
+
+    /// The components the references above name.
+    static let components: [String: JSONValue] = [
+        "JSONWithoutNUL": .object([
+            "anyOf": .array([
+                .object(["type": .array([.string("null"), .string("boolean"), .string("number")])]), stringWithoutNUL,
+                .object(["type": .string("array"), "items": jsonWithoutNUL]), objectWithoutNUL,
+            ])
+        ]),
+        "Document": .object([
+            "type": .string("object"),
+            "properties": .object([
+                "data": .object([:]), "meta": .object(["type": .string("object")]), "links": .object(["type": .string("object")]),
+                "jsonapi": .object(["type": .string("object")]),
+            ]),
+        ]),
+        "Errors": .object([
+            "type": .string("object"), "required": .array([.string("errors")]),
+            "properties": .object([
+                "errors": .object([
+                    "type": .string("array"), "minItems": .integer(1),
+                    "items": object(
+                        [
+                            "status": .object(["type": .string("string")]), "code": .object(["type": .string("string")]),
+                            "title": .object(["type": .string("string")]), "detail": .object(["type": .string("string")]),
+                            "source": .object([
+                                "type": .string("object"),
+                                "properties": .object([
+                                    "pointer": .object(["type": .string("string")]), "parameter": .object(["type": .string("string")]),
+                                    "header": .object(["type": .string("string")]),
+                                ]),
+                            ]),
+                            "meta": .object(["type": .string("object")]),
+                        ], required: ["status", "code", "title"], closed: false),
+                ]),
+                "meta": .object(["type": .string("object")]), "jsonapi": .object(["type": .string("object")]),
+            ]),
+        ]),
+    ]
+}
