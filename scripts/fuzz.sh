@@ -13,6 +13,11 @@ examples=${FUZZ_EXAMPLES:-25}
 
 if ! [ -x "$venv/bin/schemathesis" ] || ! [ -x "$venv/bin/openapi-spec-validator" ]; then
   echo "fuzz: installing schemathesis and openapi-spec-validator into $venv"
+  # Debian's python3 makes venvs only with python3-venv installed.
+  if ! python3 -c 'import ensurepip' 2>/dev/null; then
+    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+  fi
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q schemathesis openapi-spec-validator
 fi
