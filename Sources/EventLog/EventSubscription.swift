@@ -75,14 +75,18 @@ struct SubscriptionWork: LoopWork {
 
     func step(_ state: inout State, on session: LeasedSession) async throws -> LoopStep {
         let (position, limit) = (state.position, batchSize)
-        let batch = try await session.run { connection in try EventStore.read(after: position, limit: limit, on: connection) }
+        // One trip to the session: the batch, and when it came back short, whether committed
+        // events are held back behind where it ends.
+        let (batch, heldBack) = try await session.run { connection -> ([RecordedEvent], Bool) in
+            let batch = try EventStore.read(after: position, limit: limit, on: connection)
+            guard batch.count < limit else { return (batch, false) }
+            return (batch, try EventStore.hasCommittedEvents(after: batch.last?.checkpoint ?? position, on: connection))
+        }
         if let last = batch.last {
             try await consume(batch)
             state.position = last.checkpoint
             if batch.count == batchSize { return .more }
         }
-        let read = state.position
-        let heldBack = try await session.run { connection in try EventStore.hasCommittedEvents(after: read, on: connection) }
         return .wait(state.idle.wait(heldBack: heldBack, pollInterval: pollInterval))
     }
 }
