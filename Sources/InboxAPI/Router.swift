@@ -99,7 +99,12 @@ public struct Router: Sendable {
                 allowed = []
                 found = nil
             }
-            if route.method == method && found == nil { found = (route, parameters) }
+            if route.method == method && found == nil {
+                // Nothing has fewer parameters than none: the first such route is the answer, and
+                // the rest of the table need not be read (most requests, /healthz and the bell).
+                if parameters.isEmpty { return .found(route, parameters: parameters) }
+                found = (route, parameters)
+            }
             allowed.append(route.method)
         }
         if let found { return .found(found.route, parameters: found.parameters) }
