@@ -48,6 +48,26 @@ import time
 import urllib.parse
 import uuid
 
+def _cache_huffman():
+    """Clients send the provider token and device token as never-indexed literals, so hpack's pure-Python
+    Huffman decoder runs on the same ~200 bytes for every request; remember the last few thousand."""
+    import hpack.hpack
+    decode = hpack.hpack.decode_huffman
+    cache = {}
+
+    def cached(data):
+        data = bytes(data)
+        out = cache.get(data)
+        if out is None:
+            if len(cache) > 4096:
+                cache.clear()
+            out = cache[data] = decode(data)
+        return out
+    hpack.hpack.decode_huffman = cached
+
+
+_cache_huffman()
+
 LISTENERS = ("apnsProduction", "apnsDevelopment", "fcm", "control")
 
 HEX_TOKEN = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -1067,14 +1087,17 @@ async def main(args):
             loop.add_reader(0, stdin_readable)
     except OSError:
         pass
-    parent = os.getppid()
-
-    async def watch_parent():
-        while not SHUTDOWN.is_set():
-            await asyncio.sleep(0.5)
-            if os.getppid() != parent:
-                SHUTDOWN.set()
-    loop.create_task(watch_parent())
+    if args.parent_pid:
+        async def watch_parent():
+            while not SHUTDOWN.is_set():
+                await asyncio.sleep(0.5)
+                try:
+                    os.kill(args.parent_pid, 0)
+                except ProcessLookupError:
+                    SHUTDOWN.set()
+                except PermissionError:
+                    pass
+        loop.create_task(watch_parent())
 
     ready = json.dumps(app.ready_doc())
     tmp = args.ready_file + ".tmp"
@@ -1110,6 +1133,7 @@ def parse_args(argv):
     p.add_argument("--fail-times", type=int, default=2, help="default N for the retryable markers")
     p.add_argument("--retry-after", type=int, default=1, help="Retry-After seconds on 429 (and FCM 503)")
     p.add_argument("--clock-skew", type=int, default=60, help="seconds an iat may be in the future")
+    p.add_argument("--parent-pid", type=int, default=0, help="exit when this process is gone")
     p.add_argument("--strict", action="store_true", help="a missing apns-push-type is 400 InvalidPushType")
     return p.parse_args(argv)
 
