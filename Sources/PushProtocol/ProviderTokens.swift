@@ -143,6 +143,11 @@ public struct FCMTokenError: Error, Sendable, Hashable, CustomStringConvertible 
     public var code: String
     public var detail: String
 
+    public init(code: String, detail: String) {
+        self.code = code
+        self.detail = detail
+    }
+
     public var description: String { detail.isEmpty ? code : code + ": " + detail }
 }
 
