@@ -78,6 +78,10 @@ let package = Package(
         // Push registrations: register, list, change, delete (also by token, for the push fan-out).
         .target(name: "Devices", dependencies: ["PostgresClient"], swiftSettings: swiftSettings),
 
+        // The push protocol without I/O: texts, collapse keys, APNs and FCM payloads, their answers,
+        // provider tokens.
+        .target(name: "PushProtocol", dependencies: ["InboxDomain", "Encodings", "Crypto"], swiftSettings: swiftSettings),
+
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
             name: "InboxAPI", dependencies: [
@@ -125,6 +129,8 @@ let package = Package(
             name: "DeviceRegistryTests", dependencies: ["Devices", "PostgresClient", "InboxTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "PushProtocolTests", dependencies: ["PushProtocol", "InboxDomain", "Crypto"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ProjectionTests",
             dependencies: ["Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient", "Lifecycle"],

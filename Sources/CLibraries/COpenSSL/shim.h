@@ -9,3 +9,4 @@
 #include <openssl/ecdsa.h>
 #include <openssl/bn.h>
 #include <openssl/x509.h>
+#include <openssl/rsa.h>

@@ -1,0 +1,101 @@
+import COpenSSL
+import Foundation
+
+/// An RSA private key, for signing RS256 tokens (RSASSA-PKCS1-v1_5 with SHA-256, RFC 7518 3.3):
+/// the OAuth2 JWT grant a Google service account makes to get an FCM access token.
+public final class RS256PrivateKey: @unchecked Sendable {
+    // EVP_PKEY is reference-counted; each signature makes its own EVP_MD_CTX, so one key signs
+    // from several threads.
+    private let key: OpaquePointer
+
+    private init(key: OpaquePointer) { self.key = key }
+
+    deinit { EVP_PKEY_free(key) }
+
+    /// A new random key of `bits` (2048 or more: RFC 7518 refuses smaller RS256 keys). For tests.
+    public static func generate(bits: Int = 2048) throws -> RS256PrivateKey {
+        guard bits >= 2048 else { throw CryptoError("RS256 keys are 2048 bits or more.") }
+        guard let context = EVP_PKEY_CTX_new_from_name(nil, "RSA", nil) else { throw CryptoError("OpenSSL has no RSA keys.") }
+        defer { EVP_PKEY_CTX_free(context) }
+        var key: OpaquePointer?
+        guard EVP_PKEY_keygen_init(context) == 1, EVP_PKEY_CTX_set_rsa_keygen_bits(context, Int32(bits)) == 1,
+            EVP_PKEY_generate(context, &key) == 1, let key
+        else { throw CryptoError("Generating an RSA key failed.") }
+        return RS256PrivateKey(key: key)
+    }
+
+    /// From a PEM private key: PKCS#8 (`BEGIN PRIVATE KEY`, what a service account's
+    /// `private_key` holds) or PKCS#1 (`BEGIN RSA PRIVATE KEY`).
+    public convenience init(pem: String) throws {
+        guard let key = ES256Signature.readPEM(pem, { PEM_read_bio_PrivateKey($0, nil, nil, nil) }) else {
+            throw CryptoError("The PEM text is not a private key.")
+        }
+        guard EVP_PKEY_get_base_id(key) == EVP_PKEY_RSA, EVP_PKEY_get_bits(key) >= 2048 else {
+            EVP_PKEY_free(key)
+            throw CryptoError("The key is not an RSA key of 2048 bits or more (RS256).")
+        }
+        self.init(key: key)
+    }
+
+    /// The key as PKCS#8 PEM, unencrypted: for tests only.
+    public var pem: String { ES256Signature.writePEM { PEM_write_bio_PrivateKey($0, key, nil, nil, 0, nil, nil) } }
+
+    /// The public half as PEM (SubjectPublicKeyInfo), for whoever verifies (tests, mock servers).
+    public var publicKeyPEM: String { ES256Signature.writePEM { PEM_write_bio_PUBKEY($0, key) } }
+
+    public var publicKey: RS256PublicKey {
+        get throws { try RS256PublicKey(pem: publicKeyPEM) }
+    }
+
+    /// The RS256 signature of `data`: PKCS#1 v1.5 over its SHA-256, as many bytes as the modulus.
+    public func sign(_ data: [UInt8]) throws -> [UInt8] {
+        guard let context = EVP_MD_CTX_new() else { throw CryptoError("Out of memory.") }
+        defer { EVP_MD_CTX_free(context) }
+        // PKCS#1 v1.5 is OpenSSL's default padding for an RSA EVP_PKEY, which is what RS256 is.
+        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key) == 1 else { throw CryptoError("Signing failed.") }
+        var length = 0
+        guard data.withUnsafeBufferPointer({ EVP_DigestSign(context, nil, &length, $0.baseAddress, $0.count) }) == 1 else {
+            throw CryptoError("Signing failed.")
+        }
+        var signature = [UInt8](repeating: 0, count: length)
+        let signed = data.withUnsafeBufferPointer { message in
+            signature.withUnsafeMutableBufferPointer { EVP_DigestSign(context, $0.baseAddress, &length, message.baseAddress, message.count) }
+        }
+        guard signed == 1 else { throw CryptoError("Signing failed.") }
+        return Array(signature.prefix(length))
+    }
+}
+
+/// An RSA public key, for verifying RS256 signatures (tests, and mock token endpoints).
+public final class RS256PublicKey: @unchecked Sendable {
+    private let key: OpaquePointer
+
+    private init(key: OpaquePointer) { self.key = key }
+
+    deinit { EVP_PKEY_free(key) }
+
+    /// From a PEM `-----BEGIN PUBLIC KEY-----` (SubjectPublicKeyInfo) of an RSA key.
+    public convenience init(pem: String) throws {
+        guard let key = ES256Signature.readPEM(pem, { PEM_read_bio_PUBKEY($0, nil, nil, nil) }) else {
+            throw CryptoError("The PEM text is not a public key.")
+        }
+        guard EVP_PKEY_get_base_id(key) == EVP_PKEY_RSA else {
+            EVP_PKEY_free(key)
+            throw CryptoError("The key is not an RSA key (RS256).")
+        }
+        self.init(key: key)
+    }
+
+    /// Whether `signature` is the RS256 signature of `data` by this key's private half.
+    public func verify(signature: [UInt8], data: [UInt8]) -> Bool {
+        guard let context = EVP_MD_CTX_new() else { return false }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, key) == 1 else { return false }
+        let result = data.withUnsafeBufferPointer { message in
+            signature.withUnsafeBufferPointer { sig in
+                EVP_DigestVerify(context, sig.baseAddress, sig.count, message.baseAddress, message.count)
+            }
+        }
+        return result == 1
+    }
+}
