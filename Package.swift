@@ -82,6 +82,12 @@ let package = Package(
         // provider tokens.
         .target(name: "PushProtocol", dependencies: ["InboxDomain", "Encodings", "Crypto"], swiftSettings: swiftSettings),
 
+        // The push fan-out: deciding the outbox into deliveries, sending them through APNs and FCM
+        // (or a logging transport), recording every answer.
+        .target(
+            name: "Fanout", dependencies: ["PushProtocol", "PostgresClient", "Lifecycle", "InboxDomain", "Encodings"],
+            swiftSettings: swiftSettings),
+
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
             name: "InboxAPI", dependencies: [

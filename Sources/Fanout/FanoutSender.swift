@@ -1,0 +1,177 @@
+import Encodings
+import Foundation
+import InboxDomain
+import Lifecycle
+import PostgresClient
+import PushProtocol
+
+/// The push fan-out (`inbox fanout`, and part of `inbox run`): decides outbox entries into
+/// deliveries, claims due deliveries, renders each in its registration's language, hands them to
+/// the transport many at a time, and records every answer. Several `workers` loops run at once,
+/// each on its own session, and several processes may too: claims (`FOR UPDATE SKIP LOCKED`, then
+/// `claimFor`) keep them apart, and a process that dies leaves its claims to the others.
+///
+/// What each answer does (docs/fanout.md): delivered rows are deleted and counted; a dead
+/// registration is deleted on the spot; 429, 5xx and unreachable platforms are retried after
+/// `Retry-After` or a doubling backoff until the push's deadline, then dropped and counted; a
+/// permanent refusal is dropped, counted and logged, and the registration kept.
+public struct FanoutSender: Service {
+    public struct Options: Sendable {
+        /// Deliveries claimed (and outbox entries decided) per step of a worker.
+        public var batchSize: Int
+        /// Loops sending at once, each with its own session.
+        public var workers: Int
+        public var pollInterval: Duration
+        /// Names this process in `push_provider_tokens`.
+        public var node: String
+
+        public init(batchSize: Int = 500, workers: Int = 2, pollInterval: Duration = .seconds(1), node: String = ProcessInfo.processInfo.hostName) {
+            self.batchSize = max(1, batchSize)
+            self.workers = max(1, workers)
+            self.pollInterval = pollInterval
+            self.node = node
+        }
+    }
+
+    let configuration: PostgresConfiguration
+    let store: FanoutStore
+    let transport: any PushTransport
+    let options: Options
+    let clock: any Clock<Duration>
+    let logger: Logger
+
+    public init(
+        configuration: PostgresConfiguration, store: FanoutStore, transport: any PushTransport, options: Options = Options(),
+        clock: any Clock<Duration> = ContinuousClock(), logger: Logger
+    ) {
+        self.configuration = configuration
+        self.store = store
+        self.transport = transport
+        self.options = options
+        self.clock = clock
+        self.logger = logger.with(["role": "fanout"])
+    }
+
+    public func run() async throws {
+        defer { transport.shutdown() }
+        logger.info("fan-out started", metadata: ["workers": "\(options.workers)", "batch": "\(options.batchSize)"])
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for worker in 1...options.workers {
+                let loop = LeasedLoop(
+                    name: "fanout-\(worker)",
+                    work: FanoutWork(store: store, transport: transport, batchSize: options.batchSize, node: options.node, logger: logger),
+                    configuration: configuration, channels: ["inbox_outbox"],
+                    options: LeasedLoop<FanoutWork>.Options(pollInterval: options.pollInterval), clock: clock, logger: logger)
+                group.addTask { try await loop.run(from: FanoutWork.State()) }
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+}
+
+/// One worker's turn: decide a batch, claim a batch, send it, record the answers.
+struct FanoutWork: LoopWork {
+    struct State: Sendable {
+        var recordedTokens: [String: Date] = [:]
+    }
+
+    let store: FanoutStore
+    let transport: any PushTransport
+    let batchSize: Int
+    let node: String
+    let logger: Logger
+
+    func begin(_ state: inout State, on session: LeasedSession) async throws {}
+
+    func step(_ state: inout State, on session: LeasedSession) async throws -> LoopStep {
+        let store = store
+        let batchSize = batchSize
+        let decided = try await session.run { try store.decide(limit: batchSize, now: Date(), on: $0) }
+        for skipped in decided.otherApps {
+            logger.info(
+                "skipped a registration of another app (this server is not production)",
+                metadata: ["outbox": "\(skipped.outboxId)", "device": skipped.deviceId.uuidString, "appId": skipped.appId ?? "(none)"])
+        }
+        let claimed = try await session.run { try store.claim(limit: batchSize, on: $0) }
+        if !claimed.isEmpty {
+            let resolutions = await send(claimed)
+            try await session.run { try store.record(resolutions, on: $0) }
+        }
+        let tokens = transport.providerTokenIssuedAt()
+        if tokens != state.recordedTokens {
+            let node = node
+            try await session.run { try store.recordProviderTokens(tokens, node: node, on: $0) }
+            state.recordedTokens = tokens
+        }
+        return decided.entries == batchSize || claimed.count == batchSize ? .more : .wait(nil)
+    }
+
+    /// Renders and sends `claimed`, and says what to record for each.
+    func send(_ claimed: [FanoutStore.Claimed]) async -> [(claimed: FanoutStore.Claimed, resolution: FanoutStore.Resolution)] {
+        let now = Date()
+        var resolutions: [FanoutStore.Resolution?] = Array(repeating: nil, count: claimed.count)
+        var outgoing: [OutgoingPush] = []
+        var outgoingIndexes: [Int] = []
+        outgoing.reserveCapacity(claimed.count)
+        for (index, delivery) in claimed.enumerated() {
+            guard let device = delivery.device else {
+                resolutions[index] = .skip(reason: "device_gone")
+                continue
+            }
+            if now > delivery.deadline {
+                resolutions[index] = .drop(reason: "deadline")
+                continue
+            }
+            let content = PushRenderer.render(
+                delivery.notification, language: Language(locale: device.locale), badge: device.platform == .ios ? delivery.unread : nil)
+            outgoing.append(
+                OutgoingPush(platform: device.platform, token: device.token, appId: device.appId, apnsEnvironment: device.apnsEnvironment, content: content))
+            outgoingIndexes.append(index)
+        }
+        let results = outgoing.isEmpty ? [] : await transport.send(outgoing)
+        let answered = Date()
+        for (slot, result) in zip(outgoingIndexes, results) {
+            let delivery = claimed[slot]
+            let platform = delivery.device!.platform
+            let resolution: FanoutStore.Resolution
+            switch result.outcome {
+            case .delivered:
+                resolution = .delivered(platform, learned: result.learnedEnvironment)
+            case .unregistered(let reason):
+                resolution = .deleteRegistration(reason: reason)
+            case .badDeviceToken:
+                resolution = .deleteRegistration(reason: "BadDeviceToken")
+            case .expiredProviderToken:
+                resolution = Self.retry(delivery, reason: "ExpiredProviderToken", after: nil, now: answered)
+            case .retry(let reason, let after):
+                resolution = Self.retry(delivery, reason: reason, after: after, now: answered)
+            case .permanent(let reason):
+                resolution = .drop(reason: reason)
+            }
+            switch resolution {
+            case .deleteRegistration(let reason):
+                logger.info(
+                    "deleted a dead registration", metadata: ["device": delivery.deviceId.uuidString, "platform": platform.rawValue, "reason": reason])
+            case .drop(let reason):
+                logger.warning(
+                    "gave up a push",
+                    metadata: ["device": delivery.deviceId.uuidString, "platform": platform.rawValue, "reason": reason, "attempts": "\(delivery.attempts)"])
+            default:
+                break
+            }
+            resolutions[slot] = resolution
+        }
+        return zip(claimed, resolutions).map { (claimed: $0, resolution: $1 ?? .retry(at: answered, reason: "not_sent")) }
+    }
+
+    /// Again after `after` (the platform's `Retry-After`) or a doubling backoff (1 s, 2 s, … 5 min),
+    /// unless that is past the deadline: then the push is given up.
+    static func retry(_ delivery: FanoutStore.Claimed, reason: String, after: Duration?, now: Date) -> FanoutStore.Resolution {
+        let backoff = min(300.0, pow(2.0, Double(max(0, delivery.attempts - 1))))
+        let wait = after.map { max($0.inSeconds, 0) } ?? backoff
+        let at = now.addingTimeInterval(wait)
+        if at > delivery.deadline { return .drop(reason: "deadline:" + reason) }
+        return .retry(at: at, reason: reason)
+    }
+}

@@ -1,0 +1,352 @@
+import Foundation
+import Encodings
+import InboxDomain
+import PostgresClient
+import PushProtocol
+
+/// The fan-out's tables (sql/006): deciding outbox entries into deliveries, claiming deliveries to
+/// send, and recording what became of them. Every call is one transaction (or one statement) on
+/// the caller's connection and blocks it; several fan-outs at once never take the same row
+/// (`FOR UPDATE SKIP LOCKED`, and a claim that lasts `claimFor`).
+public struct FanoutStore: Sendable {
+    public struct Settings: Sendable {
+        public var policy: AppPolicy
+        /// How long a push is tried before it is given up (and how old news may be when decided).
+        public var deadline: Duration
+        /// How long a claim keeps a delivery from the other fan-outs; a fan-out that dies leaves
+        /// its claims to them after this.
+        public var claimFor: Duration
+
+        public init(policy: AppPolicy = .production, deadline: Duration = .seconds(24 * 3600), claimFor: Duration = .seconds(60)) {
+            self.policy = policy
+            self.deadline = deadline
+            self.claimFor = claimFor
+        }
+    }
+
+    public let settings: Settings
+
+    public init(settings: Settings) {
+        self.settings = settings
+    }
+
+    // MARK: Deciding
+
+    /// What `decide` did.
+    public struct Decided: Sendable {
+        public var entries: Int
+        public var deliveries: Int
+        public var otherApps: [FanoutDecision.OtherApp]
+    }
+
+    /// Decides up to `limit` outbox entries in one transaction: their deliveries are written and
+    /// they are marked decided together, so an entry is decided once, by one fan-out.
+    public func decide(limit: Int, now: Date, on connection: PostgresConnection) throws -> Decided {
+        try connection.transaction { connection in
+            let rows = try connection.query(
+                """
+                SELECT id, notification_id, audience, recipient_id, category, event, enqueued_at,
+                    ARRAY(SELECT key FROM jsonb_each_text(ids) ORDER BY key) AS id_keys,
+                    ARRAY(SELECT value FROM jsonb_each_text(ids) ORDER BY key) AS id_values
+                FROM notification_outbox WHERE decided_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+                """, limit)
+            if rows.count == 0 { return Decided(entries: 0, deliveries: 0, otherApps: []) }
+            var entries: [OutboxEntry] = []
+            entries.reserveCapacity(rows.count)
+            for row in rows {
+                let keys = try row.decode([String].self, "id_keys")
+                let values = try row.decode([String].self, "id_values")
+                entries.append(
+                    OutboxEntry(
+                        id: try row.decode(Int64.self, "id"), notificationId: try row.decode(String.self, "notification_id"),
+                        audience: try row.decode(String.self, "audience"), recipientId: try row.decode(String.self, "recipient_id"),
+                        category: try row.decode(String.self, "category"), event: try row.decode(String.self, "event"),
+                        ids: Dictionary(zip(keys, values)) { first, _ in first }, enqueuedAt: try row.decode(Date.self, "enqueued_at")))
+            }
+            let facts = try loadFacts(for: entries, on: connection)
+            let decision = FanoutDecision.decide(
+                entries, facts: facts, policy: settings.policy, staleBefore: now.addingTimeInterval(-settings.deadline.inSeconds))
+            if !decision.deliveries.isEmpty {
+                try connection.query(
+                    """
+                    INSERT INTO push_deliveries (outbox_id, device_id, person_id, deadline)
+                    SELECT o, d, p, $4 FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(o, d, p)
+                    ON CONFLICT (outbox_id, device_id) DO NOTHING
+                    """, decision.deliveries.map(\.outboxId), decision.deliveries.map(\.deviceId), decision.deliveries.map(\.personId),
+                    now.addingTimeInterval(settings.deadline.inSeconds))
+            }
+            let ids = entries.map(\.id)
+            try connection.query(
+                """
+                UPDATE notification_outbox o SET decided_at = clock_timestamp(), pushes = u.pushes
+                FROM unnest($1::bigint[], $2::int[]) AS u(id, pushes) WHERE o.id = u.id
+                """, ids, ids.map { Int32(decision.pushes[$0] ?? 0) })
+            var counts: [String: Int] = [:]
+            for (reason, count) in decision.skipped { counts["skipped." + reason] = count }
+            try Self.count(counts, on: connection)
+            return Decided(entries: entries.count, deliveries: decision.deliveries.count, otherApps: decision.otherApps)
+        }
+    }
+
+    /// The live tables' facts about the people of `entries` (five queries for the whole batch).
+    private func loadFacts(for entries: [OutboxEntry], on connection: PostgresConnection) throws -> DecisionFacts {
+        var facts = DecisionFacts()
+        let shops = Array(Set(entries.filter { $0.audience == "shop" }.map(\.recipientId)))
+        if !shops.isEmpty {
+            for row in try connection.query("SELECT shop_id, person_id FROM shop_members WHERE shop_id = ANY($1::text[])", shops) {
+                facts.members[try row.decode(String.self, at: 0), default: []].append(try row.decode(String.self, at: 1))
+            }
+        }
+        var people = Set(entries.filter { $0.audience == "person" }.map(\.recipientId))
+        for members in facts.members.values { people.formUnion(members) }
+        let personList = Array(people)
+        if personList.isEmpty { return facts }
+        for row in try connection.query("SELECT person_id FROM blocked_accounts WHERE person_id = ANY($1::text[])", personList) {
+            facts.blocked.insert(try row.decode(String.self, at: 0))
+        }
+        for row in try connection.query(
+            "SELECT person_id, category, enabled FROM notification_preferences WHERE person_id = ANY($1::text[]) AND channel = 'push'",
+            personList)
+        {
+            facts.pushSwitches[try row.decode(String.self, at: 0), default: [:]][try row.decode(String.self, at: 1)] = try row.decode(
+                Bool.self, at: 2)
+        }
+        let searches = Array(Set(entries.compactMap { $0.category == NotificationCategory.savedSearches.rawValue ? $0.ids["savedSearchId"] : nil }))
+        if !searches.isEmpty {
+            for row in try connection.query(
+                "SELECT saved_search_id, person_id, interval, push FROM saved_searches WHERE saved_search_id = ANY($1::text[]) AND NOT deleted",
+                searches)
+            {
+                facts.savedSearches[try row.decode(String.self, at: 0)] = (
+                    person: try row.decode(String.self, at: 1),
+                    settings: SavedSearchSettings(
+                        interval: SavedSearchInterval(rawValue: try row.decode(String.self, at: 2)) ?? .never, push: try row.decode(Bool.self, at: 3))
+                )
+            }
+        }
+        for row in try connection.query(
+            "SELECT person_id, id, app_id, created_at FROM devices WHERE person_id = ANY($1::text[]) ORDER BY created_at, id", personList)
+        {
+            facts.devices[try row.decode(String.self, at: 0), default: []].append(
+                RegisteredDevice(id: try row.decode(UUID.self, at: 1), appId: try row.decode(String?.self, at: 2), createdAt: try row.decode(Date.self, at: 3)))
+        }
+        return facts
+    }
+
+    // MARK: Claiming
+
+    /// A delivery claimed for sending, with what its push needs. `device` is nil when the
+    /// registration was deleted (or taken over by somebody else) after the decision.
+    public struct Claimed: Sendable {
+        public struct Registration: Sendable {
+            public var platform: PushPlatform
+            public var token: String
+            public var appId: String?
+            public var locale: String?
+            public var apnsEnvironment: APNsEnvironment?
+        }
+
+        public var deliveryId: Int64
+        public var deviceId: UUID
+        public var personId: String
+        public var attempts: Int
+        public var deadline: Date
+        public var device: Registration?
+        public var notification: PushNotification
+        /// The person's unread bell count now: the iOS badge.
+        public var unread: Int
+    }
+
+    /// Claims up to `limit` due deliveries for `claimFor`, oldest first, skipping the ones other
+    /// fan-outs hold.
+    public func claim(limit: Int, on connection: PostgresConnection) throws -> [Claimed] {
+        let rows = try connection.query(
+            """
+            WITH due AS (
+                SELECT id FROM push_deliveries
+                WHERE not_before <= clock_timestamp() AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+                ORDER BY not_before, id LIMIT $1 FOR UPDATE SKIP LOCKED
+            ), claimed AS (
+                UPDATE push_deliveries d SET claimed_until = clock_timestamp() + $2 * interval '1 millisecond', attempts = d.attempts + 1
+                FROM due WHERE d.id = due.id
+                RETURNING d.id, d.outbox_id, d.device_id, d.person_id, d.attempts, d.deadline
+            )
+            SELECT c.id, c.device_id, c.person_id, c.attempts, c.deadline,
+                v.platform, v.push_token, v.app_id, v.locale, v.apns_environment,
+                o.notification_id, o.audience, o.category, o.event,
+                ARRAY(SELECT key FROM jsonb_each_text(o.ids) ORDER BY key) AS id_keys,
+                ARRAY(SELECT value FROM jsonb_each_text(o.ids) ORDER BY key) AS id_values,
+                coalesce(b.unread_count, 0) AS unread
+            FROM claimed c
+            JOIN notification_outbox o ON o.id = c.outbox_id
+            LEFT JOIN devices v ON v.id = c.device_id AND v.person_id = c.person_id
+            LEFT JOIN bell_counters b ON b.person_id = c.person_id
+            ORDER BY c.id
+            """, limit, settings.claimFor.wholeMilliseconds)
+        var claimed: [Claimed] = []
+        claimed.reserveCapacity(rows.count)
+        for row in rows {
+            var device: Claimed.Registration?
+            if let platform = try row.decode(String?.self, "platform").flatMap(PushPlatform.init(rawValue:)) {
+                device = Claimed.Registration(
+                    platform: platform, token: try row.decode(String.self, "push_token"), appId: try row.decode(String?.self, "app_id"),
+                    locale: try row.decode(String?.self, "locale"),
+                    apnsEnvironment: try row.decode(String?.self, "apns_environment").flatMap(APNsEnvironment.init(rawValue:)))
+            }
+            let keys = try row.decode([String].self, "id_keys")
+            let values = try row.decode([String].self, "id_values")
+            let isPerson = try row.decode(String.self, "audience") == "person"
+            let category = NotificationCategory(rawValue: try row.decode(String.self, "category")) ?? .messages
+            claimed.append(
+                Claimed(
+                    deliveryId: try row.decode(Int64.self, "id"), deviceId: try row.decode(UUID.self, "device_id"),
+                    personId: try row.decode(String.self, "person_id"), attempts: try row.decode(Int.self, "attempts"),
+                    deadline: try row.decode(Date.self, "deadline"), device: device,
+                    notification: PushNotification(
+                        category: category, event: try row.decode(String.self, "event"), ids: Dictionary(zip(keys, values)) { first, _ in first },
+                        notificationId: isPerson ? try row.decode(String.self, "notification_id") : nil),
+                    unread: try row.decode(Int.self, "unread")))
+        }
+        return claimed
+    }
+
+    // MARK: Recording
+
+    /// What to do with a claimed delivery after its answer.
+    public enum Resolution: Sendable, Hashable {
+        /// Sent: the delivery is done. `learned` is the APNs host to store on the registration.
+        case delivered(PushPlatform, learned: APNsEnvironment?)
+        /// The platform says the registration is dead: delete it (and the delivery).
+        case deleteRegistration(reason: String)
+        /// Try again at `at`.
+        case retry(at: Date, reason: String)
+        /// Given up: a permanent refusal, or past the deadline.
+        case drop(reason: String)
+        /// Not sent: the registration is gone, or another app's.
+        case skip(reason: String)
+    }
+
+    /// Records the resolutions of claimed deliveries, in one transaction.
+    public func record(_ resolutions: [(claimed: Claimed, resolution: Resolution)], on connection: PostgresConnection) throws {
+        if resolutions.isEmpty { return }
+        var finished: [Int64] = []
+        var retryIds: [Int64] = []
+        var retryAt: [Date] = []
+        var retryReasons: [String] = []
+        var deadDevices: [UUID] = []
+        var learnedDevices: [UUID] = []
+        var learnedEnvironments: [String] = []
+        var counts: [String: Int] = [:]
+        for (claimed, resolution) in resolutions {
+            switch resolution {
+            case .delivered(let platform, let learned):
+                finished.append(claimed.deliveryId)
+                counts["sent." + platform.rawValue, default: 0] += 1
+                if let learned {
+                    learnedDevices.append(claimed.deviceId)
+                    learnedEnvironments.append(learned.rawValue)
+                }
+            case .deleteRegistration(let reason):
+                finished.append(claimed.deliveryId)
+                deadDevices.append(claimed.deviceId)
+                counts["deleted." + reason, default: 0] += 1
+            case .retry(let at, let reason):
+                retryIds.append(claimed.deliveryId)
+                retryAt.append(at)
+                retryReasons.append(reason)
+                counts["retried." + reason, default: 0] += 1
+            case .drop(let reason):
+                finished.append(claimed.deliveryId)
+                counts["failed." + reason, default: 0] += 1
+            case .skip(let reason):
+                finished.append(claimed.deliveryId)
+                counts["skipped." + reason, default: 0] += 1
+            }
+        }
+        try connection.transaction { connection in
+            if !finished.isEmpty { try connection.query("DELETE FROM push_deliveries WHERE id = ANY($1::bigint[])", finished) }
+            if !retryIds.isEmpty {
+                try connection.query(
+                    """
+                    UPDATE push_deliveries d SET not_before = u.at, claimed_until = NULL, last_reason = u.reason
+                    FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, at, reason) WHERE d.id = u.id
+                    """, retryIds, retryAt, retryReasons)
+            }
+            if !deadDevices.isEmpty {
+                try connection.query("DELETE FROM devices WHERE id = ANY($1::uuid[])", deadDevices)
+                try connection.query("DELETE FROM push_deliveries WHERE device_id = ANY($1::uuid[])", deadDevices)
+            }
+            if !learnedDevices.isEmpty {
+                try connection.query(
+                    """
+                    UPDATE devices v SET apns_environment = u.environment, updated_at = clock_timestamp()
+                    FROM unnest($1::uuid[], $2::text[]) AS u(id, environment)
+                    WHERE v.id = u.id AND v.apns_environment IS DISTINCT FROM u.environment
+                    """, learnedDevices, learnedEnvironments)
+            }
+            try Self.count(counts, on: connection)
+        }
+    }
+
+    /// Adds to `push_counters`.
+    static func count(_ counts: [String: Int], on connection: PostgresConnection) throws {
+        let names = counts.keys.sorted()
+        if names.isEmpty { return }
+        try connection.query(
+            """
+            INSERT INTO push_counters (name, count) SELECT * FROM unnest($1::text[], $2::bigint[])
+            ON CONFLICT (name) DO UPDATE SET count = push_counters.count + EXCLUDED.count
+            """, names, names.map { Int64(counts[$0]!) })
+    }
+
+    /// Records when this node made its provider tokens.
+    public func recordProviderTokens(_ issued: [String: Date], node: String, on connection: PostgresConnection) throws {
+        let providers = issued.keys.sorted()
+        if providers.isEmpty { return }
+        try connection.query(
+            """
+            INSERT INTO push_provider_tokens (node, provider, issued_at) SELECT $1, p, i FROM unnest($2::text[], $3::timestamptz[]) AS u(p, i)
+            ON CONFLICT (node, provider) DO UPDATE SET issued_at = EXCLUDED.issued_at
+            """, node, providers, providers.map { issued[$0]! })
+    }
+
+    // MARK: Status
+
+    /// The fan-out's state for `inbox status` and /metrics.
+    public struct Status: Sendable {
+        /// Outbox entries not decided yet, and the age of the oldest.
+        public var undecided: Int
+        public var oldestUndecidedSeconds: Double
+        /// Deliveries waiting to be sent (or retried), and the age of the oldest.
+        public var pending: Int
+        public var oldestPendingSeconds: Double
+        public var counters: [(name: String, count: Int64)]
+        /// Age of each node's provider tokens.
+        public var providerTokens: [(node: String, provider: String, ageSeconds: Double)]
+    }
+
+    public static func status(on connection: PostgresConnection) throws -> Status {
+        let outbox = try connection.query(
+            """
+            SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(enqueued_at)), 0)::float8
+            FROM notification_outbox WHERE decided_at IS NULL
+            """)[0]
+        let deliveries = try connection.query(
+            "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM push_deliveries")[0]
+        var counters: [(String, Int64)] = []
+        for row in try connection.query("SELECT name, count FROM push_counters ORDER BY name") {
+            counters.append((try row.decode(String.self, at: 0), try row.decode(Int64.self, at: 1)))
+        }
+        var tokens: [(String, String, Double)] = []
+        for row in try connection.query(
+            "SELECT node, provider, extract(epoch FROM clock_timestamp() - issued_at)::float8 FROM push_provider_tokens ORDER BY node, provider")
+        {
+            tokens.append((try row.decode(String.self, at: 0), try row.decode(String.self, at: 1), try row.decode(Double.self, at: 2)))
+        }
+        return Status(
+            undecided: try outbox.decode(Int.self, at: 0), oldestUndecidedSeconds: try outbox.decode(Double.self, at: 1),
+            pending: try deliveries.decode(Int.self, at: 0), oldestPendingSeconds: try deliveries.decode(Double.self, at: 1),
+            counters: counters.map { (name: $0.0, count: $0.1) },
+            providerTokens: tokens.map { (node: $0.0, provider: $0.1, ageSeconds: $0.2) })
+    }
+}

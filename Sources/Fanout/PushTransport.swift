@@ -1,0 +1,115 @@
+import Foundation
+import Lifecycle
+import PushProtocol
+
+/// The platform of a registration.
+public enum PushPlatform: String, Sendable, Hashable {
+    case ios
+    case android
+}
+
+/// One push, rendered, for one registration.
+public struct OutgoingPush: Sendable {
+    public var platform: PushPlatform
+    public var token: String
+    /// The registration's app (APNs topic); nil when the app did not say.
+    public var appId: String?
+    /// The APNs host the registration is known to belong to; nil: not known yet (probe).
+    public var apnsEnvironment: APNsEnvironment?
+    public var content: PushContent
+
+    public init(platform: PushPlatform, token: String, appId: String?, apnsEnvironment: APNsEnvironment?, content: PushContent) {
+        self.platform = platform
+        self.token = token
+        self.appId = appId
+        self.apnsEnvironment = apnsEnvironment
+        self.content = content
+    }
+}
+
+/// What became of one push.
+public struct PushResult: Sendable, Hashable {
+    public var outcome: PushOutcome
+    /// The APNs host that accepted (or finally refused) a token whose host was not known, or that
+    /// answered otherwise than the stored one: stored on the registration.
+    public var learnedEnvironment: APNsEnvironment?
+
+    public init(_ outcome: PushOutcome, learnedEnvironment: APNsEnvironment? = nil) {
+        self.outcome = outcome
+        self.learnedEnvironment = learnedEnvironment
+    }
+}
+
+/// Hands pushes to the platforms. `send` answers one result per push, in order, and never throws:
+/// a failure to reach a platform is a `.retry` result.
+public protocol PushTransport: Sendable {
+    func send(_ pushes: [OutgoingPush]) async -> [PushResult]
+    /// When each provider token in use was made (for status and metrics).
+    func providerTokenIssuedAt() -> [String: Date]
+    /// Ends connections and threads.
+    func shutdown()
+}
+
+extension PushTransport {
+    public func providerTokenIssuedAt() -> [String: Date] { [:] }
+    public func shutdown() {}
+}
+
+/// The embedded default, without APNs or FCM credentials: logs what would be sent and counts it
+/// delivered, so `make run` shows the whole way from an event to a push.
+public struct LoggingTransport: PushTransport {
+    let logger: Logger
+
+    public init(logger: Logger) {
+        self.logger = logger
+    }
+
+    public func send(_ pushes: [OutgoingPush]) async -> [PushResult] {
+        for push in pushes {
+            var metadata: [String: String] = [
+                "platform": push.platform.rawValue, "title": push.content.title, "body": push.content.body,
+                "token": String(push.token.prefix(8)) + "…",
+            ]
+            for field in push.content.data { metadata["data." + field.key] = field.value }
+            if let collapse = push.content.collapseId { metadata["collapse"] = collapse }
+            if let badge = push.content.badge { metadata["badge"] = String(badge) }
+            logger.info("push (no APNs/FCM credentials: logged, not sent)", metadata: metadata)
+        }
+        return pushes.map { _ in PushResult(.delivered) }
+    }
+}
+
+/// Routes each push to the transport of its platform (APNs for iOS, FCM for Android), so that one
+/// platform can be configured and the other logged.
+public struct PlatformTransport: PushTransport {
+    let ios: any PushTransport
+    let android: any PushTransport
+
+    public init(ios: any PushTransport, android: any PushTransport) {
+        self.ios = ios
+        self.android = android
+    }
+
+    public func send(_ pushes: [OutgoingPush]) async -> [PushResult] {
+        var iosIndexes: [Int] = []
+        var androidIndexes: [Int] = []
+        for (index, push) in pushes.enumerated() {
+            if push.platform == .ios { iosIndexes.append(index) } else { androidIndexes.append(index) }
+        }
+        async let iosResults = iosIndexes.isEmpty ? [] : ios.send(iosIndexes.map { pushes[$0] })
+        async let androidResults = androidIndexes.isEmpty ? [] : android.send(androidIndexes.map { pushes[$0] })
+        var results = [PushResult](repeating: PushResult(.retry(reason: "not_sent", after: nil)), count: pushes.count)
+        for (index, result) in zip(iosIndexes, await iosResults) { results[index] = result }
+        for (index, result) in zip(androidIndexes, await androidResults) { results[index] = result }
+        return results
+    }
+
+    public func providerTokenIssuedAt() -> [String: Date] {
+        ios.providerTokenIssuedAt().merging(android.providerTokenIssuedAt()) { a, _ in a }
+    }
+
+    public func shutdown() {
+        ios.shutdown()
+        android.shutdown()
+    }
+}
