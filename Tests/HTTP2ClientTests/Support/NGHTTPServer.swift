@@ -14,12 +14,13 @@ final class NGHTTPServer: @unchecked Sendable {
     let logFile: String
     private let process: Process
 
-    /// Starts `nghttpd --echo-upload` (a POST or PUT answers its own body) serving files from
-    /// `htdocs`, with the server's stream limit when given; waits until it accepts connections.
-    /// Throws with the server's own output when it cannot start.
+    /// Starts `nghttpd` serving files from `htdocs` (for any method), with the server's stream
+    /// limit when given; waits until it accepts connections. With `echoUpload`, a POST or PUT
+    /// answers its own body (nghttpd then writes each upload to a temporary file: slow, so not for
+    /// throughput). Throws with the server's own output when it cannot start.
     static func start(
-        certificates: TestCertificates, htdocs: String? = nil, maxConcurrentStreams: Int? = nil, workers: Int = 1,
-        extraArguments: [String] = []
+        certificates: TestCertificates, htdocs: String? = nil, echoUpload: Bool = true, maxConcurrentStreams: Int? = nil,
+        workers: Int = 1, extraArguments: [String] = []
     ) throws -> NGHTTPServer {
         guard let executable = findExecutable("nghttpd") else {
             throw TestSetupError("nghttpd is not installed: apt-get install nghttp2-server")
@@ -31,7 +32,8 @@ final class NGHTTPServer: @unchecked Sendable {
             let logFile = certificates.directory + "/nghttpd-\(port)-\(attempt).log"
             _ = FileManager.default.createFile(atPath: logFile, contents: nil)
             guard let log = FileHandle(forWritingAtPath: logFile) else { throw TestSetupError("cannot write \(logFile)") }
-            var arguments = ["--address=127.0.0.1", "--echo-upload", "--workers=\(workers)"]
+            var arguments = ["--address=127.0.0.1", "--workers=\(workers)"]
+            if echoUpload { arguments.append("--echo-upload") }
             if let htdocs { arguments.append("--htdocs=\(htdocs)") }
             if let maxConcurrentStreams { arguments.append("--max-concurrent-streams=\(maxConcurrentStreams)") }
             arguments += extraArguments
