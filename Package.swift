@@ -50,6 +50,10 @@ let package = Package(
             name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL"],
             swiftSettings: swiftSettings),
 
+        // HTTP/2 client on libcurl's multi interface (one loop thread per client): the only module
+        // that touches curl pointers, for the push fan-out to APNs and FCM.
+        .target(name: "HTTP2Client", dependencies: ["CCurl", "CShims", "Threads"], swiftSettings: swiftSettings),
+
         // HTTP/1.1 on libmicrohttpd: requests in, responses out; no routing, no JSON:API.
         .target(
             name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "Threads", "Encodings"], swiftSettings: swiftSettings),
@@ -122,6 +126,9 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EncodingsTests", dependencies: ["Encodings", "Crypto"], swiftSettings: swiftSettings),
+        // Against Debian's nghttpd with a certificate made by the openssl CLI at test time.
+        .testTarget(
+            name: "HTTP2ClientTests", dependencies: ["HTTP2Client"], swiftSettings: swiftSettings),
         .testTarget(
             name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(
