@@ -89,7 +89,7 @@ let package = Package(
         // The push fan-out: deciding the outbox into deliveries, sending them through APNs and FCM
         // (or a logging transport), recording every answer.
         .target(
-            name: "Fanout", dependencies: ["PushProtocol", "PostgresClient", "Lifecycle", "InboxDomain", "Encodings"],
+            name: "Fanout", dependencies: ["PushProtocol", "HTTP2Client", "PostgresClient", "Lifecycle", "InboxDomain", "Encodings", "Threads"],
             swiftSettings: swiftSettings),
 
         // The JSON:API in front of the read models: identity of the app, routing, errors.
@@ -103,7 +103,7 @@ let package = Package(
             name: "inbox",
             dependencies: [
                 "EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle", "HTTPServer", "InboxAPI",
-                "Crypto", "Encodings",
+                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol",
             ],
             swiftSettings: swiftSettings),
 
@@ -140,6 +140,13 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "DeviceRegistryTests", dependencies: ["Devices", "PostgresClient", "InboxTesting"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "FanoutTests",
+            dependencies: [
+                "Fanout", "PushProtocol", "HTTP2Client", "InboxTesting", "Devices", "EventLog", "Projections", "InboxDomain", "PostgresClient",
+                "Lifecycle",
+            ],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(

@@ -22,14 +22,14 @@ struct Command: Sendable {
 }
 
 extension Command {
-    static let all: [Command] = [run, serve, project, migrate, replay, events, status, token, version, help]
+    static let all: [Command] = [run, serve, project, fanout, migrate, replay, events, status, token, version, help]
 
     static func named(_ name: String) -> Command? { all.first { $0.name == name } }
 
     static let run = Command(
         name: "run", synopsis: "run",
-        summary: "Migrates, then runs the tier: the projectors and the API (with its bell cache listener), until SIGTERM or SIGINT "
-            + "stops them in order. The default command."
+        summary: "Migrates, then runs the tier: the projectors, the push fan-out and the API (with its bell cache listener), until "
+            + "SIGTERM or SIGINT stops them in order. The default command."
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "run")
         try await withDatabase(configuration, log: log, migrate: true) { database in
@@ -37,8 +37,22 @@ extension Command {
             let (api, pool) = try await Roles.api(database: database, configuration: configuration, log: log)
             defer { pool.close() }
             FileHandle.standardOutput.write(Data(gettingStarted(configuration).utf8))
+            let fanout = try Roles.fanout(database: database, configuration: configuration, log: log)
             try await Roles.run(
-                Roles.projectors(InboxProjections.all, database: database, configuration: configuration, log: log) + api, database: database, log: log)
+                Roles.projectors(InboxProjections.all, database: database, configuration: configuration, log: log) + [fanout] + api,
+                database: database, log: log)
+        }
+    }
+
+    static let fanout = Command(
+        name: "fanout", synopsis: "fanout",
+        summary: "Sends the pushes the projections decided, through APNs and FCM (or, without their credentials, to the log), until "
+            + "SIGTERM or SIGINT. Any number of nodes may run it: they never send one push twice."
+    ) { arguments, configuration, log in
+        try expectNoArguments(arguments, command: "fanout")
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            let fanout = try Roles.fanout(database: database, configuration: configuration, log: log)
+            try await Roles.run([fanout], database: database, log: log)
         }
     }
 
@@ -167,6 +181,7 @@ extension Command {
             "event log:  head position \(head)",
         ]
         if !pending.contains(where: { $0.version == 2 }) { lines += try await ProjectionCommands.status(database: database) }
+        if !pending.contains(where: { $0.version == 6 }) { lines += try await Roles.fanoutStatus(database: database) }
         return lines
     }
 }

@@ -41,6 +41,44 @@ struct InboxConfiguration: Sendable {
     var tokenKeysPath: String?
     /// `INBOX_SERVICE_CREDENTIALS`: `name=secret,...` of the tiers that may post events.
     var serviceCredentials: String?
+    /// `INBOX_PUSH_ENVIRONMENT`: production pushes to every registration; staging and development
+    /// only to their own app's.
+    var pushEnvironment: PushEnvironment = .production
+    /// `INBOX_APNS_KEY_FILE`, `INBOX_APNS_KEY_ID`, `INBOX_APNS_TEAM_ID`: the APNs provider key;
+    /// without them iOS pushes are logged, not sent.
+    var apnsKeyFile: String?
+    var apnsKeyId: String?
+    var apnsTeamId: String?
+    /// `INBOX_APNS_PRODUCTION_URL`, `INBOX_APNS_DEVELOPMENT_URL`: Apple's hosts (tests point them elsewhere).
+    var apnsProductionURL = "https://api.push.apple.com"
+    var apnsDevelopmentURL = "https://api.sandbox.push.apple.com"
+    /// `INBOX_FCM_SERVICE_ACCOUNT`: the service-account JSON; without it Android pushes are logged.
+    var fcmServiceAccountFile: String?
+    /// `INBOX_FCM_URL`: Google's FCM host.
+    var fcmURL = "https://fcm.googleapis.com"
+    /// `INBOX_PUSH_CA_FILE`: certificates trusted besides the system's (tests' own servers).
+    var pushCAFile: String?
+    /// `INBOX_PUSH_DEADLINE_SECONDS`: how long a push is tried before it is given up.
+    var pushDeadlineSeconds: Int = 86_400
+    /// `INBOX_PUSH_CLAIM_SECONDS`: how long a fan-out's claim on a push lasts (a dead node's
+    /// pushes go to the others after this).
+    var pushClaimSeconds: Int = 60
+    /// `INBOX_FANOUT_WORKERS`, `INBOX_FANOUT_BATCH`: sending loops per process, pushes per step.
+    var fanoutWorkers: Int = 2
+    var fanoutBatch: Int = 500
+
+    enum PushEnvironment: String, Sendable, CaseIterable {
+        case production, staging, development
+
+        /// The app id of this environment's builds.
+        var appId: String {
+            switch self {
+            case .production: "eu.wristler.app"
+            case .staging: "eu.wristler.app.staging"
+            case .development: "eu.wristler.app.dev"
+            }
+        }
+    }
 
     struct Invalid: Error, CustomStringConvertible {
         var description: String
@@ -119,7 +157,62 @@ struct InboxConfiguration: Sendable {
                 meaning: "the identity tier's ES256 public keys: a JWKS file, a PEM file, or a folder of <kid>.pem files") { $0.tokenKeysPath = $1 },
         Setting(variable: "INBOX_SERVICE_CREDENTIALS", flag: "--service-credentials", defaultValue: "(unset: /internal refuses every call)",
                 meaning: "name=secret,... of the tiers that may POST /internal/v1/events (secrets of 16+ characters)") { $0.serviceCredentials = $1 },
+        Setting(variable: "INBOX_PUSH_ENVIRONMENT", flag: "--push-environment", defaultValue: "production",
+                meaning: "production pushes to every registration; staging and development only to their own app's (eu.wristler.app.staging, .dev)") {
+            configuration, text in
+            guard let environment = PushEnvironment(rawValue: text) else {
+                throw Invalid(description: "INBOX_PUSH_ENVIRONMENT (--push-environment) must be production, staging or development, not \"\(text)\".")
+            }
+            configuration.pushEnvironment = environment
+        },
+        Setting(variable: "INBOX_APNS_KEY_FILE", flag: "--apns-key-file", defaultValue: "(unset: iOS pushes are logged, not sent)",
+                meaning: "the APNs provider key (.p8); needs INBOX_APNS_KEY_ID and INBOX_APNS_TEAM_ID") { $0.apnsKeyFile = $1 },
+        Setting(variable: "INBOX_APNS_KEY_ID", flag: "--apns-key-id", defaultValue: "(unset)", meaning: "the APNs key's id (10 characters)") {
+            $0.apnsKeyId = $1
+        },
+        Setting(variable: "INBOX_APNS_TEAM_ID", flag: "--apns-team-id", defaultValue: "(unset)", meaning: "the Apple developer team id") {
+            $0.apnsTeamId = $1
+        },
+        url("INBOX_APNS_PRODUCTION_URL", "--apns-production-url", default: "https://api.push.apple.com", meaning: "APNs' production host") {
+            $0.apnsProductionURL = $1
+        },
+        url("INBOX_APNS_DEVELOPMENT_URL", "--apns-development-url", default: "https://api.sandbox.push.apple.com", meaning: "APNs' sandbox host") {
+            $0.apnsDevelopmentURL = $1
+        },
+        Setting(variable: "INBOX_FCM_SERVICE_ACCOUNT", flag: "--fcm-service-account", defaultValue: "(unset: Android pushes are logged, not sent)",
+                meaning: "the Firebase service account's JSON file (project_id, client_email, private_key, token_uri)") { $0.fcmServiceAccountFile = $1 },
+        url("INBOX_FCM_URL", "--fcm-url", default: "https://fcm.googleapis.com", meaning: "FCM's host") { $0.fcmURL = $1 },
+        Setting(variable: "INBOX_PUSH_CA_FILE", flag: "--push-ca-file", defaultValue: "(unset: the system's certificates)",
+                meaning: "PEM certificates trusted for APNs, FCM and the token endpoint besides the system's") { $0.pushCAFile = $1 },
+        wholeNumber(
+            "INBOX_PUSH_DEADLINE_SECONDS", "--push-deadline-seconds", 60...2_419_200, default: 86_400, unit: "a whole number of seconds",
+            meaning: "how long a push is retried before it is given up and counted (60-2419200)") { $0.pushDeadlineSeconds = $1 },
+        wholeNumber(
+            "INBOX_PUSH_CLAIM_SECONDS", "--push-claim-seconds", 5...3600, default: 60, unit: "a whole number of seconds",
+            meaning: "how long a fan-out's claim on pushes lasts; a node that died leaves its pushes to the others after this (5-3600)") {
+            $0.pushClaimSeconds = $1
+        },
+        wholeNumber("INBOX_FANOUT_WORKERS", "--fanout-workers", 1...64, default: 2, meaning: "sending loops per fan-out process (1-64)") {
+            $0.fanoutWorkers = $1
+        },
+        wholeNumber("INBOX_FANOUT_BATCH", "--fanout-batch", 1...5000, default: 500, meaning: "pushes claimed per step of a sending loop (1-5000)") {
+            $0.fanoutBatch = $1
+        },
     ]
+
+    /// A setting whose value is an http or https URL, kept without a trailing slash.
+    private static func url(
+        _ variable: String, _ flag: String, default defaultValue: String, meaning: String,
+        _ set: @escaping @Sendable (inout InboxConfiguration, String) -> Void
+    ) -> Setting {
+        Setting(variable: variable, flag: flag, defaultValue: defaultValue, meaning: meaning) { configuration, text in
+            guard let components = URLComponents(string: text), ["http", "https"].contains(components.scheme ?? ""), components.host?.isEmpty == false
+            else {
+                throw Invalid(description: "\(variable) (\(flag)) must be an http:// or https:// URL with a host, not \"\(text)\".")
+            }
+            set(&configuration, text.hasSuffix("/") ? String(text.dropLast()) : text)
+        }
+    }
 
     /// A setting whose value is a TCP port (0: any free one).
     private static func port(

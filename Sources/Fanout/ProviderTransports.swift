@@ -1,0 +1,275 @@
+import Foundation
+import HTTP2Client
+import Lifecycle
+import PushProtocol
+import Threads
+
+/// Pushes to APNs over HTTP/2 with a provider token (ES256 JWT), many streams on few connections.
+///
+/// - The registration's `apnsEnvironment` picks the host; without one, the default host is tried.
+///   A `BadDeviceToken` is probed once on the other host, and the host that answered is stored on
+///   the registration (`PushResult.learnedEnvironment`); refused on both, the token is dead.
+/// - The provider token is reused about 50 minutes and never renewed more often than every 20
+///   (`ProviderTokenPolicy.APNs`). After `ExpiredProviderToken` a new one is made when the policy
+///   allows, and the push is retried once; otherwise it goes back to the outbox to wait.
+public final class APNsTransport: PushTransport {
+    public struct Settings: Sendable {
+        public var keyId: String
+        public var teamId: String
+        /// The `.p8` key's PEM text.
+        public var p8: String
+        public var productionURL: String = "https://api.push.apple.com"
+        public var developmentURL: String = "https://api.sandbox.push.apple.com"
+        public var defaultEnvironment: APNsEnvironment = .production
+        /// The topic of a registration without `appId`.
+        public var defaultTopic: String = "eu.wristler.app"
+        public var timeToLive: Duration = APNsHeaders.defaultTimeToLive
+        public var requestTimeout: Duration = .seconds(15)
+
+        public init(keyId: String, teamId: String, p8: String) {
+            self.keyId = keyId
+            self.teamId = teamId
+            self.p8 = p8
+        }
+    }
+
+    let settings: Settings
+    let credentials: APNsCredentials
+    let client: HTTP2Client
+    let policy = ProviderTokenPolicy.APNs()
+    private let token = Locked<(value: String, issuedAt: Date)?>(nil)
+    let logger: Logger
+
+    public init(settings: Settings, client: HTTP2Client, logger: Logger) throws {
+        self.settings = settings
+        self.credentials = try APNsCredentials(keyId: settings.keyId, teamId: settings.teamId, p8: settings.p8)
+        self.client = client
+        self.logger = logger.with(["provider": "apns"])
+    }
+
+    public func providerTokenIssuedAt() -> [String: Date] {
+        token.withLock { $0.map { ["apns": $0.issuedAt] } ?? [:] }
+    }
+
+    public func shutdown() { client.shutdown() }
+
+    /// The token to send with now; `rejected` is the one APNs just called expired. Nil when a
+    /// renewal is due but the policy refuses it yet (the push waits).
+    func providerToken(now: Date, rejected: String? = nil) -> String? {
+        token.withLock { current in
+            let wasRejected = rejected != nil && current?.value == rejected
+            switch policy.decide(issuedAt: current?.issuedAt, now: now, rejected: wasRejected) {
+            case .reuse:
+                return current?.value
+            case .refused:
+                return nil
+            case .renew:
+                do {
+                    let value = try credentials.providerToken(issuedAt: now)
+                    current = (value, now)
+                    logger.info("made a new APNs provider token", metadata: ["keyId": settings.keyId])
+                    return value
+                } catch {
+                    logger.error("cannot sign an APNs provider token", metadata: ["error": "\(error)"])
+                    return nil
+                }
+            }
+        }
+    }
+
+    public func send(_ pushes: [OutgoingPush]) async -> [PushResult] {
+        var results = [PushResult?](repeating: nil, count: pushes.count)
+        var environments = pushes.map { $0.apnsEnvironment ?? settings.defaultEnvironment }
+        // First try every push; then at most once more for the ones refused with an expired token
+        // or a device token the host does not know (on the other host).
+        var pending = Array(pushes.indices)
+        var probed = Set<Int>()
+        var renewed = false
+        for round in 0..<3 where !pending.isEmpty {
+            let now = Date()
+            guard let providerToken = providerToken(now: now) else {
+                for index in pending { results[index] = PushResult(.retry(reason: "ExpiredProviderToken", after: .seconds(60))) }
+                break
+            }
+            let answers = await client.send(pending.map { request(pushes[$0], environment: environments[$0], token: providerToken, now: now) })
+            var again: [Int] = []
+            var expired = false
+            for (index, answer) in zip(pending, answers) {
+                let outcome: PushOutcome
+                switch answer {
+                case .success(let response):
+                    outcome = APNsAnswer.classify(status: response.status, body: response.body, retryAfter: response.header("retry-after"), now: Date())
+                case .failure(let error):
+                    outcome = .retry(reason: "transport", after: nil)
+                    logger.warning("APNs unreachable", metadata: ["error": error.description, "host": url(environments[index])])
+                }
+                let learned = pushes[index].apnsEnvironment != environments[index] ? environments[index] : nil
+                switch outcome {
+                case .badDeviceToken where !probed.contains(index) && round < 2:
+                    probed.insert(index)
+                    environments[index] = environments[index].other
+                    again.append(index)
+                case .badDeviceToken:
+                    results[index] = PushResult(.badDeviceToken)
+                case .expiredProviderToken where !renewed && round < 2:
+                    expired = true
+                    again.append(index)
+                case .delivered:
+                    results[index] = PushResult(.delivered, learnedEnvironment: learned)
+                default:
+                    results[index] = PushResult(outcome)
+                }
+            }
+            if expired {
+                renewed = true
+                _ = self.providerToken(now: Date(), rejected: providerToken)
+            }
+            pending = again
+        }
+        for index in pending where results[index] == nil { results[index] = PushResult(.retry(reason: "ExpiredProviderToken", after: nil)) }
+        return results.map { $0 ?? PushResult(.retry(reason: "not_sent", after: nil)) }
+    }
+
+    func url(_ environment: APNsEnvironment) -> String {
+        environment == .production ? settings.productionURL : settings.developmentURL
+    }
+
+    func request(_ push: OutgoingPush, environment: APNsEnvironment, token: String, now: Date) -> HTTP2Request {
+        let body: [UInt8]
+        do {
+            body = try APNsPayload.encode(push.content)
+        } catch {
+            // The routing data alone is too big: APNs answers PayloadTooLarge, which is permanent.
+            body = Array(repeating: UInt8(ascii: " "), count: APNsPayload.maximumBytes + 1)
+        }
+        let headers = APNsHeaders(topic: push.appId ?? settings.defaultTopic, content: push.content, now: now, timeToLive: settings.timeToLive)
+        var fields: [(name: String, value: String)] = [("authorization", "bearer " + token), ("content-type", "application/json")]
+        for field in headers.fields { fields.append((field.key, field.value)) }
+        return HTTP2Request(
+            method: "POST", url: url(environment) + APNsHeaders.path(deviceToken: push.token), headers: fields, body: body,
+            timeout: settings.requestTimeout)
+    }
+}
+
+/// Pushes to FCM (HTTP v1) with an OAuth2 access token bought with the service account's RS256
+/// JWT grant, kept until shortly before it expires and fetched again after `UNAUTHENTICATED` (then
+/// the push is retried once).
+public final class FCMTransport: PushTransport {
+    public struct Settings: Sendable {
+        public var serviceAccount: FCMServiceAccount
+        public var baseURL: String = "https://fcm.googleapis.com"
+        public var timeToLive: Duration = APNsHeaders.defaultTimeToLive
+        public var requestTimeout: Duration = .seconds(15)
+
+        public init(serviceAccount: FCMServiceAccount) {
+            self.serviceAccount = serviceAccount
+        }
+    }
+
+    let settings: Settings
+    let client: HTTP2Client
+    let policy = ProviderTokenPolicy.FCM()
+    private let token = Locked<(value: FCMAccessToken, obtainedAt: Date)?>(nil)
+    /// One token request at a time: the others wait for its answer rather than asking too.
+    private let refreshing = AsyncSerial()
+    let logger: Logger
+
+    public init(settings: Settings, client: HTTP2Client, logger: Logger) {
+        self.settings = settings
+        self.client = client
+        self.logger = logger.with(["provider": "fcm"])
+    }
+
+    public func providerTokenIssuedAt() -> [String: Date] {
+        token.withLock { $0.map { ["fcm": $0.obtainedAt] } ?? [:] }
+    }
+
+    public func shutdown() { client.shutdown() }
+
+    /// A valid access token, fetched when there is none, it is about to expire, or `rejected` is
+    /// the current one. Nil when the token endpoint cannot be reached or refuses.
+    func accessToken(rejected: String? = nil) async -> String? {
+        await refreshing.run { [self] in
+            let now = Date()
+            let current = token.withLock { $0 }
+            let wasRejected = rejected != nil && current?.value.accessToken == rejected
+            if let current, !policy.needsRefresh(current.value, obtainedAt: current.obtainedAt, now: now, rejected: wasRejected) {
+                return current.value.accessToken
+            }
+            do {
+                let assertion = try settings.serviceAccount.assertion(issuedAt: now)
+                let response = try await client.send(
+                    HTTP2Request(
+                        method: "POST", url: settings.serviceAccount.tokenURI,
+                        headers: [("content-type", FCMTokenExchange.contentType), ("accept", "application/json")],
+                        body: FCMTokenExchange.requestBody(assertion: assertion), timeout: settings.requestTimeout))
+                let fresh = try FCMTokenExchange.parseAnswer(response.body)
+                token.withLock { $0 = (fresh, now) }
+                logger.info("got a new FCM access token", metadata: ["expiresIn": "\(fresh.expiresIn)"])
+                return fresh.accessToken
+            } catch {
+                logger.error("cannot get an FCM access token", metadata: ["error": "\(error)", "tokenURI": settings.serviceAccount.tokenURI])
+                return nil
+            }
+        }
+    }
+
+    public func send(_ pushes: [OutgoingPush]) async -> [PushResult] {
+        var results = [PushResult?](repeating: nil, count: pushes.count)
+        var pending = Array(pushes.indices)
+        var rejected: String?
+        for round in 0..<2 where !pending.isEmpty {
+            guard let accessToken = await accessToken(rejected: rejected) else {
+                for index in pending { results[index] = PushResult(.retry(reason: "no_access_token", after: .seconds(30))) }
+                break
+            }
+            let answers = await client.send(pending.map { request(pushes[$0], accessToken: accessToken) })
+            var again: [Int] = []
+            for (index, answer) in zip(pending, answers) {
+                let outcome: PushOutcome
+                switch answer {
+                case .success(let response):
+                    outcome = FCMAnswer.classify(status: response.status, body: response.body, retryAfter: response.header("retry-after"), now: Date())
+                case .failure(let error):
+                    outcome = .retry(reason: "transport", after: nil)
+                    logger.warning("FCM unreachable", metadata: ["error": error.description])
+                }
+                if outcome == .expiredProviderToken && round == 0 {
+                    again.append(index)
+                    rejected = accessToken
+                } else {
+                    results[index] = PushResult(outcome)
+                }
+            }
+            pending = again
+        }
+        return results.map { $0 ?? PushResult(.retry(reason: "UNAUTHENTICATED", after: nil)) }
+    }
+
+    func request(_ push: OutgoingPush, accessToken: String) -> HTTP2Request {
+        let body = (try? FCMPayload.encode(push.content, token: push.token, ttl: settings.timeToLive)) ?? Array("{}".utf8)
+        return HTTP2Request(
+            method: "POST", url: settings.baseURL + FCMPayload.path(projectId: settings.serviceAccount.projectId),
+            headers: [("authorization", "Bearer " + accessToken), ("content-type", "application/json")], body: body,
+            timeout: settings.requestTimeout)
+    }
+}
+
+/// Runs async bodies one at a time, in order of arrival.
+final class AsyncSerial: Sendable {
+    private let tail = Locked<Task<Void, Never>?>(nil)
+
+    func run<T: Sendable>(_ body: @escaping @Sendable () async -> T) async -> T {
+        let (task, previous): (Task<T, Never>, Task<Void, Never>?) = tail.withLock { tail in
+            let previous = tail
+            let task = Task<T, Never> {
+                await previous?.value
+                return await body()
+            }
+            tail = Task { _ = await task.value }
+            return (task, previous)
+        }
+        _ = previous
+        return await task.value
+    }
+}
