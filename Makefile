@@ -3,10 +3,12 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 APT_PACKAGES := libpq-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev pkg-config postgresql
+# The push tests' peers: APNs and FCM mocks (python3-h2), nghttpd for the HTTP/2 client's tests, h2load for the benchmark.
+TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server nghttp2-client
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: help deps build run test bench fuzz clean
+.PHONY: help deps test-deps install-packages build run test bench fuzz clean
 
 help:
 	@echo "make run    build and run the tier on an embedded PostgreSQL in .inbox/postgres"
@@ -17,13 +19,19 @@ help:
 
 # Installs only what is missing, so a machine that has everything never touches apt.
 deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(APT_PACKAGES)"
+	@command -v $(SWIFT) >/dev/null || { echo "make: the Swift toolchain is not on PATH (swift.org/install)"; exit 1; }
+
+test-deps: deps
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(TEST_PACKAGES)"
+
+install-packages:
+	@missing=""; for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	@command -v $(SWIFT) >/dev/null || { echo "make: the Swift toolchain is not on PATH (swift.org/install)"; exit 1; }
 
 build: deps
 	$(SWIFT) build $(SWIFT_BUILD_FLAGS) --product inbox
@@ -37,7 +45,7 @@ run: build
 TIMED_SUITES := PromptShutdown|ConnectionFlood
 
 # The database is stopped and removed whether the tests pass or fail; the exit code is the tests'.
-test: deps
+test: test-deps
 	$(SWIFT) build --build-tests
 	@dir=$$(scripts/test-postgres.sh start) || exit 1; \
 	trap 'scripts/test-postgres.sh stop "$$dir"' EXIT; \

@@ -52,6 +52,13 @@ public struct FanoutSender: Service {
         self.logger = logger.with(["role": "fanout"])
     }
 
+    /// Transient database errors, and a read model whose tables its projector has not made yet
+    /// (a fan-out started before any projector on a new database): both pass.
+    static func isRetryable(_ error: any Error) -> Bool {
+        guard let error = error as? PostgresError else { return false }
+        return error.isTransient || error.sqlState == .undefinedTable
+    }
+
     public func run() async throws {
         defer { transport.shutdown() }
         logger.info("fan-out started", metadata: ["workers": "\(options.workers)", "batch": "\(options.batchSize)"])
@@ -61,10 +68,18 @@ public struct FanoutSender: Service {
                     name: "fanout-\(worker)",
                     work: FanoutWork(store: store, transport: transport, batchSize: options.batchSize, node: options.node, logger: logger),
                     configuration: configuration, channels: ["inbox_outbox"],
-                    options: LeasedLoop<FanoutWork>.Options(pollInterval: options.pollInterval), clock: clock, logger: logger)
+                    options: LeasedLoop<FanoutWork>.Options(pollInterval: options.pollInterval), clock: clock, logger: logger,
+                    isRetryable: Self.isRetryable)
                 group.addTask { try await loop.run(from: FanoutWork.State()) }
             }
-            try await group.next()
+            do {
+                try await group.next()
+            } catch is CancellationError {
+            } catch {
+                logger.error("the fan-out stopped", metadata: ["error": "\(error)"])
+                group.cancelAll()
+                throw error
+            }
             group.cancelAll()
         }
     }

@@ -249,18 +249,18 @@ public struct FanoutStore: Sendable {
             case .deleteRegistration(let reason):
                 finished.append(claimed.deliveryId)
                 deadDevices.append(claimed.deviceId)
-                counts["deleted." + reason, default: 0] += 1
+                counts[Self.counterName("deleted.", reason), default: 0] += 1
             case .retry(let at, let reason):
                 retryIds.append(claimed.deliveryId)
                 retryAt.append(at)
                 retryReasons.append(reason)
-                counts["retried." + reason, default: 0] += 1
+                counts[Self.counterName("retried.", reason), default: 0] += 1
             case .drop(let reason):
                 finished.append(claimed.deliveryId)
-                counts["failed." + reason, default: 0] += 1
+                counts[Self.counterName("failed.", reason), default: 0] += 1
             case .skip(let reason):
                 finished.append(claimed.deliveryId)
-                counts["skipped." + reason, default: 0] += 1
+                counts[Self.counterName("skipped.", reason), default: 0] += 1
             }
         }
         try connection.transaction { connection in
@@ -286,6 +286,13 @@ public struct FanoutStore: Sendable {
             }
             try Self.count(counts, on: connection)
         }
+    }
+
+    /// A reason as a counter's name: the code before a provider's message (`SENDER_ID_MISMATCH: …`),
+    /// so that the counters stay a short list however the providers word their messages.
+    static func counterName(_ prefix: String, _ reason: String) -> String {
+        let code = reason.range(of: ": ").map { String(reason[..<$0.lowerBound]) } ?? reason
+        return prefix + String(code.prefix(80))
     }
 
     /// Adds to `push_counters`.

@@ -25,6 +25,8 @@ public final class APNsTransport: PushTransport {
         public var defaultTopic: String = "eu.wristler.app"
         public var timeToLive: Duration = APNsHeaders.defaultTimeToLive
         public var requestTimeout: Duration = .seconds(15)
+        /// When the provider token is renewed (tests shorten the 20 minutes between renewals).
+        public var tokenPolicy = ProviderTokenPolicy.APNs()
 
         public init(keyId: String, teamId: String, p8: String) {
             self.keyId = keyId
@@ -36,7 +38,7 @@ public final class APNsTransport: PushTransport {
     let settings: Settings
     let credentials: APNsCredentials
     let client: HTTP2Client
-    let policy = ProviderTokenPolicy.APNs()
+    var policy: ProviderTokenPolicy.APNs { settings.tokenPolicy }
     private let token = Locked<(value: String, issuedAt: Date)?>(nil)
     let logger: Logger
 
@@ -100,7 +102,7 @@ public final class APNsTransport: PushTransport {
                 case .success(let response):
                     outcome = APNsAnswer.classify(status: response.status, body: response.body, retryAfter: response.header("retry-after"), now: Date())
                 case .failure(let error):
-                    outcome = .retry(reason: "transport", after: nil)
+                    outcome = .retry(reason: "transport:curl\(error.curlCode)", after: nil)
                     logger.warning("APNs unreachable", metadata: ["error": error.description, "host": url(environments[index])])
                 }
                 let learned = pushes[index].apnsEnvironment != environments[index] ? environments[index] : nil
@@ -231,7 +233,7 @@ public final class FCMTransport: PushTransport {
                 case .success(let response):
                     outcome = FCMAnswer.classify(status: response.status, body: response.body, retryAfter: response.header("retry-after"), now: Date())
                 case .failure(let error):
-                    outcome = .retry(reason: "transport", after: nil)
+                    outcome = .retry(reason: "transport:curl\(error.curlCode)", after: nil)
                     logger.warning("FCM unreachable", metadata: ["error": error.description])
                 }
                 if outcome == .expiredProviderToken && round == 0 {

@@ -51,6 +51,8 @@ extension Command {
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "fanout")
         try await withDatabase(configuration, log: log, migrate: true) { database in
+            // A fan-out can start before any projector has made the read models' tables.
+            try await InboxProjections.prepareLiveTables(client: database.client)
             let fanout = try Roles.fanout(database: database, configuration: configuration, log: log)
             try await Roles.run([fanout], database: database, log: log)
         }

@@ -6,6 +6,7 @@ import InboxDomain
 import InboxTesting
 import Lifecycle
 import PostgresClient
+import Projections
 import PushProtocol
 
 extension TestDatabase {
@@ -14,6 +15,8 @@ extension TestDatabase {
         transport: any PushTransport, settings: FanoutStore.Settings = FanoutStore.Settings(), workers: Int = 2, batchSize: Int = 100,
         logger: Logger = .silent, _ body: () async throws -> T
     ) async throws -> T {
+        // As `inbox fanout` does: the read models' tables exist before the first decision.
+        try await InboxProjections.prepareLiveTables(client: client)
         let sender = FanoutSender(
             configuration: configuration, store: FanoutStore(settings: settings), transport: transport,
             options: FanoutSender.Options(batchSize: batchSize, workers: workers, pollInterval: .milliseconds(100), node: "test"), logger: logger)
@@ -57,7 +60,13 @@ extension TestDatabase {
             try await Task.sleep(for: .milliseconds(50))
         }
         let status = try await fanoutStatus()
-        throw PushMock.Failure(description: "the fan-out did not finish within \(timeout): \(status.undecided) undecided, \(status.pending) pending")
+        let reasons = try await client.withConnection { connection in
+            try connection.query("SELECT attempts, coalesce(last_reason, '') FROM push_deliveries ORDER BY id LIMIT 5").map {
+                "\(try $0.decode(Int.self, at: 0)) attempts, last: \(try $0.decode(String.self, at: 1))"
+            }
+        }
+        throw PushMock.Failure(
+            description: "the fan-out did not finish within \(timeout): \(status.undecided) undecided, \(status.pending) pending (\(reasons))")
     }
 
     func counter(_ name: String) async throws -> Int64 {
