@@ -109,6 +109,12 @@ struct FanoutWork: LoopWork {
                 metadata: ["outbox": "\(skipped.outboxId)", "device": skipped.deviceId.uuidString, "appId": skipped.appId ?? "(none)"])
         }
         let claimed = try await session.run { try store.claim(limit: batchSize, on: $0) }
+        let reclaimed = claimed.count { $0.reclaimed }
+        if reclaimed > 0 {
+            logger.warning(
+                "took over pushes claimed by a fan-out that stopped before recording them: each may reach its phone twice",
+                metadata: ["pushes": "\(reclaimed)"])
+        }
         if !claimed.isEmpty {
             let resolutions = await send(claimed)
             try await session.run { try store.record(resolutions, on: $0) }

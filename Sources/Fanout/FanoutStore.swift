@@ -155,6 +155,9 @@ public struct FanoutStore: Sendable {
         public var notification: PushNotification
         /// The person's unread bell count now: the iOS badge.
         public var unread: Int
+        /// Claimed before by a fan-out that never said what became of it (it died, or lost its
+        /// database): its push may have gone out already, and may now go out twice.
+        public var reclaimed: Bool
     }
 
     /// Claims up to `limit` due deliveries for `claimFor`, oldest first, skipping the ones other
@@ -163,7 +166,7 @@ public struct FanoutStore: Sendable {
         let rows = try connection.query(
             """
             WITH due AS (
-                SELECT id FROM push_deliveries
+                SELECT id, claimed_until IS NOT NULL AS reclaimed FROM push_deliveries
                 WHERE not_before <= clock_timestamp() AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
                 ORDER BY not_before, id LIMIT $1 FOR UPDATE SKIP LOCKED
             ), claimed AS (
@@ -171,13 +174,14 @@ public struct FanoutStore: Sendable {
                 FROM due WHERE d.id = due.id
                 RETURNING d.id, d.outbox_id, d.device_id, d.person_id, d.attempts, d.deadline
             )
-            SELECT c.id, c.device_id, c.person_id, c.attempts, c.deadline,
+            SELECT c.id, c.device_id, c.person_id, c.attempts, c.deadline, due.reclaimed,
                 v.platform, v.push_token, v.app_id, v.locale, v.apns_environment,
                 o.notification_id, o.audience, o.category, o.event,
                 ARRAY(SELECT key FROM jsonb_each_text(o.ids) ORDER BY key) AS id_keys,
                 ARRAY(SELECT value FROM jsonb_each_text(o.ids) ORDER BY key) AS id_values,
                 coalesce(b.unread_count, 0) AS unread
             FROM claimed c
+            JOIN due ON due.id = c.id
             JOIN notification_outbox o ON o.id = c.outbox_id
             LEFT JOIN devices v ON v.id = c.device_id AND v.person_id = c.person_id
             LEFT JOIN bell_counters b ON b.person_id = c.person_id
@@ -205,7 +209,7 @@ public struct FanoutStore: Sendable {
                     notification: PushNotification(
                         category: category, event: try row.decode(String.self, "event"), ids: Dictionary(zip(keys, values)) { first, _ in first },
                         notificationId: isPerson ? try row.decode(String.self, "notification_id") : nil),
-                    unread: try row.decode(Int.self, "unread")))
+                    unread: try row.decode(Int.self, "unread"), reclaimed: try row.decode(Bool.self, "reclaimed")))
         }
         return claimed
     }
@@ -238,6 +242,7 @@ public struct FanoutStore: Sendable {
         var learnedEnvironments: [String] = []
         var counts: [String: Int] = [:]
         for (claimed, resolution) in resolutions {
+            if claimed.reclaimed { counts["reclaimed", default: 0] += 1 }
             switch resolution {
             case .delivered(let platform, let learned):
                 finished.append(claimed.deliveryId)

@@ -1,0 +1,84 @@
+import Devices
+import EventLog
+import Fanout
+import Foundation
+import InboxDomain
+import InboxTesting
+import PostgresClient
+import Testing
+
+/// kill -9 of `inbox fanout` in the middle of sending, then a new one: every push in the outbox
+/// reaches the mock, and what goes out twice is at most what was in flight, and is reported.
+@Suite(.serialized) struct FanoutCrashTests {
+    /// Starts the real binary (`.build/debug/inbox`, or `INBOX_BINARY`) as `inbox fanout`.
+    static func startFanout(_ db: TestDatabase, _ mock: PushMock, serviceAccount: URL, log: URL) throws -> Process {
+        let binary = ProcessInfo.processInfo.environment["INBOX_BINARY"].map { URL(fileURLWithPath: $0) }
+            ?? TestDatabase.packageRoot.appendingPathComponent(".build/debug/inbox")
+        guard FileManager.default.isExecutableFile(atPath: binary.path) else {
+            throw PushMock.Failure(description: "the inbox binary is missing at \(binary.path): `swift build --build-tests` builds it")
+        }
+        var environment = ProcessInfo.processInfo.environment.filter { key, _ in !key.hasPrefix("INBOX_") && key != "DATABASE_URL" }
+        environment.merge([
+            "DATABASE_URL": db.url, "INBOX_MIGRATIONS_DIR": TestDatabase.migrationsDirectory.path, "INBOX_LOG_FORMAT": "text",
+            "INBOX_FCM_SERVICE_ACCOUNT": serviceAccount.path, "INBOX_FCM_URL": "https://127.0.0.1:\(mock.fcm)",
+            "INBOX_PUSH_CA_FILE": mock.caFile, "INBOX_PUSH_CLAIM_SECONDS": "5", "INBOX_FANOUT_BATCH": "10", "INBOX_FANOUT_WORKERS": "1",
+            "INBOX_POLL_INTERVAL_MS": "100", "SWIFT_BACKTRACE": "enable=no",
+        ]) { _, new in new }
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = ["fanout"]
+        process.environment = environment
+        process.standardInput = FileHandle.nullDevice
+        let output = try FileHandle(forWritingTo: log)
+        output.seekToEndOfFile()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        return process
+    }
+
+    @Test func aFanOutKilledMidStreamLosesNothingAndDoublesAtMostWhatWasInFlight() async throws {
+        let mock = try await PushMock.start()
+        defer { mock.stop() }
+        try await withTestDatabase { db in
+            let people = 60
+            for person in 0..<people { _ = try db.register("p\(person)", "android", token: "fine-\(person)", locale: "en") }
+            try await db.withProjectors {
+                _ = try await db.store.append(
+                    try (0..<people).map { try NewEvent(catalogueEvent: SignedIn(personId: "p\($0)", signInId: "s\($0)", platform: "web")) })
+                try await db.waitUntilProjected()
+            }
+            let account = mock.directory.appendingPathComponent("account-with-uri.json")
+            var json = try JSONSerialization.jsonObject(with: Data(contentsOf: mock.directory.appendingPathComponent("fcm-service-account.json")))
+                as! [String: Any]
+            json["token_uri"] = mock.fcmTokenURI
+            try JSONSerialization.data(withJSONObject: json).write(to: account)
+            let log = mock.directory.appendingPathComponent("fanout.log")
+            _ = FileManager.default.createFile(atPath: log.path, contents: nil)
+            // Slow answers, so that a batch is in flight when the process dies.
+            try await mock.post("/delay", #"{"ms": 150}"#)
+            let first = try Self.startFanout(db, mock, serviceAccount: account, log: log)
+            _ = try await mock.waitForPushes { $0.count >= 15 }
+            kill(first.processIdentifier, SIGKILL)
+            first.waitUntilExit()
+            #expect(first.terminationReason == .uncaughtSignal)
+            let beforeRestart = try await mock.pushes().count
+            #expect(beforeRestart < people, "killed mid-stream")
+            try await mock.post("/delay", #"{"ms": 0}"#)
+            let second = try Self.startFanout(db, mock, serviceAccount: account, log: log)
+            defer {
+                second.terminate()
+                second.waitUntilExit()
+            }
+            try await db.waitUntilFannedOut(timeout: .seconds(60))
+            let tokens = try await mock.pushes().map(\.token)
+            let output = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            #expect(Set(tokens) == Set((0..<people).map { "fine-\($0)" }), "every push delivered: \(output.suffix(2000))")
+            let doubled = tokens.count - Set(tokens).count
+            #expect(doubled <= 10, "at most one batch (10) was in flight: \(doubled) sent twice")
+            let reclaimed = try await db.counter("reclaimed")
+            #expect(Int64(doubled) <= reclaimed && reclaimed <= 10, "the pushes taken over are counted: \(reclaimed), doubled \(doubled)")
+            #expect(output.contains("took over pushes claimed by a fan-out that stopped"), "and logged")
+        }
+    }
+}
