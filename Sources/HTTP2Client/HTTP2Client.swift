@@ -405,6 +405,12 @@ private final class Loop: @unchecked Sendable {
     /// Requests taken from the inbox, waiting for room (`maxTransfers`).
     var backlog: [Pending] = []
     var backlogHead = 0
+    /// Whether a connection of this client has answered since it was made or last failed. Until
+    /// then one request goes at a time: the server's SETTINGS (its stream limit; APNs starts some
+    /// connections at 1) arrive before its first answer, and libcurl 7.88 would otherwise open a
+    /// burst of streams on a new connection before reading them, each refused and retried on yet
+    /// another connection.
+    var warm = false
 
     init(multi: UnsafeMutableRawPointer, configuration: Configuration, inbox: Locked<Inbox>, finished: Latch, counters: Counters) {
         self.multi = multi
@@ -447,7 +453,7 @@ private final class Loop: @unchecked Sendable {
 
     /// Adds queued requests while there is room.
     private func startFromBacklog() {
-        while backlogHead < backlog.count && active.count < configuration.maxTransfers {
+        while backlogHead < backlog.count && active.count < (warm ? configuration.maxTransfers : 1) {
             let item = backlog[backlogHead]
             backlogHead += 1
             start(item)
@@ -600,6 +606,11 @@ private final class Loop: @unchecked Sendable {
             let transfer = Unmanaged<Transfer>.fromOpaque(pointer).takeUnretainedValue()
             any = true
             let result = outcome(transfer, code)
+            switch result {
+            case .success: warm = true
+            case .failure(let error) where error.kind == .transport: warm = false
+            case .failure: break
+            }
             let completion = transfer.completion
             release(transfer)
             completion?.finish(result)
