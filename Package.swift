@@ -111,6 +111,7 @@ let package = Package(
             name: "InboxBenchmarks",
             dependencies: [
                 "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto", "Encodings",
+                "Fanout", "HTTP2Client", "PushProtocol",
             ],
             path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
 

@@ -7,12 +7,14 @@ enum BenchmarkName: String, CaseIterable, Sendable {
     case append
     case projection
     case http
+    case fanout
 
     var summary: String {
         switch self {
         case .append: "EventStore.append in batches of 1, 100 and 1,000 (and 4 appenders at once) beside the server-side insert rate"
         case .projection: "replay and async catch-up of the read models over 1,000,000 events and 100,000 people, beside the server-side insert rate"
         case .http: "the API under wrk: the bell page and device lists of many people beside /healthz (needs wrk)"
+        case .fanout: "the push fan-out from outbox to TLS HTTP/2 (nghttpd as APNs and FCM) beside h2load against the same server"
         }
     }
 
@@ -21,6 +23,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         case .append: AppendBenchmark(rounds: options.rounds, scale: options.scale)
         case .projection: ProjectionBenchmark(rounds: options.rounds, scale: options.scale)
         case .http: HTTPBenchmark(rounds: options.rounds, scale: options.scale)
+        case .fanout: FanoutBenchmark(rounds: options.rounds, scale: options.scale)
         }
     }
 }
