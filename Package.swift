@@ -96,6 +96,7 @@ let package = Package(
         .target(
             name: "InboxAPI", dependencies: [
                 "HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Devices", "Encodings", "Lifecycle",
+                "Fanout",
             ],
             swiftSettings: swiftSettings),
 

@@ -3,8 +3,8 @@
 --
 -- 1. Deciding: a fan-out claims outbox rows not yet decided (FOR UPDATE SKIP LOCKED), works out
 --    who gets a push on which registered device from the live preference, people and device
---    tables, writes one delivery per device, and marks the outbox rows decided, all in one
---    transaction. The outbox rows stay (decided), so a projector catching up from an old
+--    tables, writes one delivery per device (claimed by itself, to send at once), and marks the
+--    outbox rows decided, all in one transaction. The outbox rows stay (decided), so a projector catching up from an old
 --    checkpoint meets them (ON CONFLICT DO NOTHING) and enqueues nothing again.
 -- 2. Sending: a fan-out claims due deliveries for a while (claimed_until), sends them, and records
 --    each answer: delivered and given-up rows are deleted and counted, retried ones rescheduled. A
@@ -35,6 +35,9 @@ CREATE TABLE push_deliveries (
     attempts      integer     NOT NULL DEFAULT 0,
     not_before    timestamptz NOT NULL DEFAULT clock_timestamp(),
     claimed_until timestamptz,
+    -- Set by a claim that found an earlier claim never recorded (its fan-out died): the push may
+    -- already be on the phone, and is counted as possibly sent twice.
+    reclaimed     boolean     NOT NULL DEFAULT false,
     deadline      timestamptz NOT NULL,
     last_reason   text,
     created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),

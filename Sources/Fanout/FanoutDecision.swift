@@ -30,16 +30,27 @@ public struct OutboxEntry: Sendable, Hashable {
     }
 }
 
-/// A push registration as the decision needs it.
+/// A push registration as the decision (and then the push) needs it.
 public struct RegisteredDevice: Sendable, Hashable {
     public var id: UUID
     public var appId: String?
     public var createdAt: Date
+    public var platform: String
+    public var token: String
+    public var locale: String?
+    public var apnsEnvironment: String?
 
-    public init(id: UUID, appId: String?, createdAt: Date) {
+    public init(
+        id: UUID, appId: String?, createdAt: Date, platform: String = "android", token: String = "", locale: String? = nil,
+        apnsEnvironment: String? = nil
+    ) {
         self.id = id
         self.appId = appId
         self.createdAt = createdAt
+        self.platform = platform
+        self.token = token
+        self.locale = locale
+        self.apnsEnvironment = apnsEnvironment
     }
 }
 
@@ -85,8 +96,10 @@ public struct DecisionFacts: Sendable {
 public struct FanoutDecision: Sendable {
     public struct Delivery: Sendable, Hashable {
         public var outboxId: Int64
-        public var deviceId: UUID
+        public var device: RegisteredDevice
         public var personId: String
+
+        public var deviceId: UUID { device.id }
     }
 
     /// A registration of another app, skipped by a server that is not production (logged).
@@ -144,7 +157,7 @@ public struct FanoutDecision: Sendable {
                         decision.otherApps.append(OtherApp(outboxId: entry.id, deviceId: device.id, appId: device.appId))
                         continue
                     }
-                    decision.deliveries.append(Delivery(outboxId: entry.id, deviceId: device.id, personId: person))
+                    decision.deliveries.append(Delivery(outboxId: entry.id, device: device, personId: person))
                     decision.pushes[entry.id, default: 0] += 1
                 }
             }

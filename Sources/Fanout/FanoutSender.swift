@@ -108,7 +108,13 @@ struct FanoutWork: LoopWork {
                 "skipped a registration of another app (this server is not production)",
                 metadata: ["outbox": "\(skipped.outboxId)", "device": skipped.deviceId.uuidString, "appId": skipped.appId ?? "(none)"])
         }
-        let claimed = try await session.run { try store.claim(limit: batchSize, on: $0) }
+        // What was just decided is already claimed; room left goes to retries and to pushes a
+        // dead fan-out left behind.
+        var claimed = decided.claimed
+        if claimed.count < batchSize {
+            let room = batchSize - claimed.count
+            claimed += try await session.run { try store.claim(limit: room, on: $0) }
+        }
         let reclaimed = claimed.count { $0.reclaimed }
         if reclaimed > 0 {
             logger.warning(
@@ -125,7 +131,7 @@ struct FanoutWork: LoopWork {
             try await session.run { try store.recordProviderTokens(tokens, node: node, on: $0) }
             state.recordedTokens = tokens
         }
-        return decided.entries == batchSize || claimed.count == batchSize ? .more : .wait(nil)
+        return decided.entries == batchSize || claimed.count >= batchSize ? .more : .wait(nil)
     }
 
     /// Renders and sends `claimed`, and says what to record for each.

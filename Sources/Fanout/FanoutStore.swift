@@ -35,12 +35,17 @@ public struct FanoutStore: Sendable {
     /// What `decide` did.
     public struct Decided: Sendable {
         public var entries: Int
-        public var deliveries: Int
+        /// The deliveries written, claimed by the caller to send at once.
+        public var claimed: [Claimed]
         public var otherApps: [FanoutDecision.OtherApp]
+
+        public var deliveries: Int { claimed.count }
     }
 
     /// Decides up to `limit` outbox entries in one transaction: their deliveries are written and
-    /// they are marked decided together, so an entry is decided once, by one fan-out.
+    /// they are marked decided together, so an entry is decided once, by one fan-out. The
+    /// deliveries are written claimed by the caller, who sends them at once: a push costs one
+    /// insert and one delete, and a claim only when it is retried or taken over.
     public func decide(limit: Int, now: Date, on connection: PostgresConnection) throws -> Decided {
         try connection.transaction { connection in
             let rows = try connection.query(
@@ -50,7 +55,7 @@ public struct FanoutStore: Sendable {
                     ARRAY(SELECT value FROM jsonb_each_text(ids) ORDER BY key) AS id_values
                 FROM notification_outbox WHERE decided_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
                 """, limit)
-            if rows.count == 0 { return Decided(entries: 0, deliveries: 0, otherApps: []) }
+            if rows.count == 0 { return Decided(entries: 0, claimed: [], otherApps: []) }
             var entries: [OutboxEntry] = []
             entries.reserveCapacity(rows.count)
             for row in rows {
@@ -66,25 +71,56 @@ public struct FanoutStore: Sendable {
             let facts = try loadFacts(for: entries, on: connection)
             let decision = FanoutDecision.decide(
                 entries, facts: facts, policy: settings.policy, staleBefore: now.addingTimeInterval(-settings.deadline.inSeconds))
+            var claimed: [Claimed] = []
             if !decision.deliveries.isEmpty {
-                try connection.query(
+                let deadline = now.addingTimeInterval(settings.deadline.inSeconds)
+                let inserted = try connection.query(
                     """
-                    INSERT INTO push_deliveries (outbox_id, device_id, person_id, deadline)
-                    SELECT o, d, p, $4 FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(o, d, p)
+                    INSERT INTO push_deliveries (outbox_id, device_id, person_id, deadline, attempts, claimed_until)
+                    SELECT o, d, p, $4, 1, clock_timestamp() + $5 * interval '1 millisecond'
+                    FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(o, d, p)
                     ON CONFLICT (outbox_id, device_id) DO NOTHING
+                    RETURNING id, outbox_id, device_id
                     """, decision.deliveries.map(\.outboxId), decision.deliveries.map(\.deviceId), decision.deliveries.map(\.personId),
-                    now.addingTimeInterval(settings.deadline.inSeconds))
+                    deadline, settings.claimFor.wholeMilliseconds)
+                let people = Array(Set(decision.deliveries.map(\.personId)))
+                var unread: [String: Int] = [:]
+                for row in try connection.query("SELECT person_id, unread_count FROM bell_counters WHERE person_id = ANY($1::text[])", people) {
+                    unread[try row.decode(String.self, at: 0)] = try row.decode(Int.self, at: 1)
+                }
+                var ids: [String: Int64] = [:]
+                for row in inserted {
+                    ids["\(try row.decode(Int64.self, at: 1)) \(try row.decode(UUID.self, at: 2))"] = try row.decode(Int64.self, at: 0)
+                }
+                let entriesById = Dictionary(entries.map { ($0.id, $0) }) { first, _ in first }
+                claimed.reserveCapacity(decision.deliveries.count)
+                for delivery in decision.deliveries {
+                    guard let id = ids["\(delivery.outboxId) \(delivery.deviceId)"], let entry = entriesById[delivery.outboxId] else { continue }
+                    let device = delivery.device
+                    claimed.append(
+                        Claimed(
+                            deliveryId: id, deviceId: device.id, personId: delivery.personId, attempts: 1, deadline: deadline,
+                            device: PushPlatform(rawValue: device.platform).map {
+                                Claimed.Registration(
+                                    platform: $0, token: device.token, appId: device.appId, locale: device.locale,
+                                    apnsEnvironment: device.apnsEnvironment.flatMap(APNsEnvironment.init(rawValue:)))
+                            },
+                            notification: PushNotification(
+                                category: NotificationCategory(rawValue: entry.category) ?? .messages, event: entry.event, ids: entry.ids,
+                                notificationId: entry.audience == "person" ? entry.notificationId : nil),
+                            unread: unread[delivery.personId] ?? 0, reclaimed: false))
+                }
             }
-            let ids = entries.map(\.id)
+            let outboxIds = entries.map(\.id)
             try connection.query(
                 """
                 UPDATE notification_outbox o SET decided_at = clock_timestamp(), pushes = u.pushes
-                FROM unnest($1::bigint[], $2::int[]) AS u(id, pushes) WHERE o.id = u.id
-                """, ids, ids.map { Int32(decision.pushes[$0] ?? 0) })
+                FROM unnest($1::bigint[], $2::int[]) AS u(id, pushes) WHERE o.id = u.id AND o.id = ANY($1::bigint[])
+                """, outboxIds, outboxIds.map { Int32(decision.pushes[$0] ?? 0) })
             var counts: [String: Int] = [:]
             for (reason, count) in decision.skipped { counts["skipped." + reason] = count }
             try Self.count(counts, on: connection)
-            return Decided(entries: entries.count, deliveries: decision.deliveries.count, otherApps: decision.otherApps)
+            return Decided(entries: entries.count, claimed: claimed, otherApps: decision.otherApps)
         }
     }
 
@@ -125,10 +161,16 @@ public struct FanoutStore: Sendable {
             }
         }
         for row in try connection.query(
-            "SELECT person_id, id, app_id, created_at FROM devices WHERE person_id = ANY($1::text[]) ORDER BY created_at, id", personList)
+            """
+            SELECT person_id, id, app_id, created_at, platform, push_token, locale, apns_environment
+            FROM devices WHERE person_id = ANY($1::text[]) ORDER BY created_at, id
+            """, personList)
         {
             facts.devices[try row.decode(String.self, at: 0), default: []].append(
-                RegisteredDevice(id: try row.decode(UUID.self, at: 1), appId: try row.decode(String?.self, at: 2), createdAt: try row.decode(Date.self, at: 3)))
+                RegisteredDevice(
+                    id: try row.decode(UUID.self, at: 1), appId: try row.decode(String?.self, at: 2), createdAt: try row.decode(Date.self, at: 3),
+                    platform: try row.decode(String.self, at: 4), token: try row.decode(String.self, at: 5), locale: try row.decode(String?.self, at: 6),
+                    apnsEnvironment: try row.decode(String?.self, at: 7)))
         }
         return facts
     }
@@ -163,28 +205,30 @@ public struct FanoutStore: Sendable {
     /// Claims up to `limit` due deliveries for `claimFor`, oldest first, skipping the ones other
     /// fan-outs hold.
     public func claim(limit: Int, on connection: PostgresConnection) throws -> [Claimed] {
+        // `= ANY(ARRAY(...))` and LATERAL lookups keep every step on an index: as a join, the
+        // planner hashed the whole deliveries, devices and counters tables for each batch.
         let rows = try connection.query(
             """
-            WITH due AS (
-                SELECT id, claimed_until IS NOT NULL AS reclaimed FROM push_deliveries
-                WHERE not_before <= clock_timestamp() AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
-                ORDER BY not_before, id LIMIT $1 FOR UPDATE SKIP LOCKED
-            ), claimed AS (
-                UPDATE push_deliveries d SET claimed_until = clock_timestamp() + $2 * interval '1 millisecond', attempts = d.attempts + 1
-                FROM due WHERE d.id = due.id
-                RETURNING d.id, d.outbox_id, d.device_id, d.person_id, d.attempts, d.deadline
+            WITH claimed AS (
+                UPDATE push_deliveries d
+                SET claimed_until = clock_timestamp() + $2 * interval '1 millisecond', attempts = d.attempts + 1,
+                    reclaimed = d.claimed_until IS NOT NULL
+                WHERE d.id = ANY(ARRAY(
+                    SELECT id FROM push_deliveries
+                    WHERE not_before <= clock_timestamp() AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+                    ORDER BY not_before, id LIMIT $1 FOR UPDATE SKIP LOCKED))
+                RETURNING d.id, d.outbox_id, d.device_id, d.person_id, d.attempts, d.deadline, d.reclaimed
             )
-            SELECT c.id, c.device_id, c.person_id, c.attempts, c.deadline, due.reclaimed,
+            SELECT c.id, c.device_id, c.person_id, c.attempts, c.deadline, c.reclaimed,
                 v.platform, v.push_token, v.app_id, v.locale, v.apns_environment,
                 o.notification_id, o.audience, o.category, o.event,
                 ARRAY(SELECT key FROM jsonb_each_text(o.ids) ORDER BY key) AS id_keys,
                 ARRAY(SELECT value FROM jsonb_each_text(o.ids) ORDER BY key) AS id_values,
                 coalesce(b.unread_count, 0) AS unread
             FROM claimed c
-            JOIN due ON due.id = c.id
-            JOIN notification_outbox o ON o.id = c.outbox_id
-            LEFT JOIN devices v ON v.id = c.device_id AND v.person_id = c.person_id
-            LEFT JOIN bell_counters b ON b.person_id = c.person_id
+            CROSS JOIN LATERAL (SELECT * FROM notification_outbox o WHERE o.id = c.outbox_id) o
+            LEFT JOIN LATERAL (SELECT * FROM devices v WHERE v.id = c.device_id AND v.person_id = c.person_id) v ON true
+            LEFT JOIN LATERAL (SELECT unread_count FROM bell_counters b WHERE b.person_id = c.person_id) b ON true
             ORDER BY c.id
             """, limit, settings.claimFor.wholeMilliseconds)
         var claimed: [Claimed] = []
@@ -274,19 +318,17 @@ public struct FanoutStore: Sendable {
                 try connection.query(
                     """
                     UPDATE push_deliveries d SET not_before = u.at, claimed_until = NULL, last_reason = u.reason
-                    FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, at, reason) WHERE d.id = u.id
+                    FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, at, reason) WHERE d.id = u.id AND d.id = ANY($1::bigint[])
                     """, retryIds, retryAt, retryReasons)
             }
-            if !deadDevices.isEmpty {
-                try connection.query("DELETE FROM devices WHERE id = ANY($1::uuid[])", deadDevices)
-                try connection.query("DELETE FROM push_deliveries WHERE device_id = ANY($1::uuid[])", deadDevices)
-            }
+            // The device's other pending pushes find it gone when claimed (`skipped.device_gone`).
+            if !deadDevices.isEmpty { try connection.query("DELETE FROM devices WHERE id = ANY($1::uuid[])", deadDevices) }
             if !learnedDevices.isEmpty {
                 try connection.query(
                     """
                     UPDATE devices v SET apns_environment = u.environment, updated_at = clock_timestamp()
                     FROM unnest($1::uuid[], $2::text[]) AS u(id, environment)
-                    WHERE v.id = u.id AND v.apns_environment IS DISTINCT FROM u.environment
+                    WHERE v.id = u.id AND v.id = ANY($1::uuid[]) AND v.apns_environment IS DISTINCT FROM u.environment
                     """, learnedDevices, learnedEnvironments)
             }
             try Self.count(counts, on: connection)

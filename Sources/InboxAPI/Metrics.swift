@@ -1,4 +1,5 @@
 import EventLog
+import Fanout
 import Foundation
 import HTTPServer
 import PostgresClient
@@ -135,6 +136,38 @@ public enum MetricsRoutes {
         lines += ["# HELP inbox_projection_positions_behind The head position minus the projection's.", "# TYPE inbox_projection_positions_behind gauge"] + behind
         lines += ["# HELP inbox_projection_lag_seconds Age of the oldest event the projection has not applied (0 when caught up).", "# TYPE inbox_projection_lag_seconds gauge"] + lags
         lines += ["# HELP inbox_projection_dead_letters Events parked because they could not be applied.", "# TYPE inbox_projection_dead_letters gauge"] + parked
+        lines += try pushMetrics(on: connection)
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The fan-out's outbox, what became of its pushes (summed over every node), and the age of
+    /// each node's provider tokens.
+    static func pushMetrics(on connection: PostgresConnection) throws -> [String] {
+        let status = try FanoutStore.status(on: connection)
+        var lines = [
+            "# HELP inbox_push_outbox_undecided Notifications the fan-out has not decided yet.", "# TYPE inbox_push_outbox_undecided gauge",
+            "inbox_push_outbox_undecided \(status.undecided)",
+            "# HELP inbox_push_outbox_undecided_oldest_seconds Age of the oldest notification not decided yet.",
+            "# TYPE inbox_push_outbox_undecided_oldest_seconds gauge", "inbox_push_outbox_undecided_oldest_seconds \(status.oldestUndecidedSeconds)",
+            "# HELP inbox_push_pending Pushes decided and not sent yet (or waiting for a retry).", "# TYPE inbox_push_pending gauge",
+            "inbox_push_pending \(status.pending)",
+            "# HELP inbox_push_pending_oldest_seconds Age of the oldest push not sent yet.", "# TYPE inbox_push_pending_oldest_seconds gauge",
+            "inbox_push_pending_oldest_seconds \(status.oldestPendingSeconds)",
+            "# HELP inbox_push_total Pushes by outcome (sent, failed, deleted registrations, retried, skipped, reclaimed) and platform or reason.",
+            "# TYPE inbox_push_total counter",
+        ]
+        for counter in status.counters {
+            let parts = counter.name.split(separator: ".", maxSplits: 1)
+            let outcome = String(parts[0])
+            let detail = parts.count > 1 ? String(parts[1]) : ""
+            lines.append("inbox_push_total{outcome=\"\(RequestMetrics.escape(outcome))\",detail=\"\(RequestMetrics.escape(detail))\"} \(counter.count)")
+        }
+        lines += ["# HELP inbox_push_provider_token_age_seconds Age of each node's APNs provider token and FCM access token.",
+                  "# TYPE inbox_push_provider_token_age_seconds gauge"]
+        for token in status.providerTokens {
+            lines.append(
+                "inbox_push_provider_token_age_seconds{node=\"\(RequestMetrics.escape(token.node))\",provider=\"\(token.provider)\"} \(token.ageSeconds)")
+        }
+        return lines
     }
 }

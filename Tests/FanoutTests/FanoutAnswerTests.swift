@@ -217,13 +217,19 @@ import Testing
             let store = FanoutStore(settings: FanoutStore.Settings())
             let decided = try await db.client.withConnection { try store.decide(limit: 10, now: Date(), on: $0) }
             #expect(decided.entries == 1 && decided.deliveries == 2, "the late device is not decided")
+            #expect(Set(decided.claimed.compactMap { $0.device?.token }) == ["kept", "deleted"])
+            // Claimed by the decision: no other fan-out gets them while the claim lasts.
+            #expect(try await db.client.withConnection { try store.claim(limit: 10, on: $0) }.isEmpty)
+            // The fan-out died before sending; its claim runs out; meanwhile one device is deleted.
+            try await db.client.withConnection { connection in
+                _ = try connection.query("UPDATE push_deliveries SET claimed_until = clock_timestamp() - interval '1 second'")
+            }
             #expect(try DeviceRegistry(client: db.client).delete(deleted.id, of: "p1"))
             let claimed = try await db.client.withConnection { try store.claim(limit: 10, on: $0) }
             #expect(claimed.count == 2)
+            #expect(claimed.allSatisfy { $0.reclaimed }, "taken over from a fan-out that never recorded them")
             #expect(claimed.first { $0.deviceId == kept.id }?.device?.token == "kept")
             #expect(claimed.first { $0.deviceId == deleted.id }.map { $0.device == nil } == true, "deleted before sending")
-            // Claimed: another fan-out gets none of them until the claim runs out.
-            #expect(try await db.client.withConnection { try store.claim(limit: 10, on: $0) }.isEmpty)
         }
     }
 
