@@ -40,8 +40,9 @@ run: build
 	$(SWIFT) run $(SWIFT_BUILD_FLAGS) inbox run
 
 # The timed suites (a role stops within a second; a flood of connections is cut within its
-# deadline; the HTTP/2 client fails fast, shuts down promptly and times out) run on their own after the rest, so that they time the tier rather than a two-core
-# machine busy with every other suite.
+# deadline; the HTTP/2 client fails fast, shuts down promptly and times out) run on their own
+# after the rest, so that they time the tier rather than a two-core machine busy with every other
+# suite.
 TIMED_SUITES := PromptShutdown|ConnectionFlood|HTTP2ClientPromptness
 
 # The database is stopped and removed whether the tests pass or fail; the exit code is the tests'.

@@ -164,7 +164,7 @@ struct FanoutWork: LoopWork {
             let resolution: FanoutStore.Resolution
             switch result.outcome {
             case .delivered:
-                resolution = .delivered(platform, learned: result.learnedEnvironment)
+                resolution = .delivered(platform, learned: result.learnedEnvironment, logged: result.logged)
             case .unregistered(let reason):
                 resolution = .deleteRegistration(reason: reason)
             case .badDeviceToken:

@@ -262,8 +262,9 @@ public struct FanoutStore: Sendable {
 
     /// What to do with a claimed delivery after its answer.
     public enum Resolution: Sendable, Hashable {
-        /// Sent: the delivery is done. `learned` is the APNs host to store on the registration.
-        case delivered(PushPlatform, learned: APNsEnvironment?)
+        /// Sent (or, without credentials, logged): the delivery is done. `learned` is the APNs host
+        /// to store on the registration.
+        case delivered(PushPlatform, learned: APNsEnvironment?, logged: Bool = false)
         /// The platform says the registration is dead: delete it (and the delivery).
         case deleteRegistration(reason: String)
         /// Try again at `at`.
@@ -288,9 +289,9 @@ public struct FanoutStore: Sendable {
         for (claimed, resolution) in resolutions {
             if claimed.reclaimed { counts["reclaimed", default: 0] += 1 }
             switch resolution {
-            case .delivered(let platform, let learned):
+            case .delivered(let platform, let learned, let logged):
                 finished.append(claimed.deliveryId)
-                counts["sent." + platform.rawValue, default: 0] += 1
+                counts[(logged ? "logged." : "sent.") + platform.rawValue, default: 0] += 1
                 if let learned {
                     learnedDevices.append(claimed.deviceId)
                     learnedEnvironments.append(learned.rawValue)

@@ -33,10 +33,13 @@ public struct PushResult: Sendable, Hashable {
     /// The APNs host that accepted (or finally refused) a token whose host was not known, or that
     /// answered otherwise than the stored one: stored on the registration.
     public var learnedEnvironment: APNsEnvironment?
+    /// Written to the log instead of sent (no credentials for the platform): counted as `logged`.
+    public var logged: Bool
 
-    public init(_ outcome: PushOutcome, learnedEnvironment: APNsEnvironment? = nil) {
+    public init(_ outcome: PushOutcome, learnedEnvironment: APNsEnvironment? = nil, logged: Bool = false) {
         self.outcome = outcome
         self.learnedEnvironment = learnedEnvironment
+        self.logged = logged
     }
 }
 
@@ -56,7 +59,7 @@ extension PushTransport {
 }
 
 /// The embedded default, without APNs or FCM credentials: logs what would be sent and counts it
-/// delivered, so `make run` shows the whole way from an event to a push.
+/// `logged.<platform>`, so `make run` shows the whole way from an event to a push.
 public struct LoggingTransport: PushTransport {
     let logger: Logger
 
@@ -75,7 +78,7 @@ public struct LoggingTransport: PushTransport {
             if let badge = push.content.badge { metadata["badge"] = String(badge) }
             logger.info("push (no APNs/FCM credentials: logged, not sent)", metadata: metadata)
         }
-        return pushes.map { _ in PushResult(.delivered) }
+        return pushes.map { _ in PushResult(.delivered, logged: true) }
     }
 }
 

@@ -4,6 +4,7 @@ import Fanout
 import Foundation
 import InboxDomain
 import InboxTesting
+import Lifecycle
 import PostgresClient
 import Projections
 import PushProtocol
@@ -273,6 +274,29 @@ import Testing
             // Not asserted: streams a new connection sends before the server's SETTINGS arrive are
             // refused (RFC 9113 allows both), and libcurl 7.88 retries each on a fresh connection;
             // docs/fanout.md gives the counts seen.
+        }
+    }
+
+    @Test func withoutCredentialsEveryPushIsLoggedAndCountedAsLoggedNotSent() async throws {
+        try await withTestDatabase { db in
+            _ = try db.register("p1", "android", token: "some-token", locale: "fr")
+            let handler = RecordingLogHandler()
+            let logger = Logger(label: "test", handler: handler)
+            let transport = PlatformTransport(ios: LoggingTransport(logger: logger), android: LoggingTransport(logger: logger))
+            try await db.withProjectors {
+                try await db.withFanout(transport: transport) {
+                    try await db.append(SignedIn(personId: "p1", signInId: "s1", platform: "android"))
+                    try await db.waitUntilProjected()
+                    try await db.waitUntilFannedOut()
+                }
+            }
+            let pushes = handler.records.filter { $0.message.hasPrefix("push (no APNs/FCM credentials") }
+            #expect(pushes.count == 1)
+            #expect(pushes.first?.metadata["data.event"] == "new_sign_in")
+            #expect(pushes.first?.metadata["title"] == BellTexts.title(event: "new_sign_in", category: "security", .fr))
+            #expect(pushes.first?.metadata["token"] == "some-tok…", "not the whole token: it is a credential")
+            #expect(try await db.counter("logged.android") == 1)
+            #expect(try await db.counter("sent.android") == 0)
         }
     }
 
