@@ -12,7 +12,8 @@ import Testing
 /// From an appended event to the pushes at local TLS HTTP/2 servers that answer as APNs and FCM do
 /// (Tests/PushMocks), through the projectors, the outbox and the fan-out.
 @Suite(.serialized) struct FanoutEndToEndTests {
-    /// The seed's rules, row by row: each category, the locked ones, a shop's news to two people
+    /// The seed's rules, row by row: each category (messages, orders, saved watches, saved searches,
+    /// security, a shop's news), the locked ones, a shop's news to two people
     /// who work there (one turned it off), a person who turned a category off, a saved search with
     /// and without push; payload, language, collapse key and badge of each push.
     @Test func everyRuleOfTheSeedBecomesExactlyTheExpectedPushes() async throws {
@@ -36,7 +37,8 @@ import Testing
                     SavedSearchCreated(savedSearchId: "ss-push", personId: "p5", name: "Daytona", query: .object([:]), interval: .never, push: true),
                     SavedSearchCreated(savedSearchId: "ss-quiet", personId: "p5", name: "Nautilus", query: .object([:]), interval: .daily, push: false),
                     ConversationStarted(conversationId: "c1", buyerId: "p1", shopId: "s1", watchId: "w1"),
-                    ConversationStarted(conversationId: "c4", buyerId: "p4", shopId: "s9", watchId: "w4"))
+                    ConversationStarted(conversationId: "c4", buyerId: "p4", shopId: "s9", watchId: "w4"),
+                    FavouriteAdded(personId: "p5", watchId: "w5"))
                 try await db.waitUntilProjected()
                 try await db.withFanout(transport: try mock.transport()) {
                     // A seller's reply first, alone, so that p1's badge is known: one unread entry.
@@ -48,7 +50,9 @@ import Testing
                         OrderPaid(orderId: "o1", buyerId: "p4", shopId: "s9", watchId: "w4", amount: Money(amount: 100, currency: "EUR")),
                         SignedIn(personId: "p1", signInId: "si1", platform: "ios"),
                         SavedSearchMatched(savedSearchId: "ss-push", personId: "p5", watchIds: ["w7"]),
-                        SavedSearchMatched(savedSearchId: "ss-quiet", personId: "p5", watchIds: ["w8"]))
+                        SavedSearchMatched(savedSearchId: "ss-quiet", personId: "p5", watchIds: ["w8"]),
+                        WatchPriceChanged(
+                            watchId: "w5", shopId: "s9", price: Money(amount: 900, currency: "EUR"), previousPrice: Money(amount: 1000, currency: "EUR")))
                     try await db.waitUntilProjected()
                     try await db.waitUntilFannedOut()
                 }
@@ -61,6 +65,7 @@ import Testing
                 Set(byKey.keys) == [
                     "\(p1iOS) message_received", "p1-android message_received", "\(p2iOS) message_received",
                     "p4-android order_paid", "\(p1iOS) new_sign_in", "p1-android new_sign_in", "p5-android saved_search_matched",
+                    "p5-android price_dropped",
                 ], "p3 turned the shop's news off, p4 messages off (orders are locked on), ss-quiet does not push: \(pushes)")
 
             // p1's phone, in Dutch, collapsed per thread, with the bell entry and p1's badge.
@@ -96,10 +101,14 @@ import Testing
             #expect(match.data["savedSearchId"] == "ss-push" && match.data["watchId"] == "w7")
             #expect(match.title == BellTexts.title(event: "saved_search_matched", category: "saved_searches", .en))
             #expect(match.collapse?.contains("ss-push") == true)
+            // A saved watch, collapsed per watch.
+            let price = try #require(byKey["p5-android price_dropped"]?.first)
+            #expect(price.data["type"] == "saved_watches" && price.data["watchId"] == "w5")
+            #expect(price.collapse == "watch:w5")
             // Security: not collapsed.
             #expect(byKey["\(p1iOS) new_sign_in"]?.first?.collapse == nil)
             #expect(try await db.counter("sent.ios") == 3)
-            #expect(try await db.counter("sent.android") == 4)
+            #expect(try await db.counter("sent.android") == 5)
         }
     }
 }
