@@ -56,7 +56,7 @@ import Testing
             let log = mock.directory.appendingPathComponent("fanout.log")
             _ = FileManager.default.createFile(atPath: log.path, contents: nil)
             // Slow answers, so that a batch is in flight when the process dies.
-            try await mock.post("/delay", #"{"ms": 150}"#)
+            try await mock.post("/delay", #"{"ms": 300}"#)
             let first = try Self.startFanout(db, mock, serviceAccount: account, log: log)
             _ = try await mock.waitForPushes { $0.count >= 15 }
             kill(first.processIdentifier, SIGKILL)
@@ -78,7 +78,9 @@ import Testing
             #expect(doubled <= 10, "at most one batch (10) was in flight: \(doubled) sent twice")
             let reclaimed = try await db.counter("reclaimed")
             #expect(Int64(doubled) <= reclaimed && reclaimed <= 10, "the pushes taken over are counted: \(reclaimed), doubled \(doubled)")
-            #expect(output.contains("took over pushes claimed by a fan-out that stopped"), "and logged")
+            // A kill between two batches leaves nothing claimed: then nothing is taken over (rare
+            // with answers this slow, but a busy machine can deliver the signal late).
+            if reclaimed > 0 { #expect(output.contains("took over pushes claimed by a fan-out that stopped"), "and logged") }
         }
     }
 }
