@@ -105,7 +105,15 @@ struct BenchmarkResult: Codable, Sendable {
 
 /// Runs every case once per round, rotating which case goes first so that no configuration always
 /// follows the same one (checkpoints and autovacuum then land on each of them in turn).
+///
+/// `INBOX_BENCH_ONLY=id,id` runs only the configurations of those ids (to study one).
 func runInterleaved(_ cases: [BenchmarkCase], rounds: Int) async throws -> [ConfigurationResult] {
+    var cases = cases
+    if let only = ProcessInfo.processInfo.environment["INBOX_BENCH_ONLY"], !only.isEmpty {
+        let ids = Set(only.split(separator: ",").map(String.init))
+        cases = cases.filter { ids.contains($0.id) }
+        guard !cases.isEmpty else { throw BenchmarkFailure(description: "INBOX_BENCH_ONLY names no configuration of this benchmark: \(only)") }
+    }
     var measurements = Array(repeating: [Measurement](), count: cases.count)
     for round in 1...rounds {
         for step in 0..<cases.count {
