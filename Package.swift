@@ -146,7 +146,7 @@ let package = Package(
             name: "FanoutTests",
             dependencies: [
                 "Fanout", "PushProtocol", "HTTP2Client", "InboxTesting", "Devices", "EventLog", "Projections", "InboxDomain", "PostgresClient",
-                "Lifecycle",
+                "Lifecycle", "InboxAPI", "HTTPServer", "Crypto",
             ],
             swiftSettings: swiftSettings),
         .testTarget(
