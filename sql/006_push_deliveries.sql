@@ -1,29 +1,34 @@
 -- The push fan-out (docs/fanout.md). Two steps, each in one transaction, so that nothing is sent
 -- twice by a replay, a catch-up or a second node, and nothing is lost by a crash:
 --
--- 1. Deciding: a fan-out claims outbox rows not yet decided (FOR UPDATE SKIP LOCKED), works out
---    who gets a push on which registered device from the live preference, people and device
---    tables, writes one delivery per device (claimed by itself, to send at once), and marks the
---    outbox rows decided, all in one transaction. The outbox rows stay (decided), so a projector catching up from an old
---    checkpoint meets them (ON CONFLICT DO NOTHING) and enqueues nothing again.
+-- 1. Deciding: a fan-out claims pending outbox entries (FOR UPDATE SKIP LOCKED), works out who
+--    gets a push on which registered device from the live preference, people and device tables,
+--    writes one delivery per device (claimed by itself, to send at once), and deletes the entries
+--    from the pending queue, all in one transaction. The outbox rows stay, so a projector catching
+--    up from an old checkpoint meets them (ON CONFLICT DO NOTHING) and enqueues nothing again.
 -- 2. Sending: a fan-out claims due deliveries for a while (claimed_until), sends them, and records
 --    each answer: delivered and given-up rows are deleted and counted, retried ones rescheduled. A
 --    fan-out that dies leaves its claims to the others when claimed_until passes; what it had in
 --    flight may then be sent twice, and nothing more.
 
-ALTER TABLE notification_outbox ADD COLUMN decided_at timestamptz;
-ALTER TABLE notification_outbox ADD COLUMN pushes integer;
-CREATE INDEX notification_outbox_undecided ON notification_outbox (id) WHERE decided_at IS NULL;
+-- The outbox entries not decided yet, by id: a queue beside the outbox, so that deciding deletes a
+-- narrow row instead of updating the outbox's own (an update there rewrites the row and its three
+-- index entries: 1,000 of them took 29 to 36 ms, where deleting 1,000 narrow rows took 2 ms). Filled by a trigger
+-- with exactly the rows an insert into the outbox wrote (a conflict writes none), in the same
+-- transaction; the committed insert also wakes the fan-outs (they also poll).
+CREATE TABLE notification_outbox_pending (
+    outbox_id bigint PRIMARY KEY REFERENCES notification_outbox (id) ON DELETE CASCADE
+);
 
--- An outbox row committed wakes the fan-outs (they also poll).
-CREATE FUNCTION notify_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION enqueue_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    INSERT INTO notification_outbox_pending (outbox_id) SELECT id FROM inserted;
     PERFORM pg_notify('inbox_outbox', '');
     RETURN NULL;
 END;
 $$;
-CREATE TRIGGER notification_outbox_notify AFTER INSERT ON notification_outbox
-    FOR EACH STATEMENT EXECUTE FUNCTION notify_outbox();
+CREATE TRIGGER notification_outbox_enqueue AFTER INSERT ON notification_outbox
+    REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION enqueue_outbox();
 
 -- One push to one registered device. The device is read again when the push is sent: one deleted
 -- meanwhile (or taken over by somebody else) gets nothing.
@@ -63,5 +68,4 @@ CREATE TABLE push_provider_tokens (
 );
 
 -- Nothing was ever pushed before this release: what the outbox holds already is history, not news
--- to send on the day of the upgrade.
-UPDATE notification_outbox SET decided_at = enqueued_at, pushes = 0;
+-- to send on the day of the upgrade, so none of it is pending.

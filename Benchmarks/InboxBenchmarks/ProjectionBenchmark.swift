@@ -138,7 +138,7 @@ struct ProjectionBenchmark: Benchmark {
     static func catchUp(client: PostgresClient, events: Int, round: Int) async throws -> Measurement {
         try await client.transaction { connection in
             for table in InboxProjections.all.flatMap(\.tableNames) { try connection.execute("DROP TABLE IF EXISTS public.\(table)") }
-            try connection.execute("DELETE FROM projection_checkpoints; DELETE FROM projection_dead_letters; TRUNCATE notification_outbox")
+            try connection.execute("DELETE FROM projection_checkpoints; DELETE FROM projection_dead_letters; TRUNCATE notification_outbox CASCADE")
         }
         try await client.execute("CHECKPOINT")
         let head = try await client.withConnection { connection in

@@ -42,8 +42,9 @@ public struct FanoutStore: Sendable {
         public var deliveries: Int { claimed.count }
     }
 
-    /// Decides up to `limit` outbox entries in one transaction: their deliveries are written and
-    /// they are marked decided together, so an entry is decided once, by one fan-out. The
+    /// Decides up to `limit` pending outbox entries in one transaction: their deliveries are
+    /// written and the entries leave the pending queue together, so an entry is decided once, by
+    /// one fan-out. The
     /// deliveries are written claimed by the caller, who sends them at once: a push costs one
     /// insert and one delete, and a claim only when it is retried or taken over.
     public func decide(limit: Int, now: Date, on connection: PostgresConnection) throws -> Decided {
@@ -53,7 +54,10 @@ public struct FanoutStore: Sendable {
                 SELECT id, notification_id, audience, recipient_id, category, event, enqueued_at,
                     ARRAY(SELECT key FROM jsonb_each_text(ids) ORDER BY key) AS id_keys,
                     ARRAY(SELECT value FROM jsonb_each_text(ids) ORDER BY key) AS id_values
-                FROM notification_outbox WHERE decided_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+                FROM notification_outbox
+                WHERE id = ANY(ARRAY(
+                    SELECT outbox_id FROM notification_outbox_pending ORDER BY outbox_id LIMIT $1 FOR UPDATE SKIP LOCKED))
+                ORDER BY id
                 """, limit)
             if rows.count == 0 { return Decided(entries: 0, claimed: [], otherApps: []) }
             var entries: [OutboxEntry] = []
@@ -111,12 +115,7 @@ public struct FanoutStore: Sendable {
                             unread: unread[delivery.personId] ?? 0, reclaimed: false))
                 }
             }
-            let outboxIds = entries.map(\.id)
-            try connection.query(
-                """
-                UPDATE notification_outbox o SET decided_at = clock_timestamp(), pushes = u.pushes
-                FROM unnest($1::bigint[], $2::int[]) AS u(id, pushes) WHERE o.id = u.id AND o.id = ANY($1::bigint[])
-                """, outboxIds, outboxIds.map { Int32(decision.pushes[$0] ?? 0) })
+            try connection.query("DELETE FROM notification_outbox_pending WHERE outbox_id = ANY($1::bigint[])", entries.map(\.id))
             var counts: [String: Int] = [:]
             for (reason, count) in decision.skipped { counts["skipped." + reason] = count }
             try Self.count(counts, on: connection)
@@ -383,8 +382,8 @@ public struct FanoutStore: Sendable {
     public static func status(on connection: PostgresConnection) throws -> Status {
         let outbox = try connection.query(
             """
-            SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(enqueued_at)), 0)::float8
-            FROM notification_outbox WHERE decided_at IS NULL
+            SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(o.enqueued_at)), 0)::float8
+            FROM notification_outbox_pending p JOIN notification_outbox o ON o.id = p.outbox_id
             """)[0]
         let deliveries = try connection.query(
             "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM push_deliveries")[0]
