@@ -44,9 +44,8 @@ public struct FanoutStore: Sendable {
 
     /// Decides up to `limit` pending outbox entries in one transaction: their deliveries are
     /// written and the entries leave the pending queue together, so an entry is decided once, by
-    /// one fan-out. The
-    /// deliveries are written claimed by the caller, who sends them at once: a push costs one
-    /// insert and one delete, and a claim only when it is retried or taken over.
+    /// one fan-out. The deliveries are written claimed by the caller, who sends them at once: a
+    /// push costs one insert and one delete, and a claim only when it is retried or taken over.
     public func decide(limit: Int, now: Date, on connection: PostgresConnection) throws -> Decided {
         try connection.transaction { connection in
             let rows = try connection.query(
