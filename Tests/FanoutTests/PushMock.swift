@@ -180,6 +180,9 @@ struct Push: CustomStringConvertible {
     /// `apns-collapse-id` or FCM's `android.notification.tag`.
     var collapse: String?
     var collapseKey: String?
+    /// Whether the mock wrote its answer out (false: the client was gone first).
+    var sent: Bool
+    var connection: Int
 
     init?(_ request: [String: Any]) {
         guard let listener = request["listener"] as? String, let path = request["path"] as? String else { return nil }
@@ -187,6 +190,8 @@ struct Push: CustomStringConvertible {
         headers = request["headers"] as? [String: String] ?? [:]
         status = (request["response"] as? [String: Any])?["status"] as? Int ?? 0
         reason = request["reason"] as? String
+        sent = request["sent"] as? Bool ?? false
+        connection = request["connection"] as? Int ?? 0
         let body = request["body"] as? [String: Any] ?? [:]
         if listener == "fcm" {
             guard path.hasSuffix("/messages:send"), let message = body["message"] as? [String: Any] else { return nil }
@@ -214,5 +219,7 @@ struct Push: CustomStringConvertible {
         }
     }
 
-    var description: String { "\(listener) \(token.prefix(12)) \(status) \(reason ?? "") \(data["event"] ?? "")" }
+    var description: String {
+        "\(listener) \(token.prefix(12)) \(status) \(reason ?? "") \(data["event"] ?? "") connection \(connection)\(sent ? "" : " (answer not sent)")"
+    }
 }
