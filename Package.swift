@@ -118,7 +118,7 @@ let package = Package(
 
         // Tests run against a real PostgreSQL (see Makefile and Tests/README).
         .target(
-            name: "InboxTesting", dependencies: ["PostgresClient", "EventLog", "Projections"],
+            name: "InboxTesting", dependencies: ["PostgresClient", "EventLog", "Projections", "InboxDomain"],
             path: "Tests/InboxTesting", swiftSettings: swiftSettings),
         .testTarget(
             name: "PostgresClientTests", dependencies: ["PostgresClient", "EventLog", "InboxTesting"],

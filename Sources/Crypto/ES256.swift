@@ -52,15 +52,7 @@ public final class ES256PublicKey: @unchecked Sendable {
     /// Whether `signature` (64 bytes: r and s, as JWS has it) signs `data` with SHA-256.
     public func verify(signature: [UInt8], data: [UInt8]) -> Bool {
         guard signature.count == 64, let der = ES256Signature.der(fromRaw: signature) else { return false }
-        guard let context = EVP_MD_CTX_new() else { return false }
-        defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, key) == 1 else { return false }
-        let result = data.withUnsafeBufferPointer { message in
-            der.withUnsafeBufferPointer { sig in
-                EVP_DigestVerify(context, sig.baseAddress, sig.count, message.baseAddress, message.count)
-            }
-        }
-        return result == 1
+        return SHA256Signing.verify(der, of: data, with: key)
     }
 
     /// The key as PEM (SubjectPublicKeyInfo).
@@ -106,18 +98,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
 
     /// The ES256 signature of `data`: 64 bytes, r and s, as JWS has it.
     public func sign(_ data: [UInt8]) throws -> [UInt8] {
-        guard let context = EVP_MD_CTX_new() else { throw CryptoError("Out of memory.") }
-        defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key) == 1 else { throw CryptoError("Signing failed.") }
-        var length = 0
-        guard data.withUnsafeBufferPointer({ EVP_DigestSign(context, nil, &length, $0.baseAddress, $0.count) }) == 1 else {
-            throw CryptoError("Signing failed.")
-        }
-        var der = [UInt8](repeating: 0, count: length)
-        let signed = data.withUnsafeBufferPointer { message in
-            der.withUnsafeMutableBufferPointer { EVP_DigestSign(context, $0.baseAddress, &length, message.baseAddress, message.count) }
-        }
-        guard signed == 1, let raw = ES256Signature.raw(fromDER: Array(der.prefix(length))) else { throw CryptoError("Signing failed.") }
+        guard let raw = ES256Signature.raw(fromDER: try SHA256Signing.sign(data, with: key)) else { throw CryptoError("Signing failed.") }
         return raw
     }
 }

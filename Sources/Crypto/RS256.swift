@@ -49,20 +49,8 @@ public final class RS256PrivateKey: @unchecked Sendable {
 
     /// The RS256 signature of `data`: PKCS#1 v1.5 over its SHA-256, as many bytes as the modulus.
     public func sign(_ data: [UInt8]) throws -> [UInt8] {
-        guard let context = EVP_MD_CTX_new() else { throw CryptoError("Out of memory.") }
-        defer { EVP_MD_CTX_free(context) }
         // PKCS#1 v1.5 is OpenSSL's default padding for an RSA EVP_PKEY, which is what RS256 is.
-        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key) == 1 else { throw CryptoError("Signing failed.") }
-        var length = 0
-        guard data.withUnsafeBufferPointer({ EVP_DigestSign(context, nil, &length, $0.baseAddress, $0.count) }) == 1 else {
-            throw CryptoError("Signing failed.")
-        }
-        var signature = [UInt8](repeating: 0, count: length)
-        let signed = data.withUnsafeBufferPointer { message in
-            signature.withUnsafeMutableBufferPointer { EVP_DigestSign(context, $0.baseAddress, &length, message.baseAddress, message.count) }
-        }
-        guard signed == 1 else { throw CryptoError("Signing failed.") }
-        return Array(signature.prefix(length))
+        try SHA256Signing.sign(data, with: key)
     }
 }
 
@@ -88,14 +76,6 @@ public final class RS256PublicKey: @unchecked Sendable {
 
     /// Whether `signature` is the RS256 signature of `data` by this key's private half.
     public func verify(signature: [UInt8], data: [UInt8]) -> Bool {
-        guard let context = EVP_MD_CTX_new() else { return false }
-        defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, key) == 1 else { return false }
-        let result = data.withUnsafeBufferPointer { message in
-            signature.withUnsafeBufferPointer { sig in
-                EVP_DigestVerify(context, sig.baseAddress, sig.count, message.baseAddress, message.count)
-            }
-        }
-        return result == 1
+        SHA256Signing.verify(signature, of: data, with: key)
     }
 }

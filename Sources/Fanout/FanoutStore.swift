@@ -91,14 +91,18 @@ public struct FanoutStore: Sendable {
                 for row in try connection.query("SELECT person_id, unread_count FROM bell_counters WHERE person_id = ANY($1::text[])", people) {
                     unread[try row.decode(String.self, at: 0)] = try row.decode(Int.self, at: 1)
                 }
-                var ids: [String: Int64] = [:]
+                struct Written: Hashable {
+                    var outboxId: Int64
+                    var deviceId: UUID
+                }
+                var ids: [Written: Int64] = [:]
                 for row in inserted {
-                    ids["\(try row.decode(Int64.self, at: 1)) \(try row.decode(UUID.self, at: 2))"] = try row.decode(Int64.self, at: 0)
+                    ids[Written(outboxId: try row.decode(Int64.self, at: 1), deviceId: try row.decode(UUID.self, at: 2))] = try row.decode(Int64.self, at: 0)
                 }
                 let entriesById = Dictionary(entries.map { ($0.id, $0) }) { first, _ in first }
                 claimed.reserveCapacity(decision.deliveries.count)
                 for delivery in decision.deliveries {
-                    guard let id = ids["\(delivery.outboxId) \(delivery.deviceId)"], let entry = entriesById[delivery.outboxId] else { continue }
+                    guard let id = ids[Written(outboxId: delivery.outboxId, deviceId: delivery.deviceId)], let entry = entriesById[delivery.outboxId] else { continue }
                     let device = delivery.device
                     claimed.append(
                         Claimed(

@@ -97,12 +97,7 @@ public final class APNsTransport: PushTransport {
             var again: [Int] = []
             var expired = false
             for (index, answer) in zip(pending, answers) {
-                let outcome: PushOutcome
-                switch answer {
-                case .success(let response):
-                    outcome = APNsAnswer.classify(status: response.status, body: response.body, retryAfter: response.header("retry-after"), now: Date())
-                case .failure(let error):
-                    outcome = .retry(reason: "transport:curl\(error.curlCode)", after: nil)
+                let outcome = pushOutcome(answer, classify: APNsAnswer.classify) { error in
                     logger.warning("APNs unreachable", metadata: ["error": error.description, "host": url(environments[index])])
                 }
                 let learned = pushes[index].apnsEnvironment != environments[index] ? environments[index] : nil
@@ -228,12 +223,7 @@ public final class FCMTransport: PushTransport {
             let answers = await client.send(pending.map { request(pushes[$0], accessToken: accessToken) })
             var again: [Int] = []
             for (index, answer) in zip(pending, answers) {
-                let outcome: PushOutcome
-                switch answer {
-                case .success(let response):
-                    outcome = FCMAnswer.classify(status: response.status, body: response.body, retryAfter: response.header("retry-after"), now: Date())
-                case .failure(let error):
-                    outcome = .retry(reason: "transport:curl\(error.curlCode)", after: nil)
+                let outcome = pushOutcome(answer, classify: FCMAnswer.classify) { error in
                     logger.warning("FCM unreachable", metadata: ["error": error.description])
                 }
                 if outcome == .expiredProviderToken && round == 0 {
@@ -254,6 +244,21 @@ public final class FCMTransport: PushTransport {
             method: "POST", url: settings.baseURL + FCMPayload.path(projectId: settings.serviceAccount.projectId),
             headers: [("authorization", "Bearer " + accessToken), ("content-type", "application/json")], body: body,
             timeout: settings.requestTimeout)
+    }
+}
+
+/// What an answer (or the failure to get one) means for a push: the platform's classification of
+/// the answer, or a retry when the platform could not be reached (`unreachable` is told why).
+func pushOutcome(
+    _ answer: Result<HTTP2Response, HTTP2ClientError>, classify: (Int, [UInt8], String?, Date) -> PushOutcome,
+    unreachable: (HTTP2ClientError) -> Void
+) -> PushOutcome {
+    switch answer {
+    case .success(let response):
+        return classify(response.status, response.body, response.header("retry-after"), Date())
+    case .failure(let error):
+        unreachable(error)
+        return .retry(reason: "transport:curl\(error.curlCode)", after: nil)
     }
 }
 

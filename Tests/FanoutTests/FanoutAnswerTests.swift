@@ -328,9 +328,3 @@ import Testing
         }
     }
 }
-
-extension TestDatabase {
-    func scalar<T: PostgresDecodable & Sendable>(_ sql: String, _ type: T.Type = T.self) async throws -> T {
-        try await client.withConnection { connection in try connection.query(sql).scalar(T.self) }
-    }
-}

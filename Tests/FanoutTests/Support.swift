@@ -33,10 +33,6 @@ extension TestDatabase {
         }
     }
 
-    func append(_ events: any CatalogueEvent...) async throws {
-        _ = try await store.append(try events.map { try NewEvent(catalogueEvent: $0) })
-    }
-
     func register(_ person: String, _ platform: String, token: String, locale: String?, appId: String? = "eu.wristler.app", apns: String? = nil)
         throws -> Device
     {

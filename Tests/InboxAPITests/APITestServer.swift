@@ -50,12 +50,6 @@ struct APITestServer {
 }
 
 extension TestDatabase {
-    func scalar<T: PostgresDecodable & Sendable>(_ sql: String, _ type: T.Type = T.self) async throws -> T {
-        try await client.withConnection { connection in try connection.query(sql).scalar(T.self) }
-    }
-}
-
-extension TestDatabase {
     /// A pool for the routes made as `inbox serve` makes it (a statement timeout, statements kept
     /// prepared per session), so the tests run the statements the way production does.
     func requestPool() throws -> PostgresClient { try InboxRoutes.requestPool(connection: configuration, size: 4) }

@@ -1,5 +1,6 @@
 import EventLog
 import Foundation
+import InboxDomain
 import PostgresClient
 
 /// A fresh database for one test, on the PostgreSQL that `make test` starts
@@ -153,5 +154,17 @@ public final class TestCluster: Sendable {
     public func tearDown() {
         try? postgres.stop()
         try? FileManager.default.removeItem(at: directory)
+    }
+}
+
+extension TestDatabase {
+    /// The one value `sql` answers.
+    public func scalar<T: PostgresDecodable & Sendable>(_ sql: String, _ type: T.Type = T.self) async throws -> T {
+        try await client.withConnection { connection in try connection.query(sql).scalar(T.self) }
+    }
+
+    /// Appends catalogue events as one batch.
+    public func append(_ events: any CatalogueEvent...) async throws {
+        _ = try await store.append(try events.map { try NewEvent(catalogueEvent: $0) })
     }
 }

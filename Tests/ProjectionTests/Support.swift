@@ -31,14 +31,6 @@ extension TestDatabase {
         }
         return inlineApplied
     }
-
-    func append(_ events: any CatalogueEvent...) async throws {
-        _ = try await store.append(try events.map(newEvent))
-    }
-
-    func scalar<T: PostgresDecodable & Sendable>(_ sql: String, _ type: T.Type = T.self) async throws -> T {
-        try await client.withConnection { connection in try connection.query(sql).scalar(T.self) }
-    }
 }
 
 /// A catalogue event of any type as an event to append.
