@@ -57,9 +57,10 @@ test: test-deps
 	  $(SWIFT) test --skip-build --disable-xctest --filter "$$suite" || exit 1; \
 	done
 
-# wrk (the HTTP load generator of `inbox-bench http`) only for the benchmarks.
+# wrk (the HTTP load generator of `inbox-bench http`), nghttpd and h2load (`inbox-bench fanout`)
+# only for the benchmarks.
 bench: deps
-	@command -v wrk >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk >/dev/null; }
+	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
 	$(SWIFT) build -c release --product inbox-bench
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench $(BENCH_ARGS)
 

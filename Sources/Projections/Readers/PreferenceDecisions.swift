@@ -2,8 +2,11 @@ import Foundation
 import InboxDomain
 import PostgresClient
 
-/// The decision the fan-out asks for: which channels a notification goes to for one person, from
-/// the live preference and people tables and the rules of `PreferenceRules`.
+/// Which channels a notification goes to for one person, from the live preference and people
+/// tables and the rules of `PreferenceRules`, one person at a time. The push fan-out decides whole
+/// batches instead (`FanoutDecision`, on the same rules, reading the same tables in five queries);
+/// nothing in the tier calls this yet. The mail channel (issue 13) should decide with the fan-out's
+/// batch decision, extended to email, and this be removed then.
 public enum PreferenceDecisions {
     /// The channels (push, email) `notification` goes to for `person`: nothing for an account
     /// Wristler blocked, nothing of a shop's news for somebody who does not work at the shop, a
