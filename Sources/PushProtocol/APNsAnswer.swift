@@ -1,4 +1,5 @@
 import Foundation
+import InboxDomain
 
 /// What an APNs answer means, from Apple's "Handling notification responses from APNs" (the
 /// status, and the `reason` of the JSON body of a refusal):
@@ -22,7 +23,7 @@ public enum APNsAnswer {
     /// The outcome of an answer. `now` reads a `Retry-After` that is a date.
     public static func classify(status: Int, body: [UInt8], retryAfter: String?, now: Date) -> PushOutcome {
         if status == 200 { return .delivered }
-        let reason = AnswerJSON.parse(body)?["reason"]?.string ?? "HTTP \(status)"
+        let reason = JSONValue.parse(body)?["reason"]?.stringValue ?? "HTTP \(status)"
         if status == 410 { return .unregistered(reason: reason) }
         switch reason {
         case "DeviceTokenNotForTopic", "Unregistered", "ExpiredToken": return .unregistered(reason: reason)

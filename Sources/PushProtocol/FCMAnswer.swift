@@ -1,4 +1,5 @@
 import Foundation
+import InboxDomain
 
 /// What an FCM HTTP v1 answer means, from Google's `ErrorCode` list. The code is the `errorCode`
 /// of the `google.firebase.fcm.v1.FcmError` entry of `error.details` when there is one, else
@@ -23,11 +24,11 @@ public enum FCMAnswer {
     /// The outcome of an answer. `now` reads a `Retry-After` that is a date.
     public static func classify(status: Int, body: [UInt8], retryAfter: String?, now: Date) -> PushOutcome {
         if status == 200 { return .delivered }
-        let error = AnswerJSON.parse(body)?["error"]
-        let details = error?["details"]?.array ?? []
-        let fcmCode = details.first { $0["@type"]?.string == "type.googleapis.com/google.firebase.fcm.v1.FcmError" }?["errorCode"]?.string
-        let code = fcmCode ?? error?["status"]?.string ?? "HTTP \(status)"
-        let message = error?["message"]?.string ?? ""
+        let error = JSONValue.parse(body)?["error"]
+        let details = error?["details"]?.items ?? []
+        let fcmCode = details.first { $0["@type"]?.stringValue == "type.googleapis.com/google.firebase.fcm.v1.FcmError" }?["errorCode"]?.stringValue
+        let code = fcmCode ?? error?["status"]?.stringValue ?? "HTTP \(status)"
+        let message = error?["message"]?.stringValue ?? ""
         let reason = message.isEmpty ? code : code + ": " + message
         switch code {
         case "UNREGISTERED":
@@ -51,10 +52,10 @@ public enum FCMAnswer {
     }
 
     /// Whether an `INVALID_ARGUMENT` is about the registration token rather than the message.
-    static func namesTheToken(message: String, details: [AnswerJSON]) -> Bool {
+    static func namesTheToken(message: String, details: [JSONValue]) -> Bool {
         if message.lowercased().contains("registration token") { return true }
         return details.contains { detail in
-            detail["fieldViolations"]?.array.contains { $0["field"]?.string == "message.token" } ?? false
+            detail["fieldViolations"]?.items.contains { $0["field"]?.stringValue == "message.token" } ?? false
         }
     }
 }

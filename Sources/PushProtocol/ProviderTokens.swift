@@ -1,6 +1,7 @@
 import Crypto
 import Encodings
 import Foundation
+import InboxDomain
 
 /// A compact JWS (RFC 7515): base64url header, claims and signature, joined by dots.
 enum CompactJWS {
@@ -92,9 +93,9 @@ public struct FCMServiceAccount: Sendable {
     /// From the file's bytes: `project_id`, `client_email`, `private_key` (PKCS#8 PEM) and
     /// `token_uri` are required; the rest of the file is ignored.
     public init(json: [UInt8]) throws(FCMServiceAccountError) {
-        guard let document = AnswerJSON.parse(json), case .object = document else { throw .notJSON }
+        guard let document = JSONValue.parse(json), case .object = document else { throw .notJSON }
         func field(_ name: String) throws(FCMServiceAccountError) -> String {
-            guard let value = document[name]?.string, !value.isEmpty else { throw .missingField(name) }
+            guard let value = document[name]?.stringValue, !value.isEmpty else { throw .missingField(name) }
             return value
         }
         let projectId = try field("project_id")
@@ -163,14 +164,14 @@ public enum FCMTokenExchange {
 
     /// The access token in the endpoint's answer, or why there is none.
     public static func parseAnswer(_ body: [UInt8]) throws(FCMTokenError) -> FCMAccessToken {
-        guard let document = AnswerJSON.parse(body) else { throw FCMTokenError(code: "not_json", detail: "") }
-        if let error = document["error"]?.string {
-            throw FCMTokenError(code: error, detail: document["error_description"]?.string ?? "")
+        guard let document = JSONValue.parse(body) else { throw FCMTokenError(code: "not_json", detail: "") }
+        if let error = document["error"]?.stringValue {
+            throw FCMTokenError(code: error, detail: document["error_description"]?.stringValue ?? "")
         }
-        guard let token = document["access_token"]?.string, !token.isEmpty else {
+        guard let token = document["access_token"]?.stringValue, !token.isEmpty else {
             throw FCMTokenError(code: "missing_access_token", detail: "the answer has no access_token")
         }
-        guard case .number(let text)? = document["expires_in"], let seconds = Int64(text), seconds > 0 else {
+        guard case .integer(let seconds)? = document["expires_in"], seconds > 0 else {
             throw FCMTokenError(code: "missing_expires_in", detail: "the answer has no positive whole expires_in")
         }
         return FCMAccessToken(accessToken: token, expiresIn: .seconds(seconds))

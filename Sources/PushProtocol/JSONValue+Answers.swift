@@ -1,0 +1,18 @@
+import Foundation
+import InboxDomain
+
+/// Reading the JSON of the providers' error answers, the service-account file and the token
+/// endpoint's answer: InboxDomain's `JSONValue`, decoded by Foundation (a few hundred bytes, read
+/// only when a push failed or a token is made, never on the path of a push that succeeds).
+extension JSONValue {
+    /// The document in `bytes`; nil when they are not JSON.
+    static func parse(_ bytes: [UInt8]) -> JSONValue? {
+        try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+    }
+
+    /// The items of an array; empty for anything else.
+    var items: [JSONValue] {
+        if case .array(let items) = self { return items }
+        return []
+    }
+}
