@@ -84,7 +84,13 @@ public final class APNsTransport: PushTransport {
         var environments = pushes.map { $0.apnsEnvironment ?? settings.defaultEnvironment }
         // First try every push; then at most once more for the ones refused with an expired token
         // or a device token the host does not know (on the other host).
-        var pending = Array(pushes.indices)
+        // An APNs device token is hex. Anything else (a registration made with a bad token, or one
+        // with `/`, `?` or spaces that would change the request's path) is never sent: Apple would
+        // call it a BadDeviceToken on either host, so the registration is deleted as one.
+        var pending: [Int] = []
+        for (index, push) in pushes.enumerated() {
+            if Self.isDeviceToken(push.token) { pending.append(index) } else { results[index] = PushResult(.badDeviceToken) }
+        }
         var probed = Set<Int>()
         var renewed = false
         for round in 0..<3 where !pending.isEmpty {
@@ -125,6 +131,11 @@ public final class APNsTransport: PushTransport {
         }
         for index in pending where results[index] == nil { results[index] = PushResult(.retry(reason: "ExpiredProviderToken", after: nil)) }
         return results.map { $0 ?? PushResult(.retry(reason: "not_sent", after: nil)) }
+    }
+
+    /// Hex digits only, and some (Apple's tokens are 64 of them today; the length may change).
+    static func isDeviceToken(_ token: String) -> Bool {
+        !token.isEmpty && token.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 | 0x20 >= 97 && $0 | 0x20 <= 102) }
     }
 
     func url(_ environment: APNsEnvironment) -> String {

@@ -46,15 +46,17 @@ import Testing
             let notForTopic = apnsToken("70c0", 2)
             let badOnBoth = apnsToken("bad0", 3)
             let fine = apnsToken("a0", 4)
+            let notHex = "a0/../../3/device/" + apnsToken("a0", 5)
             let pushes = try await Self.signIns(
-                db, mock, ios: [unregistered, notForTopic, badOnBoth, fine], android: ["dead-1", "invalid-2", "mismatch-3", "fine-4"])
+                db, mock, ios: [unregistered, notForTopic, badOnBoth, fine, notHex], android: ["dead-1", "invalid-2", "mismatch-3", "fine-4"])
             #expect(
                 try await Self.tokens(db) == [fine, "mismatch-3", "fine-4"],
                 "410 Unregistered, DeviceTokenNotForTopic, BadDeviceToken on both hosts, UNREGISTERED and INVALID_ARGUMENT naming the token delete")
             #expect(pushes.filter { $0.token == badOnBoth }.map(\.listener).sorted() == ["apnsDevelopment", "apnsProduction"], "probed once")
             #expect(pushes.filter { $0.token == "mismatch-3" }.count == 1, "a permanent refusal is never retried")
             #expect(try await db.counter("deleted.Unregistered") == 1)
-            #expect(try await db.counter("deleted.BadDeviceToken") == 1)
+            #expect(try await db.counter("deleted.BadDeviceToken") == 2, "on both hosts, and a token that is not hex (never sent)")
+            #expect(!pushes.contains { $0.token == apnsToken("a0", 5) }, "a token that would change the request's path is not sent: \(pushes)")
             #expect(try await db.counter("failed.SENDER_ID_MISMATCH") == 1)
             #expect(try await db.counter("sent.ios") == 1)
             #expect(try await db.counter("sent.android") == 1)
