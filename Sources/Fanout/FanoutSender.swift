@@ -102,15 +102,18 @@ struct FanoutWork: LoopWork {
     func step(_ state: inout State, on session: LeasedSession) async throws -> LoopStep {
         let store = store
         let batchSize = batchSize
-        let decided = try await session.run { try store.decide(limit: batchSize, now: Date(), on: $0) }
-        for skipped in decided.otherApps {
+        // A batch a dead fan-out left behind first, then new entries: two transactions, one hop.
+        let (takenOver, decided) = try await session.run { connection in
+            (try store.takeOver(now: Date(), on: connection), try store.decide(limit: batchSize, now: Date(), on: connection))
+        }
+        for skipped in takenOver.otherApps + decided.otherApps {
             logger.info(
                 "skipped a registration of another app (this server is not production)",
                 metadata: ["outbox": "\(skipped.outboxId)", "device": skipped.deviceId.uuidString, "appId": skipped.appId ?? "(none)"])
         }
-        // What was just decided is already claimed; room left goes to retries and to pushes a
-        // dead fan-out left behind.
-        var claimed = decided.claimed
+        // What was just decided is held by this fan-out; room left goes to retries.
+        var claimed = takenOver.claimed + decided.claimed
+        let batches = [takenOver.batch, decided.batch].compactMap { $0 }
         if claimed.count < batchSize {
             let room = batchSize - claimed.count
             claimed += try await session.run { try store.claim(limit: room, on: $0) }
@@ -121,9 +124,14 @@ struct FanoutWork: LoopWork {
                 "took over pushes claimed by a fan-out that stopped before recording them: each may reach its phone twice",
                 metadata: ["pushes": "\(reclaimed)"])
         }
-        if !claimed.isEmpty {
+        if !claimed.isEmpty || !batches.isEmpty {
             let resolutions = await send(claimed)
-            try await session.run { try store.record(resolutions, on: $0) }
+            let lost = try await session.run { try store.record(resolutions, batches: batches, on: $0) }
+            if !lost.isEmpty {
+                logger.warning(
+                    "sent a batch after its claim ran out and another fan-out took it over: its pushes may reach their phones twice",
+                    metadata: ["batches": lost.map { "\($0.id)" }.joined(separator: ",")])
+            }
         }
         let tokens = transport.providerTokenIssuedAt()
         if tokens != state.recordedTokens {
@@ -131,7 +139,7 @@ struct FanoutWork: LoopWork {
             try await session.run { try store.recordProviderTokens(tokens, node: node, on: $0) }
             state.recordedTokens = tokens
         }
-        return decided.entries == batchSize || claimed.count >= batchSize ? .more : .wait(nil)
+        return decided.entries == batchSize || takenOver.batch != nil || claimed.count >= batchSize ? .more : .wait(nil)
     }
 
     /// Renders and sends `claimed`, and says what to record for each.

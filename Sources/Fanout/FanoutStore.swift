@@ -16,11 +16,17 @@ public struct FanoutStore: Sendable {
         /// How long a claim keeps a delivery from the other fan-outs; a fan-out that dies leaves
         /// its claims to them after this.
         public var claimFor: Duration
+        /// Names this process on the batches it holds (`inbox status`, and the log of a takeover).
+        public var node: String
 
-        public init(policy: AppPolicy = .production, deadline: Duration = .seconds(24 * 3600), claimFor: Duration = .seconds(60)) {
+        public init(
+            policy: AppPolicy = .production, deadline: Duration = .seconds(24 * 3600), claimFor: Duration = .seconds(60),
+            node: String = ProcessInfo.processInfo.hostName
+        ) {
             self.policy = policy
             self.deadline = deadline
             self.claimFor = claimFor
+            self.node = node
         }
     }
 
@@ -32,98 +38,145 @@ public struct FanoutStore: Sendable {
 
     // MARK: Deciding
 
-    /// What `decide` did.
-    public struct Decided: Sendable {
-        public var entries: Int
-        /// The deliveries written, claimed by the caller to send at once.
-        public var claimed: [Claimed]
-        public var otherApps: [FanoutDecision.OtherApp]
-
-        public var deliveries: Int { claimed.count }
+    /// A batch of decided entries held by one fan-out (sql/010): `claim` is new at every claim, so
+    /// only its holder can finish it.
+    public struct Batch: Sendable, Hashable {
+        public var id: Int64
+        public var claim: UUID
     }
 
-    /// Decides up to `limit` pending outbox entries in one transaction: their deliveries are
-    /// written and the entries leave the pending queue together, so an entry is decided once, by
-    /// one fan-out. The deliveries are written claimed by the caller, who sends them at once: a
-    /// push costs one insert and one delete, and a claim only when it is retried or taken over.
+    /// What `decide` (or `takeOver`) did.
+    public struct Decided: Sendable {
+        public var entries: Int
+        /// The pushes decided, held by the caller (through `batch`) to send at once.
+        public var claimed: [Claimed]
+        public var otherApps: [FanoutDecision.OtherApp]
+        /// The batch row that holds `claimed`; nil when nothing was decided to send.
+        public var batch: Batch?
+
+        public var deliveries: Int { claimed.count }
+
+        static let nothing = Decided(entries: 0, claimed: [], otherApps: [], batch: nil)
+    }
+
+    /// Decides up to `limit` pending outbox entries in one transaction: the entries leave the
+    /// pending queue and one batch row (sql/010) records that this fan-out holds them, so an entry
+    /// is decided once, by one fan-out. The caller sends the pushes at once and records them with
+    /// `record(_:batches:on:)`; only a push that must be tried again gets a row of its own.
     public func decide(limit: Int, now: Date, on connection: PostgresConnection) throws -> Decided {
         try connection.transaction { connection in
-            let rows = try connection.query(
+            let entries = try loadEntries(
                 """
-                SELECT id, notification_id, audience, recipient_id, category, event, enqueued_at,
-                    ARRAY(SELECT key FROM jsonb_each_text(ids) ORDER BY key) AS id_keys,
-                    ARRAY(SELECT value FROM jsonb_each_text(ids) ORDER BY key) AS id_values
-                FROM notification_outbox
                 WHERE id = ANY(ARRAY(
                     SELECT outbox_id FROM notification_outbox_pending ORDER BY outbox_id LIMIT $1 FOR UPDATE SKIP LOCKED))
-                ORDER BY id
-                """, limit)
-            if rows.count == 0 { return Decided(entries: 0, claimed: [], otherApps: []) }
-            var entries: [OutboxEntry] = []
-            entries.reserveCapacity(rows.count)
-            for row in rows {
-                let keys = try row.decode([String].self, "id_keys")
-                let values = try row.decode([String].self, "id_values")
-                entries.append(
-                    OutboxEntry(
-                        id: try row.decode(Int64.self, "id"), notificationId: try row.decode(String.self, "notification_id"),
-                        audience: try row.decode(String.self, "audience"), recipientId: try row.decode(String.self, "recipient_id"),
-                        category: try row.decode(String.self, "category"), event: try row.decode(String.self, "event"),
-                        ids: Dictionary(zip(keys, values)) { first, _ in first }, enqueuedAt: try row.decode(Date.self, "enqueued_at")))
-            }
-            let facts = try loadFacts(for: entries, on: connection)
-            let decision = FanoutDecision.decide(
-                entries, facts: facts, policy: settings.policy, staleBefore: now.addingTimeInterval(-settings.deadline.inSeconds))
-            var claimed: [Claimed] = []
-            if !decision.deliveries.isEmpty {
-                let deadline = now.addingTimeInterval(settings.deadline.inSeconds)
-                let inserted = try connection.query(
+                """, limit, on: connection)
+            if entries.isEmpty { return .nothing }
+            let deadline = now.addingTimeInterval(settings.deadline.inSeconds)
+            let (claimed, decision) = try plan(entries, now: now, deadline: deadline, reclaimed: false, on: connection)
+            var batch: Batch?
+            if !claimed.isEmpty {
+                let claim = UUID()
+                let id = try connection.query(
                     """
-                    INSERT INTO push_deliveries (outbox_id, device_id, person_id, deadline, attempts, claimed_until)
-                    SELECT o, d, p, $4, 1, clock_timestamp() + $5 * interval '1 millisecond'
-                    FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(o, d, p)
-                    ON CONFLICT (outbox_id, device_id) DO NOTHING
-                    RETURNING id, outbox_id, device_id
-                    """, decision.deliveries.map(\.outboxId), decision.deliveries.map(\.deviceId), decision.deliveries.map(\.personId),
-                    deadline, settings.claimFor.wholeMilliseconds)
-                let people = Array(Set(decision.deliveries.map(\.personId)))
-                var unread: [String: Int] = [:]
-                for row in try connection.query("SELECT person_id, unread_count FROM bell_counters WHERE person_id = ANY($1::text[])", people) {
-                    unread[try row.decode(String.self, at: 0)] = try row.decode(Int.self, at: 1)
-                }
-                struct Written: Hashable {
-                    var outboxId: Int64
-                    var deviceId: UUID
-                }
-                var ids: [Written: Int64] = [:]
-                for row in inserted {
-                    ids[Written(outboxId: try row.decode(Int64.self, at: 1), deviceId: try row.decode(UUID.self, at: 2))] = try row.decode(Int64.self, at: 0)
-                }
-                let entriesById = Dictionary(entries.map { ($0.id, $0) }) { first, _ in first }
-                claimed.reserveCapacity(decision.deliveries.count)
-                for delivery in decision.deliveries {
-                    guard let id = ids[Written(outboxId: delivery.outboxId, deviceId: delivery.deviceId)], let entry = entriesById[delivery.outboxId] else { continue }
-                    let device = delivery.device
-                    claimed.append(
-                        Claimed(
-                            deliveryId: id, deviceId: device.id, personId: delivery.personId, attempts: 1, deadline: deadline,
-                            device: PushPlatform(rawValue: device.platform).map {
-                                Claimed.Registration(
-                                    platform: $0, token: device.token, appId: device.appId, locale: device.locale,
-                                    apnsEnvironment: device.apnsEnvironment.flatMap(APNsEnvironment.init(rawValue:)))
-                            },
-                            notification: PushNotification(
-                                category: NotificationCategory(rawValue: entry.category) ?? .messages, event: entry.event, ids: entry.ids,
-                                notificationId: entry.audience == "person" ? entry.notificationId : nil),
-                            unread: unread[delivery.personId] ?? 0, reclaimed: false))
-                }
+                    INSERT INTO push_batches (outbox_ids, claim, node, claimed_until, deadline)
+                    VALUES ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond', $5) RETURNING id
+                    """, Array(Set(claimed.map(\.outboxId))).sorted(), claim, settings.node, settings.claimFor.wholeMilliseconds, deadline
+                ).scalar(Int64.self)
+                batch = Batch(id: id, claim: claim)
             }
             try connection.query("DELETE FROM notification_outbox_pending WHERE outbox_id = ANY($1::bigint[])", entries.map(\.id))
             var counts: [String: Int] = [:]
             for (reason, count) in decision.skipped { counts["skipped." + reason] = count }
             try Self.count(counts, on: connection)
-            return Decided(entries: entries.count, claimed: claimed, otherApps: decision.otherApps)
+            return Decided(entries: entries.count, claimed: claimed, otherApps: decision.otherApps, batch: batch)
         }
+    }
+
+    /// Takes over one batch whose holder's claim ran out (it died, or lost its database): its
+    /// entries are decided again from the live tables (a device deleted meanwhile gets nothing)
+    /// and every push is marked `reclaimed`, since it may be on the phone already. Nothing when no
+    /// batch is abandoned.
+    public func takeOver(now: Date, on connection: PostgresConnection) throws -> Decided {
+        try connection.transaction { connection in
+            let claim = UUID()
+            let rows = try connection.query(
+                """
+                UPDATE push_batches b SET claim = $1, node = $2, claimed_until = clock_timestamp() + $3 * interval '1 millisecond',
+                    taken_over = b.taken_over + 1
+                WHERE b.id = (SELECT id FROM push_batches WHERE claimed_until < clock_timestamp() ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                RETURNING b.id, b.outbox_ids, b.deadline
+                """, claim, settings.node, settings.claimFor.wholeMilliseconds)
+            guard let row = rows.first else { return .nothing }
+            let id = try row.decode(Int64.self, at: 0)
+            let entries = try loadEntries("WHERE id = ANY($1::bigint[])", try row.decode([Int64].self, at: 1), on: connection)
+            let (claimed, decision) = try plan(entries, now: now, deadline: try row.decode(Date.self, at: 2), reclaimed: true, on: connection)
+            if claimed.isEmpty {
+                try connection.query("DELETE FROM push_batches WHERE id = $1", id)
+                return Decided(entries: entries.count, claimed: [], otherApps: decision.otherApps, batch: nil)
+            }
+            return Decided(entries: entries.count, claimed: claimed, otherApps: decision.otherApps, batch: Batch(id: id, claim: claim))
+        }
+    }
+
+    /// Outbox entries, by the `condition` on their id.
+    private func loadEntries(_ condition: String, _ argument: some PostgresEncodable, on connection: PostgresConnection) throws -> [OutboxEntry] {
+        let rows = try connection.query(
+            """
+            SELECT id, notification_id, audience, recipient_id, category, event, enqueued_at,
+                ARRAY(SELECT key FROM jsonb_each_text(ids) ORDER BY key) AS id_keys,
+                ARRAY(SELECT value FROM jsonb_each_text(ids) ORDER BY key) AS id_values
+            FROM notification_outbox
+            \(condition)
+            ORDER BY id
+            """, argument)
+        var entries: [OutboxEntry] = []
+        entries.reserveCapacity(rows.count)
+        for row in rows {
+            let keys = try row.decode([String].self, "id_keys")
+            let values = try row.decode([String].self, "id_values")
+            entries.append(
+                OutboxEntry(
+                    id: try row.decode(Int64.self, "id"), notificationId: try row.decode(String.self, "notification_id"),
+                    audience: try row.decode(String.self, "audience"), recipientId: try row.decode(String.self, "recipient_id"),
+                    category: try row.decode(String.self, "category"), event: try row.decode(String.self, "event"),
+                    ids: Dictionary(zip(keys, values)) { first, _ in first }, enqueuedAt: try row.decode(Date.self, "enqueued_at")))
+        }
+        return entries
+    }
+
+    /// The pushes of `entries`, decided from the live tables, with the badge of each person now.
+    private func plan(
+        _ entries: [OutboxEntry], now: Date, deadline: Date, reclaimed: Bool, on connection: PostgresConnection
+    ) throws -> ([Claimed], FanoutDecision) {
+        let facts = try loadFacts(for: entries, on: connection)
+        let decision = FanoutDecision.decide(
+            entries, facts: facts, policy: settings.policy, staleBefore: now.addingTimeInterval(-settings.deadline.inSeconds))
+        if decision.deliveries.isEmpty { return ([], decision) }
+        let people = Array(Set(decision.deliveries.map(\.personId)))
+        var unread: [String: Int] = [:]
+        for row in try connection.query("SELECT person_id, unread_count FROM bell_counters WHERE person_id = ANY($1::text[])", people) {
+            unread[try row.decode(String.self, at: 0)] = try row.decode(Int.self, at: 1)
+        }
+        let entriesById = Dictionary(entries.map { ($0.id, $0) }) { first, _ in first }
+        var claimed: [Claimed] = []
+        claimed.reserveCapacity(decision.deliveries.count)
+        for delivery in decision.deliveries {
+            guard let entry = entriesById[delivery.outboxId] else { continue }
+            let device = delivery.device
+            claimed.append(
+                Claimed(
+                    deliveryId: nil, outboxId: entry.id, deviceId: device.id, personId: delivery.personId, attempts: 1, deadline: deadline,
+                    device: PushPlatform(rawValue: device.platform).map {
+                        Claimed.Registration(
+                            platform: $0, token: device.token, appId: device.appId, locale: device.locale,
+                            apnsEnvironment: device.apnsEnvironment.flatMap(APNsEnvironment.init(rawValue:)))
+                    },
+                    notification: PushNotification(
+                        category: NotificationCategory(rawValue: entry.category) ?? .messages, event: entry.event, ids: entry.ids,
+                        notificationId: entry.audience == "person" ? entry.notificationId : nil),
+                    unread: unread[delivery.personId] ?? 0, reclaimed: reclaimed))
+        }
+        return (claimed, decision)
     }
 
     /// The live tables' facts about the people of `entries` (five queries for the whole batch).
@@ -190,7 +243,10 @@ public struct FanoutStore: Sendable {
             public var apnsEnvironment: APNsEnvironment?
         }
 
-        public var deliveryId: Int64
+        /// The delivery row (sql/006) of a push being tried again; nil for a push of a batch
+        /// (decided just now, or taken over), which has no row of its own.
+        public var deliveryId: Int64?
+        public var outboxId: Int64
         public var deviceId: UUID
         public var personId: String
         public var attempts: Int
@@ -221,7 +277,7 @@ public struct FanoutStore: Sendable {
                     ORDER BY not_before, id LIMIT $1 FOR UPDATE SKIP LOCKED))
                 RETURNING d.id, d.outbox_id, d.device_id, d.person_id, d.attempts, d.deadline, d.reclaimed
             )
-            SELECT c.id, c.device_id, c.person_id, c.attempts, c.deadline, c.reclaimed,
+            SELECT c.id, c.outbox_id, c.device_id, c.person_id, c.attempts, c.deadline, c.reclaimed,
                 v.platform, v.push_token, v.app_id, v.locale, v.apns_environment,
                 o.notification_id, o.audience, o.category, o.event,
                 ARRAY(SELECT key FROM jsonb_each_text(o.ids) ORDER BY key) AS id_keys,
@@ -249,7 +305,7 @@ public struct FanoutStore: Sendable {
             let category = NotificationCategory(rawValue: try row.decode(String.self, "category")) ?? .messages
             claimed.append(
                 Claimed(
-                    deliveryId: try row.decode(Int64.self, "id"), deviceId: try row.decode(UUID.self, "device_id"),
+                    deliveryId: try row.decode(Int64.self, "id"), outboxId: try row.decode(Int64.self, "outbox_id"), deviceId: try row.decode(UUID.self, "device_id"),
                     personId: try row.decode(String.self, "person_id"), attempts: try row.decode(Int.self, "attempts"),
                     deadline: try row.decode(Date.self, "deadline"), device: device,
                     notification: PushNotification(
@@ -277,13 +333,21 @@ public struct FanoutStore: Sendable {
         case skip(reason: String)
     }
 
-    /// Records the resolutions of claimed deliveries, in one transaction.
-    public func record(_ resolutions: [(claimed: Claimed, resolution: Resolution)], on connection: PostgresConnection) throws {
-        if resolutions.isEmpty { return }
+    /// Records the resolutions of claimed pushes and finishes `batches`, in one transaction: a
+    /// delivery row is deleted or rescheduled; a push of a batch that must be tried again gets a
+    /// row of its own (the only time a first try writes one); the batch rows go. Returns the
+    /// batches that were no longer this caller's (taken over by another fan-out because this one
+    /// outlived its claim): their pushes may go out twice.
+    @discardableResult
+    public func record(
+        _ resolutions: [(claimed: Claimed, resolution: Resolution)], batches: [Batch] = [], on connection: PostgresConnection
+    ) throws -> [Batch] {
+        if resolutions.isEmpty && batches.isEmpty { return [] }
         var finished: [Int64] = []
         var retryIds: [Int64] = []
         var retryAt: [Date] = []
         var retryReasons: [String] = []
+        var firstRetries: [(claimed: Claimed, at: Date, reason: String)] = []
         var deadDevices: [UUID] = []
         var learnedDevices: [UUID] = []
         var learnedEnvironments: [String] = []
@@ -292,30 +356,31 @@ public struct FanoutStore: Sendable {
             if claimed.reclaimed { counts["reclaimed", default: 0] += 1 }
             switch resolution {
             case .delivered(let platform, let learned, let logged):
-                finished.append(claimed.deliveryId)
                 counts[(logged ? "logged." : "sent.") + platform.rawValue, default: 0] += 1
                 if let learned {
                     learnedDevices.append(claimed.deviceId)
                     learnedEnvironments.append(learned.rawValue)
                 }
             case .deleteRegistration(let reason):
-                finished.append(claimed.deliveryId)
                 deadDevices.append(claimed.deviceId)
                 counts[Self.counterName("deleted.", reason), default: 0] += 1
             case .retry(let at, let reason):
-                retryIds.append(claimed.deliveryId)
-                retryAt.append(at)
-                retryReasons.append(reason)
+                if let id = claimed.deliveryId {
+                    retryIds.append(id)
+                    retryAt.append(at)
+                    retryReasons.append(reason)
+                } else {
+                    firstRetries.append((claimed, at, reason))
+                }
                 counts[Self.counterName("retried.", reason), default: 0] += 1
             case .drop(let reason):
-                finished.append(claimed.deliveryId)
                 counts[Self.counterName("failed.", reason), default: 0] += 1
             case .skip(let reason):
-                finished.append(claimed.deliveryId)
                 counts[Self.counterName("skipped.", reason), default: 0] += 1
             }
+            if case .retry = resolution {} else if let id = claimed.deliveryId { finished.append(id) }
         }
-        try connection.transaction { connection in
+        return try connection.transaction { connection in
             if !finished.isEmpty { try connection.query("DELETE FROM push_deliveries WHERE id = ANY($1::bigint[])", finished) }
             if !retryIds.isEmpty {
                 try connection.query(
@@ -323,6 +388,17 @@ public struct FanoutStore: Sendable {
                     UPDATE push_deliveries d SET not_before = u.at, claimed_until = NULL, last_reason = u.reason
                     FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, at, reason) WHERE d.id = u.id AND d.id = ANY($1::bigint[])
                     """, retryIds, retryAt, retryReasons)
+            }
+            if !firstRetries.isEmpty {
+                // A takeover may race a holder that outlived its claim: the first row stays.
+                try connection.query(
+                    """
+                    INSERT INTO push_deliveries (outbox_id, device_id, person_id, deadline, attempts, not_before, last_reason)
+                    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::timestamptz[], $5::integer[], $6::timestamptz[], $7::text[])
+                    ON CONFLICT (outbox_id, device_id) DO NOTHING
+                    """, firstRetries.map(\.claimed.outboxId), firstRetries.map(\.claimed.deviceId), firstRetries.map(\.claimed.personId),
+                    firstRetries.map(\.claimed.deadline), firstRetries.map { Int32($0.claimed.attempts) }, firstRetries.map(\.at),
+                    firstRetries.map(\.reason))
             }
             // The device's other pending pushes find it gone when claimed (`skipped.device_gone`).
             if !deadDevices.isEmpty { try connection.query("DELETE FROM devices WHERE id = ANY($1::uuid[])", deadDevices) }
@@ -335,6 +411,17 @@ public struct FanoutStore: Sendable {
                     """, learnedDevices, learnedEnvironments)
             }
             try Self.count(counts, on: connection)
+            if batches.isEmpty { return [] }
+            var finishedBatches = Set<Int64>()
+            for row in try connection.query(
+                """
+                DELETE FROM push_batches b USING unnest($1::bigint[], $2::uuid[]) AS u(id, claim)
+                WHERE b.id = u.id AND b.claim = u.claim AND b.id = ANY($1::bigint[]) RETURNING b.id
+                """, batches.map(\.id), batches.map(\.claim))
+            {
+                finishedBatches.insert(try row.decode(Int64.self, at: 0))
+            }
+            return batches.filter { !finishedBatches.contains($0.id) }
         }
     }
 
@@ -377,6 +464,10 @@ public struct FanoutStore: Sendable {
         /// Deliveries waiting to be sent (or retried), and the age of the oldest.
         public var pending: Int
         public var oldestPendingSeconds: Double
+        /// Outbox entries decided and held by a fan-out that is sending their pushes (or died
+        /// doing so: `abandoned` of them wait for a takeover).
+        public var sending: Int
+        public var abandoned: Int
         public var counters: [(name: String, count: Int64)]
         /// Age of each node's provider tokens.
         public var providerTokens: [(node: String, provider: String, ageSeconds: Double)]
@@ -390,6 +481,12 @@ public struct FanoutStore: Sendable {
             """)[0]
         let deliveries = try connection.query(
             "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM push_deliveries")[0]
+        let batches = try connection.query(
+            """
+            SELECT coalesce(sum(cardinality(outbox_ids)), 0)::bigint,
+                coalesce(sum(cardinality(outbox_ids)) FILTER (WHERE claimed_until < clock_timestamp()), 0)::bigint
+            FROM push_batches
+            """)[0]
         var counters: [(String, Int64)] = []
         for row in try connection.query("SELECT name, count FROM push_counters ORDER BY name") {
             counters.append((try row.decode(String.self, at: 0), try row.decode(Int64.self, at: 1)))
@@ -403,6 +500,7 @@ public struct FanoutStore: Sendable {
         return Status(
             undecided: try outbox.decode(Int.self, at: 0), oldestUndecidedSeconds: try outbox.decode(Double.self, at: 1),
             pending: try deliveries.decode(Int.self, at: 0), oldestPendingSeconds: try deliveries.decode(Double.self, at: 1),
+            sending: try batches.decode(Int.self, at: 0), abandoned: try batches.decode(Int.self, at: 1),
             counters: counters.map { (name: $0.0, count: $0.1) },
             providerTokens: tokens.map { (node: $0.0, provider: $0.1, ageSeconds: $0.2) })
     }

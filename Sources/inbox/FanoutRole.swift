@@ -57,7 +57,8 @@ extension Roles {
         let store = FanoutStore(
             settings: FanoutStore.Settings(
                 policy: AppPolicy(isProduction: environment == .production, ownAppId: environment.appId),
-                deadline: .seconds(configuration.pushDeadlineSeconds), claimFor: .seconds(configuration.pushClaimSeconds)))
+                deadline: .seconds(configuration.pushDeadlineSeconds), claimFor: .seconds(configuration.pushClaimSeconds),
+                node: ProcessInfo.processInfo.hostName))
         let sender = FanoutSender(
             configuration: database.client.configuration.connection, store: store, transport: PlatformTransport(ios: ios, android: android),
             options: FanoutSender.Options(
@@ -80,7 +81,8 @@ extension Roles {
         let status = try await database.client.withConnection { try FanoutStore.status(on: $0) }
         var lines = [
             "push outbox: \(status.undecided) to decide (oldest \(Int(status.oldestUndecidedSeconds)) s), "
-                + "\(status.pending) to send (oldest \(Int(status.oldestPendingSeconds)) s)"
+                + "\(status.sending) being sent (\(status.abandoned) left by a stopped fan-out), "
+                + "\(status.pending) to try again (oldest \(Int(status.oldestPendingSeconds)) s)"
         ]
         for counter in status.counters { lines.append("push \(counter.name): \(counter.count)") }
         for token in status.providerTokens {

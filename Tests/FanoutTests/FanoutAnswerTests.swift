@@ -221,18 +221,30 @@ import Testing
             let decided = try await db.client.withConnection { try store.decide(limit: 10, now: Date(), on: $0) }
             #expect(decided.entries == 1 && decided.deliveries == 2, "the late device is not decided")
             #expect(Set(decided.claimed.compactMap { $0.device?.token }) == ["kept", "deleted"])
-            // Claimed by the decision: no other fan-out gets them while the claim lasts.
-            #expect(try await db.client.withConnection { try store.claim(limit: 10, on: $0) }.isEmpty)
+            #expect(decided.batch != nil && decided.claimed.allSatisfy { $0.deliveryId == nil }, "held as a batch, no row per push")
+            // Held by the decision: no other fan-out gets them while the claim lasts.
+            #expect(try await db.client.withConnection { try store.takeOver(now: Date(), on: $0) }.batch == nil)
+            #expect(try await db.client.withConnection { try store.decide(limit: 10, now: Date(), on: $0) }.entries == 0)
+            #expect(try await db.fanoutStatus().sending == 1)
             // The fan-out died before sending; its claim runs out; meanwhile one device is deleted.
             try await db.client.withConnection { connection in
-                _ = try connection.query("UPDATE push_deliveries SET claimed_until = clock_timestamp() - interval '1 second'")
+                _ = try connection.query("UPDATE push_batches SET claimed_until = clock_timestamp() - interval '1 second'")
             }
+            #expect(try await db.fanoutStatus().abandoned == 1)
             #expect(try DeviceRegistry(client: db.client).delete(deleted.id, of: "p1"))
-            let claimed = try await db.client.withConnection { try store.claim(limit: 10, on: $0) }
-            #expect(claimed.count == 2)
-            #expect(claimed.allSatisfy { $0.reclaimed }, "taken over from a fan-out that never recorded them")
-            #expect(claimed.first { $0.deviceId == kept.id }?.device?.token == "kept")
-            #expect(claimed.first { $0.deviceId == deleted.id }.map { $0.device == nil } == true, "deleted before sending")
+            let taken = try await db.client.withConnection { try store.takeOver(now: Date(), on: $0) }
+            #expect(taken.claimed.map(\.deviceId) == [kept.id], "decided again: the device deleted before sending gets nothing")
+            #expect(taken.claimed.allSatisfy { $0.reclaimed }, "taken over from a fan-out that never recorded them")
+            let batch = try #require(taken.batch)
+            #expect(batch.id == decided.batch?.id && batch.claim != decided.batch?.claim)
+            // The first holder comes back late: the batch is no longer its own.
+            let late = try await db.client.withConnection { try store.record([], batches: [decided.batch!], on: $0) }
+            #expect(late == [decided.batch!])
+            let resolutions = taken.claimed.map { (claimed: $0, resolution: FanoutStore.Resolution.delivered(.android, learned: nil)) }
+            #expect(try await db.client.withConnection { try store.record(resolutions, batches: [batch], on: $0) }.isEmpty)
+            #expect(try await db.counter("reclaimed") == 1)
+            let status = try await db.fanoutStatus()
+            #expect(status.sending == 0 && status.pending == 0 && status.undecided == 0)
         }
     }
 

@@ -52,7 +52,7 @@ extension TestDatabase {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             let status = try await fanoutStatus()
-            if status.undecided == 0 && status.pending == 0 { return }
+            if status.undecided == 0 && status.sending == 0 && status.pending == 0 { return }
             try await Task.sleep(for: .milliseconds(50))
         }
         let status = try await fanoutStatus()
@@ -62,7 +62,7 @@ extension TestDatabase {
             }
         }
         throw PushMock.Failure(
-            description: "the fan-out did not finish within \(timeout): \(status.undecided) undecided, \(status.pending) pending (\(reasons))")
+            description: "the fan-out did not finish within \(timeout): \(status.undecided) undecided, \(status.sending) being sent, \(status.pending) pending (\(reasons))")
     }
 
     func counter(_ name: String) async throws -> Int64 {
