@@ -59,6 +59,8 @@ struct Measurement: Codable, Sendable {
     var buildSeconds: Double?
     /// Time spent in `EventStore.append` (round trip, server work, decoding), summed over appenders.
     var appendSeconds: Double?
+    /// CPU time per event by process (microseconds), where a benchmark measures it.
+    var cpuMicrosecondsPerEvent: [String: Double]?
 
     init(round: Int, events: Int, elapsed: Duration, build: Duration? = nil, append: Duration? = nil) {
         self.round = round

@@ -50,6 +50,23 @@ struct FanoutBenchmark: Benchmark {
         }
         let server = try NGHTTPSink(iosTokens: iosTokens)
         defer { server.stop() }
+        // Where the time goes, by process: CPU seconds hardly move with the machine's other load.
+        let postmaster = try await client.withConnection { connection in
+            ProcessCPU.parent(of: Int32(try connection.query("SELECT pg_backend_pid()").scalar(Int.self)))
+        }
+        let nghttpd = server.process.processIdentifier
+        @Sendable func cpu() -> [String: Double] {
+            var seconds = ["fan-out process": ProcessCPU.seconds(of: getpid()), "nghttpd": ProcessCPU.seconds(of: nghttpd)]
+            if let postmaster { seconds["PostgreSQL"] = ProcessCPU.seconds(of: postmaster, children: true) }
+            return seconds
+        }
+        @Sendable func perEvent(_ before: [String: Double], _ events: Int) -> [String: Double] {
+            let perEvent = cpu().reduce(into: [String: Double]()) { result, process in
+                result[process.key] = ((process.value - (before[process.key] ?? 0)) * 1_000_000 / Double(max(1, events))).rounded()
+            }
+            progress("  CPU per push: " + perEvent.sorted { $0.key < $1.key }.map { "\($0.key) \(Int($0.value)) µs" }.joined(separator: ", "))
+            return perEvent
+        }
         let pushesPerRound = notifications + (notifications + Self.twoDevicesEvery - 1) / Self.twoDevicesEvery
         progress("nghttpd on 127.0.0.1:\(server.port); \(notifications) notifications (\(pushesPerRound) pushes) per round")
 
@@ -63,6 +80,7 @@ struct FanoutBenchmark: Benchmark {
                     options: FanoutSender.Options(batchSize: batch, workers: workers, pollInterval: .milliseconds(50), node: "bench"),
                     logger: .silent)
                 let sentBefore = try await Self.sent(client)
+                let cpuBefore = cpu()
                 let started = ContinuousClock.now
                 let task = Task { try await sender.run() }
                 // Done when every push is counted sent: a read of a table of a few rows, so that
@@ -81,7 +99,9 @@ struct FanoutBenchmark: Benchmark {
                     let counters = try await client.withConnection { try FanoutStore.status(on: $0) }.counters
                     throw BenchmarkFailure(description: "the fan-out sent \(sent) of \(pushesPerRound) pushes: \(counters)")
                 }
-                return Measurement(round: round, events: sent, elapsed: elapsed)
+                var measurement = Measurement(round: round, events: sent, elapsed: elapsed)
+                measurement.cpuMicrosecondsPerEvent = perEvent(cpuBefore, sent)
+                return measurement
             }
         }
 
@@ -98,8 +118,11 @@ struct FanoutBenchmark: Benchmark {
                     "The fan-out's HTTP/2 client sending as many FCM-shaped requests in batches of 1,000, without the database.",
                 kind: .client, batchSize: 1000, appenders: 1, eventsPerRound: pushesPerRound
             ) { round in
+                let cpuBefore = cpu()
                 let measured = try await server.clientOnly(requests: pushesPerRound)
-                return Measurement(round: round, events: pushesPerRound, elapsed: measured)
+                var measurement = Measurement(round: round, events: pushesPerRound, elapsed: measured)
+                measurement.cpuMicrosecondsPerEvent = perEvent(cpuBefore, pushesPerRound)
+                return measurement
             },
             BenchmarkCase(
                 id: "h2load", title: "h2load, same requests and server", description:
