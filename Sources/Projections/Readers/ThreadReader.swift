@@ -13,6 +13,8 @@ public struct ThreadSummary: Sendable, Hashable {
     public var lastMessageId: String?
     public var lastMessageBody: String?
     public var lastMessageSide: String?
+    /// When the last message was sent (nil for a thread without one).
+    public var lastMessageAt: Date?
     public var unread: Bool
     public var archived: Bool
     public var noReplyNeeded: Bool
@@ -29,6 +31,19 @@ public struct ThreadMessage: Sendable, Hashable {
     public var attachmentHandles: [String]
     public var offer: Money?
     public var sentAt: Date
+
+    public init(
+        id: String, seq: Int64, authorSide: String, authorId: String, body: String, attachmentHandles: [String], offer: Money?, sentAt: Date
+    ) {
+        self.id = id
+        self.seq = seq
+        self.authorSide = authorSide
+        self.authorId = authorId
+        self.body = body
+        self.attachmentHandles = attachmentHandles
+        self.offer = offer
+        self.sentAt = sentAt
+    }
 }
 
 /// Reads conversations and messages from the live tables in keyset pages, and the maintained
@@ -41,33 +56,121 @@ public enum ThreadReader {
         owner: String, side: ConversationSide, archived: Bool? = nil, after cursor: KeysetCursor? = nil, limit: Int,
         on connection: PostgresConnection
     ) throws -> KeysetPage<ThreadSummary> {
+        try conversations(owners: [owner], side: side, archived: archived, after: cursor, limit: limit, on: connection)
+    }
+
+    /// Conversations of several owners on one side together (the seller side of a person who works
+    /// at several shops), by last activity, newest first, as one walk. One owner reads the list
+    /// index in order; several are merged by a sort of their rows past the cursor.
+    public static func conversations(
+        owners: [String], side: ConversationSide, archived: Bool? = nil, after cursor: KeysetCursor? = nil, limit: Int,
+        on connection: PostgresConnection
+    ) throws -> KeysetPage<ThreadSummary> {
         let limit = max(1, limit)
+        if owners.isEmpty { return KeysetPage(rows: [], next: nil) }
         let filter = archived.map { $0 ? "AND s.archived" : "AND NOT s.archived" } ?? ""
-        let rows = try connection.query(
-            """
+        let ownerMatch = owners.count == 1 ? "s.owner_id = $1" : "s.owner_id = ANY($1::text[])"
+        let sql = """
             SELECT s.conversation_id, c.kind, c.buyer_id, c.shop_id, c.watch_id, s.last_activity_at, c.last_message_id,
-                c.last_message_body, c.last_message_side, s.unread, s.archived, c.no_reply_needed, c.closed_by_block,
+                c.last_message_body, c.last_message_side, c.last_message_at, s.unread, s.archived, c.no_reply_needed, c.closed_by_block,
                 (extract(epoch FROM s.last_activity_at) * 1000000)::bigint AS activity_us
             FROM thread_sides s JOIN conversations c USING (conversation_id)
-            WHERE s.owner_id = $1 AND s.side = $2 \(filter)
+            WHERE \(ownerMatch) AND s.side = $2 \(filter)
               AND ($3::bigint IS NULL
                    OR (s.last_activity_at, s.conversation_id) < (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::text))
             ORDER BY s.last_activity_at DESC, s.conversation_id DESC
             LIMIT $5
-            """, owner, side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
+            """
+        let rows =
+            owners.count == 1
+            ? try connection.query(sql, owners[0], side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
+            : try connection.query(sql, owners, side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
         let read = try rows.map { row -> (row: ThreadSummary, key: Int64, id: String) in
-            let thread = ThreadSummary(
-                conversationId: try row.decode(String.self, "conversation_id"), kind: try row.decode(String.self, "kind"),
-                buyerId: try row.decode(String.self, "buyer_id"), shopId: try row.decode(String?.self, "shop_id"),
-                watchId: try row.decode(String?.self, "watch_id"), lastActivityAt: try row.decode(Date.self, "last_activity_at"),
-                lastMessageId: try row.decode(String?.self, "last_message_id"),
-                lastMessageBody: try row.decode(String?.self, "last_message_body"),
-                lastMessageSide: try row.decode(String?.self, "last_message_side"), unread: try row.decode(Bool.self, "unread"),
-                archived: try row.decode(Bool.self, "archived"), noReplyNeeded: try row.decode(Bool.self, "no_reply_needed"),
-                closed: try row.decode(Bool.self, "closed_by_block"))
+            let thread = try summary(row)
             return (thread, try row.decode(Int64.self, "activity_us"), thread.conversationId)
         }
         return KeysetPage(reading: read, limit: limit)
+    }
+
+    static func summary(_ row: PostgresRow) throws -> ThreadSummary {
+        ThreadSummary(
+            conversationId: try row.decode(String.self, "conversation_id"), kind: try row.decode(String.self, "kind"),
+            buyerId: try row.decode(String.self, "buyer_id"), shopId: try row.decode(String?.self, "shop_id"),
+            watchId: try row.decode(String?.self, "watch_id"), lastActivityAt: try row.decode(Date.self, "last_activity_at"),
+            lastMessageId: try row.decode(String?.self, "last_message_id"),
+            lastMessageBody: try row.decode(String?.self, "last_message_body"),
+            lastMessageSide: try row.decode(String?.self, "last_message_side"), lastMessageAt: try row.decode(Date?.self, "last_message_at"),
+            unread: try row.decode(Bool.self, "unread"), archived: try row.decode(Bool.self, "archived"),
+            noReplyNeeded: try row.decode(Bool.self, "no_reply_needed"), closed: try row.decode(Bool.self, "closed_by_block"))
+    }
+
+    /// One conversation as `side` sees it; nil when it is unknown or has no such side.
+    public static func conversation(_ id: String, side: ConversationSide, on connection: PostgresConnection) throws -> ThreadSummary? {
+        try connection.query(
+            """
+            SELECT s.conversation_id, c.kind, c.buyer_id, c.shop_id, c.watch_id, s.last_activity_at, c.last_message_id,
+                c.last_message_body, c.last_message_side, c.last_message_at, s.unread, s.archived, c.no_reply_needed, c.closed_by_block
+            FROM thread_sides s JOIN conversations c USING (conversation_id)
+            WHERE s.conversation_id = $1 AND s.side = $2
+            """, id, side.rawValue
+        ).first.map(summary)
+    }
+
+    /// Who a conversation is between: its buyer and its shop (nil for a thread without one).
+    public static func parties(of id: String, on connection: PostgresConnection) throws -> (buyerId: String, shopId: String?)? {
+        try connection.query("SELECT buyer_id, shop_id FROM conversations WHERE conversation_id = $1", id).first.map {
+            (try $0.decode(String.self, "buyer_id"), try $0.decode(String?.self, "shop_id"))
+        }
+    }
+
+    /// The buyer's conversation about a watch, if there is one (the first started).
+    public static func conversation(buyer: String, watch: String, on connection: PostgresConnection) throws -> String? {
+        try connection.query(
+            """
+            SELECT conversation_id FROM conversations WHERE watch_id = $1 AND buyer_id = $2 AND kind = 'watch'
+            ORDER BY started_at, conversation_id LIMIT 1
+            """, watch, buyer
+        ).first?.decode(String.self, "conversation_id")
+    }
+
+    /// A watch's shop and status as the catalogue's events last said (`thread_watches`).
+    public static func watch(_ id: String, on connection: PostgresConnection) throws -> (shopId: String, status: WatchStatus?)? {
+        try connection.query("SELECT shop_id, status FROM thread_watches WHERE watch_id = $1", id).first.map {
+            (try $0.decode(String.self, "shop_id"), WatchStatus(rawValue: try $0.decode(String.self, "status")))
+        }
+    }
+
+    /// The shops `person` works at (the people projection's `shop_members`), in id order.
+    public static func shops(of person: String, on connection: PostgresConnection) throws -> [String] {
+        try connection.query("SELECT shop_id FROM shop_members WHERE person_id = $1 ORDER BY shop_id", person).map {
+            try $0.decode(String.self, "shop_id")
+        }
+    }
+
+    /// Whether Wristler blocked `person`'s account (`blocked_accounts`).
+    public static func isBlockedAccount(_ person: String, on connection: PostgresConnection) throws -> Bool {
+        try connection.query("SELECT EXISTS (SELECT 1 FROM blocked_accounts WHERE person_id = $1)", person).scalar(Bool.self)
+    }
+
+    /// Whether `person` and anybody who works at `shop` blocked each other (`person_blocks`).
+    public static func isBlockedBetween(_ person: String, shop: String, on connection: PostgresConnection) throws -> Bool {
+        try connection.query(
+            """
+            SELECT EXISTS (
+                SELECT 1 FROM person_blocks b JOIN shop_members m ON m.shop_id = $2
+                WHERE (b.blocker_id = $1 AND b.blocked_id = m.person_id) OR (b.blocker_id = m.person_id AND b.blocked_id = $1))
+            """, person, shop
+        ).scalar(Bool.self)
+    }
+
+    /// One message of a conversation, nil when it has no such message.
+    public static func message(_ id: String, conversation: String, on connection: PostgresConnection) throws -> ThreadMessage? {
+        try connection.query(
+            """
+            SELECT message_id, seq, author_side, author_id, body, attachment_handles, offer_amount, offer_currency, sent_at
+            FROM messages WHERE message_id = $1 AND conversation_id = $2
+            """, id, conversation
+        ).first.map(Self.message)
     }
 
     /// Messages of a conversation, newest first. Messages sent during a walk are newer than every
@@ -83,21 +186,36 @@ public enum ThreadReader {
             ORDER BY seq DESC LIMIT $3
             """, conversation, cursor?.key, Int64(limit + 1))
         let read = try rows.map { row -> (row: ThreadMessage, key: Int64, id: String) in
-            let amount = try row.decode(Int64?.self, "offer_amount")
-            let currency = try row.decode(String?.self, "offer_currency")
-            let message = ThreadMessage(
-                id: try row.decode(String.self, "message_id"), seq: try row.decode(Int64.self, "seq"),
-                authorSide: try row.decode(String.self, "author_side"), authorId: try row.decode(String.self, "author_id"),
-                body: try row.decode(String.self, "body"), attachmentHandles: try Self.strings(row.decode(PostgresRawJSON.self, "attachment_handles")),
-                offer: amount.flatMap { amount in currency.map { Money(amount: amount, currency: $0) } },
-                sentAt: try row.decode(Date.self, "sent_at"))
-            return (message, message.seq, message.id)
+            let found = try Self.message(row)
+            return (found, found.seq, found.id)
         }
         return KeysetPage(reading: read, limit: limit)
     }
 
+    static func message(_ row: PostgresRow) throws -> ThreadMessage {
+        let amount = try row.decode(Int64?.self, "offer_amount")
+        let currency = try row.decode(String?.self, "offer_currency")
+        return ThreadMessage(
+            id: try row.decode(String.self, "message_id"), seq: try row.decode(Int64.self, "seq"),
+            authorSide: try row.decode(String.self, "author_side"), authorId: try row.decode(String.self, "author_id"),
+            body: try row.decode(String.self, "body"), attachmentHandles: try Self.strings(row.decode(PostgresRawJSON.self, "attachment_handles")),
+            offer: amount.flatMap { amount in currency.map { Money(amount: amount, currency: $0) } },
+            sentAt: try row.decode(Date.self, "sent_at"))
+    }
+
     static func strings(_ json: PostgresRawJSON) throws -> [String] {
         try JSONDecoder().decode([String].self, from: Data(json.text.utf8))
+    }
+
+    /// The number of conversations with unread messages of several owners on one side together:
+    /// the seller-side badge of a person who works at several shops.
+    public static func unreadConversations(owners: [String], side: ConversationSide, on connection: PostgresConnection) throws -> Int {
+        if owners.isEmpty { return 0 }
+        return Int(
+            try connection.query(
+                "SELECT coalesce(sum(unread_count), 0)::bigint AS n FROM unread_conversations WHERE owner_id = ANY($1::text[]) AND side = $2",
+                owners, side.rawValue
+            ).scalar(Int64.self))
     }
 
     /// The number of `owner`'s conversations on `side` with unread messages (`meta.unread`).
