@@ -57,6 +57,9 @@ public struct APIError: Error, Sendable {
         public static let missingToken = Code("missing_token")
         public static let notAcceptable = Code("not_acceptable")
         public static let notFound = Code("not_found")
+        /// 503: a conversation started moments ago that its read model has not reached yet (an inline
+        /// apply deferred to the async projector); `Retry-After: 1`.
+        public static let notYetProjected = Code("not_yet_projected")
         /// 422: a person cannot start a conversation with a shop they work at.
         public static let ownShop = Code("own_shop")
         public static let readOnlyField = Code("read_only_field")

@@ -116,9 +116,8 @@ public enum ConversationRoutes {
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 let found = try client.withConnectionBlocking(retryIfFoundDead: true) { connection -> (ThreadSummary, ConversationSide)? in
-                    guard let side = try side(of: person, in: id, on: connection),
-                        let thread = try ThreadReader.conversation(id, side: side, on: connection)
-                    else { return nil }
+                    guard let side = try side(of: person, in: id, on: connection) else { return nil }
+                    guard let thread = try ThreadReader.conversation(id, side: side, on: connection) else { throw notYetProjected() }
                     return (thread, side)
                 }
                 guard let (thread, side) = found else { throw notFound(id) }
@@ -150,8 +149,8 @@ public enum ConversationRoutes {
                 let person = context.person
                 let metadata = context.eventMetadata
                 let result = try client.withConnectionBlocking { connection -> (ThreadSummary, ConversationSide)? in
-                    guard let side = try side(of: person, in: id, on: connection), let thread = try ThreadReader.conversation(id, side: side, on: connection)
-                    else { return nil }
+                    guard let side = try side(of: person, in: id, on: connection) else { return nil }
+                    guard let thread = try ThreadReader.conversation(id, side: side, on: connection) else { throw notYetProjected() }
                     if noReplyNeeded == true && side != .seller {
                         throw APIError(
                             status: 422, code: .invalidField, detail: "Only the shop's side can say no reply is needed.",
@@ -276,7 +275,7 @@ public enum ConversationRoutes {
         if let existing = try ThreadReader.conversation(buyer: person, watch: watchId, on: connection) {
             try requireOpen(existing, buyer: person, on: connection)
             let message = try send(input, in: existing, side: .buyer, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
-            return (try thread(existing, on: connection), message, false)
+            return (try thread(existing, on: connection) ?? summary(existing, watch: watchId, person: person, shop: nil, message), message, false)
         }
         let pointer = Attributes.pointer("watchId")
         guard let watch = try ThreadReader.watch(watchId, on: connection) else {
@@ -307,21 +306,34 @@ public enum ConversationRoutes {
         } catch EventLogError.wrongExpectedVersion {
             // Another request of this buyer started it a moment ago: write in that one.
             let message = try send(input, in: id, side: .buyer, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
-            return (try thread(id, on: connection), message, false)
+            return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), message, false)
         }
         try attachments.attach(input.attachmentHandles, person: person, conversationId: id, messageId: sent.messageId, on: connection)
-        return (try thread(id, on: connection), input.message(sent, recorded: appended[1].event), true)
+        let message = input.message(sent, recorded: appended[1].event)
+        return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), message, true)
     }
 
-    /// The thread as its buyer sees it, right after a write (the projection may have deferred it,
-    /// in which case the 500 is avoided by a 503-like answer: it is practically never the case).
-    static func thread(_ id: String, on connection: PostgresConnection) throws -> ThreadSummary {
-        guard let thread = try ThreadReader.conversation(id, side: .buyer, on: connection) else {
-            throw APIError(
-                status: 503, code: .databaseUnavailable, detail: "The conversation was saved but cannot be read yet; read it again in a moment.",
-                headers: [("Retry-After", "1")])
-        }
-        return thread
+    /// The thread as its buyer sees it, right after a write; nil when the projection deferred the
+    /// write to the async projector (another writer was in the way), which has it within moments.
+    static func thread(_ id: String, on connection: PostgresConnection) throws -> ThreadSummary? {
+        try ThreadReader.conversation(id, side: .buyer, on: connection)
+    }
+
+    /// The buyer's view of a thread just written to, from what this request wrote, when the
+    /// projection has not applied it yet.
+    static func summary(_ id: String, watch: String, person: String, shop: String?, _ message: ThreadMessage) -> ThreadSummary {
+        ThreadSummary(
+            conversationId: id, kind: ConversationKind.watch.rawValue, buyerId: person, shopId: shop, watchId: watch, lastActivityAt: message.sentAt,
+            lastMessageId: message.id, lastMessageBody: message.body, lastMessageSide: message.authorSide, lastMessageAt: message.sentAt,
+            unread: false, archived: false, noReplyNeeded: false, closed: false)
+    }
+
+    /// A participant asked for a thread the projection has not reached yet (its start was deferred
+    /// to the async projector moments ago): a retry answers it.
+    static func notYetProjected() -> APIError {
+        APIError(
+            status: 503, code: .notYetProjected, detail: "This conversation was started a moment ago and cannot be read yet; ask again in a second.",
+            headers: [("Retry-After", "1")])
     }
 
     /// Appends a message of `person` on `side` (the thread's checks are done).

@@ -19,6 +19,26 @@ public struct ThreadSummary: Sendable, Hashable {
     public var archived: Bool
     public var noReplyNeeded: Bool
     public var closed: Bool
+
+    public init(
+        conversationId: String, kind: String, buyerId: String, shopId: String?, watchId: String?, lastActivityAt: Date, lastMessageId: String?,
+        lastMessageBody: String?, lastMessageSide: String?, lastMessageAt: Date?, unread: Bool, archived: Bool, noReplyNeeded: Bool, closed: Bool
+    ) {
+        self.conversationId = conversationId
+        self.kind = kind
+        self.buyerId = buyerId
+        self.shopId = shopId
+        self.watchId = watchId
+        self.lastActivityAt = lastActivityAt
+        self.lastMessageId = lastMessageId
+        self.lastMessageBody = lastMessageBody
+        self.lastMessageSide = lastMessageSide
+        self.lastMessageAt = lastMessageAt
+        self.unread = unread
+        self.archived = archived
+        self.noReplyNeeded = noReplyNeeded
+        self.closed = closed
+    }
 }
 
 /// A message of a conversation.
@@ -117,10 +137,19 @@ public enum ThreadReader {
     }
 
     /// Who a conversation is between: its buyer and its shop (nil for a thread without one).
+    /// From the projection, or, for a thread it has not reached yet (an inline apply deferred behind
+    /// another writer), from the thread's start in the log itself, so a participant is never told
+    /// a thread that exists is not theirs.
     public static func parties(of id: String, on connection: PostgresConnection) throws -> (buyerId: String, shopId: String?)? {
-        try connection.query("SELECT buyer_id, shop_id FROM conversations WHERE conversation_id = $1", id).first.map {
-            (try $0.decode(String.self, "buyer_id"), try $0.decode(String?.self, "shop_id"))
+        if let projected = try connection.query("SELECT buyer_id, shop_id FROM conversations WHERE conversation_id = $1", id).first {
+            return (try projected.decode(String.self, "buyer_id"), try projected.decode(String?.self, "shop_id"))
         }
+        return try connection.query(
+            """
+            SELECT payload->>'buyerId' AS buyer_id, payload->>'shopId' AS shop_id FROM events
+            WHERE stream_id = $1 AND type = 'conversation_started' ORDER BY stream_version LIMIT 1
+            """, Streams.conversation(id)
+        ).first.map { (try $0.decode(String.self, "buyer_id"), try $0.decode(String?.self, "shop_id")) }
     }
 
     /// The buyer's conversation about a watch, if there is one (the first started).
