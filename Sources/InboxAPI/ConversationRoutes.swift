@@ -209,9 +209,8 @@ public enum ConversationRoutes {
                 let person = context.person
                 let metadata = context.eventMetadata
                 let written = try client.withConnectionBlocking { connection -> (ThreadMessage, ConversationSide)? in
-                    guard let side = try side(of: person, in: id, on: connection), let parties = try ThreadReader.parties(of: id, on: connection)
-                    else { return nil }
-                    try requireOpen(id, buyer: parties.buyerId, on: connection)
+                    guard let (side, buyer) = try participant(person, in: id, on: connection) else { return nil }
+                    try requireOpen(id, buyer: buyer, on: connection)
                     let message = try send(input, in: id, side: side, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
                     return (message, side)
                 }
@@ -224,11 +223,17 @@ public enum ConversationRoutes {
     // MARK: - Rules
 
     /// The side `person` has in conversation `id`: buyer if they are its buyer, seller if they work
-    /// at its shop; nil (404) otherwise. Somebody who is both writes and reads as the buyer.
+    /// at its shop (a thread about a watch: Wristler's aftercare threads have no seller side); nil
+    /// (404) otherwise. Somebody who is both writes and reads as the buyer.
     static func side(of person: String, in id: String, on connection: PostgresConnection) throws -> ConversationSide? {
+        try participant(person, in: id, on: connection)?.side
+    }
+
+    /// `side(of:in:on:)` and the thread's buyer.
+    static func participant(_ person: String, in id: String, on connection: PostgresConnection) throws -> (side: ConversationSide, buyerId: String)? {
         guard !id.utf8.contains(0), id.utf8.count <= 200, let parties = try ThreadReader.parties(of: id, on: connection) else { return nil }
-        if parties.buyerId == person { return .buyer }
-        if let shop = parties.shopId, try worksAt(person, shop: shop, on: connection) { return .seller }
+        if parties.buyerId == person { return (.buyer, parties.buyerId) }
+        if parties.kind == .watch, let shop = parties.shopId, try worksAt(person, shop: shop, on: connection) { return (.seller, parties.buyerId) }
         return nil
     }
 
@@ -373,8 +378,10 @@ public enum ConversationRoutes {
         ]
         switch side {
         case .buyer:
+            // Wristler's aftercare thread is with Wristler, even when its order had a shop.
             attributes["otherParty"] = .object(
-                thread.shopId.map { ["type": .string("shops"), "id": .string($0)] } ?? ["type": .string("wristler"), "id": .null])
+                thread.kind == ConversationKind.watch.rawValue
+                    ? ["type": .string("shops"), "id": thread.shopId.map(JSONValue.string) ?? .null] : ["type": .string("wristler"), "id": .null])
         case .seller:
             attributes["otherParty"] = .object(["type": .string("people"), "id": .string(thread.buyerId)])
             attributes["noReplyNeeded"] = .bool(thread.noReplyNeeded)

@@ -349,4 +349,32 @@ extension APITestServer.Reply {
             #expect(try await api.db.countersThatDisagreeWithARecount() == [])
         }
     }
+
+    /// Wristler's aftercare thread with a buyer has no seller side: the shop of its order neither
+    /// lists nor reads it; the buyer lists it, with Wristler as the other party, and answers in it.
+    @Test func anAftercareThreadIsTheBuyersAndWristlersOnly() async throws {
+        try await ConversationAPI.with(
+            setup: Self.setup + [
+                ConversationStarted(conversationId: "after-1", kind: .aftercare, buyerId: "alice", shopId: "s1", watchId: "w1", orderId: "o1"),
+                MessageSent(conversationId: "after-1", messageId: "after-1-m1", authorSide: .wristler, authorId: "agent-7", body: "How is the watch?"),
+            ]
+        ) { api in
+            let alice = try await api.list("alice")
+            #expect(alice.ids == ["after-1"] && alice.unread == 1)
+            #expect((alice.threads["after-1"]?["otherParty"] as? [String: Any])?["type"] as? String == "wristler")
+            #expect(alice.threads["after-1"]?["kind"] as? String == "aftercare")
+            #expect(try await api.list("sam", side: "seller").ids.isEmpty)
+            #expect(try await api.send("sam", "GET", "/v1/conversations/after-1").status == 404)
+            #expect(try await api.send("sam", "POST", "/v1/conversations/after-1/messages", ConversationAPI.message("Hi")).status == 404)
+            let answer = try await api.send("alice", "POST", "/v1/conversations/after-1/messages", ConversationAPI.message("Very well, thank you."))
+            #expect(answer.status == 201 && answer.attributes["authorSide"] as? String == "buyer")
+            #expect(try await api.list("alice").unread == 0)
+            let messages = try await api.send("alice", "GET", "/v1/conversations/after-1/messages")
+            let first = (messages.json["data"] as? [[String: Any]])?.last?["attributes"] as? [String: Any]
+            #expect(first?["authorSide"] as? String == "wristler" && first?["authorId"] == nil, "which agent wrote is not the buyer's to see")
+            #expect(
+                try await api.outbox() == ["person alice messages message_received after-1"],
+                "Wristler's message rang her bell; her answer to Wristler is nobody's shop news")
+        }
+    }
 }

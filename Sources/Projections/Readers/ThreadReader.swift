@@ -136,20 +136,28 @@ public enum ThreadReader {
         ).first.map(summary)
     }
 
-    /// Who a conversation is between: its buyer and its shop (nil for a thread without one).
+    /// Who a conversation is between: its buyer and its shop (nil for a thread without one), and
+    /// what it is about (`watch`, or Wristler's `aftercare`, which has no seller side).
+    ///
     /// From the projection, or, for a thread it has not reached yet (an inline apply deferred behind
     /// another writer), from the thread's start in the log itself, so a participant is never told
     /// a thread that exists is not theirs.
-    public static func parties(of id: String, on connection: PostgresConnection) throws -> (buyerId: String, shopId: String?)? {
-        if let projected = try connection.query("SELECT buyer_id, shop_id FROM conversations WHERE conversation_id = $1", id).first {
-            return (try projected.decode(String.self, "buyer_id"), try projected.decode(String?.self, "shop_id"))
+    public static func parties(of id: String, on connection: PostgresConnection) throws -> (buyerId: String, shopId: String?, kind: ConversationKind)? {
+        func read(_ row: PostgresRow) throws -> (String, String?, ConversationKind) {
+            (
+                try row.decode(String.self, "buyer_id"), try row.decode(String?.self, "shop_id"),
+                ConversationKind(rawValue: try row.decode(String?.self, "kind") ?? "watch") ?? .watch
+            )
+        }
+        if let projected = try connection.query("SELECT buyer_id, shop_id, kind FROM conversations WHERE conversation_id = $1", id).first {
+            return try read(projected)
         }
         return try connection.query(
             """
-            SELECT payload->>'buyerId' AS buyer_id, payload->>'shopId' AS shop_id FROM events
+            SELECT payload->>'buyerId' AS buyer_id, payload->>'shopId' AS shop_id, payload->>'kind' AS kind FROM events
             WHERE stream_id = $1 AND type = 'conversation_started' ORDER BY stream_version LIMIT 1
             """, Streams.conversation(id)
-        ).first.map { (try $0.decode(String.self, "buyer_id"), try $0.decode(String?.self, "shop_id")) }
+        ).first.map(read)
     }
 
     /// The buyer's conversation about a watch, if there is one (the first started).
