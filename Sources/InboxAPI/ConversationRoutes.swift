@@ -133,19 +133,13 @@ public enum ConversationRoutes {
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, type, id: id)
                 let attributes = try Attributes(data, allowed: Set(patchSchemas.keys))
-                if let unread = try attributes.bool("unread"), unread {
-                    throw APIError(
-                        status: 422, code: .invalidField, detail: "A conversation can only be marked read (unread: false).",
-                        source: Attributes.pointer("unread"))
-                }
-                let markRead = attributes.has("unread")
+                // unread and noReplyNeeded each have one value (null: absent, as the document allows).
+                let markRead = try Self.only("unread", .bool(false), in: attributes, "A conversation can only be marked read (unread: false).")
                 let archived = try attributes.bool("archived")
-                let noReplyNeeded = try attributes.bool("noReplyNeeded")
-                if noReplyNeeded == false {
-                    throw APIError(
-                        status: 422, code: .invalidField, detail: "noReplyNeeded can only be set (true); the buyer's next message clears it.",
-                        source: Attributes.pointer("noReplyNeeded"))
-                }
+                let noReplyNeeded: Bool? =
+                    try Self.only(
+                        "noReplyNeeded", .bool(true), in: attributes, "noReplyNeeded can only be set (true); the buyer's next message clears it.")
+                    ? true : nil
                 let person = context.person
                 let metadata = context.eventMetadata
                 let result = try client.withConnectionBlocking { connection -> (ThreadSummary, ConversationSide)? in
@@ -254,6 +248,16 @@ public enum ConversationRoutes {
             throw APIError(
                 status: 422, code: .conversationClosed, detail: "This conversation's buyer was blocked; it can be read but not written to.",
                 meta: ["reason": .string("buyer_blocked")])
+        }
+    }
+
+    /// Whether attribute `name` holds `value`, the one value it may have: false when absent or null,
+    /// 422 naming it for anything else.
+    static func only(_ name: String, _ value: JSONValue, in attributes: Attributes, _ detail: String) throws(APIError) -> Bool {
+        switch attributes.values[name] {
+        case nil, .null?: return false
+        case value?: return true
+        default: throw APIError(status: 422, code: .invalidField, detail: detail, source: Attributes.pointer(name))
         }
     }
 

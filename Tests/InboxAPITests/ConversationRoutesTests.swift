@@ -309,6 +309,15 @@ extension APITestServer.Reply {
                 let refused = try await api.send("alice", "POST", "/v1/conversations/\(c)/messages", body)
                 #expect(refused.status == 422 && refused.pointer == pointer, "\(body.prefix(120)): \(refused.status) \(refused.text)")
             }
+            for (attributes, pointer) in [
+                (#""unread":true"#, "/data/attributes/unread"), (#""noReplyNeeded":false"#, "/data/attributes/noReplyNeeded"),
+                (#""archived":"yes""#, "/data/attributes/archived"), (#""closed":true"#, "/data/attributes/closed"),
+            ] {
+                let refused = try await api.send("sam", "PATCH", "/v1/conversations/\(c)", ConversationAPI.patch(c, attributes))
+                #expect(refused.status == 422 && refused.pointer == pointer, "\(attributes): \(refused.text)")
+            }
+            #expect(try await api.send("sam", "PATCH", "/v1/conversations/\(c)", ConversationAPI.patch(c, #""unread":null"#)).status == 200, "null is absent")
+            #expect(try await api.send("sam", "PATCH", "/v1/conversations/\(c)", ConversationAPI.patch("other", #""archived":true"#)).status == 409)
             for query in ["filter[side]=both", "filter[archived]=maybe", "page[limit]=51", "page[cursor]=garbage"] {
                 let refused = try await api.send("alice", "GET", "/v1/conversations?\(query)")
                 #expect(refused.status == 400, "\(query)")
