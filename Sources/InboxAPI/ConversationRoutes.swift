@@ -74,9 +74,7 @@ public enum ConversationRoutes {
                 let archived = try context.booleanQuery("filter[archived]") ?? false
                 let person = context.person
                 let (page, unread) = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
-                    let owners = side == .buyer ? [person] : try ThreadReader.shops(of: person, on: connection)
-                    let page = try ThreadReader.conversations(owners: owners, side: side, archived: archived, after: cursor, limit: limit, on: connection)
-                    return (page, try ThreadReader.unreadConversations(owners: owners, side: side, on: connection))
+                    try ThreadReader.listAndUnreadCount(person: person, side: side, archived: archived, after: cursor, limit: limit, on: connection)
                 }
                 let parameters: [(String, String?)] = [
                     ("filter[side]", context.query("filter[side]") == nil ? nil : side.rawValue),
@@ -181,8 +179,10 @@ public enum ConversationRoutes {
                 let cursor = try context.pageCursor()
                 let person = context.person
                 let found = try client.withConnectionBlocking(retryIfFoundDead: true) { connection -> (KeysetPage<ThreadMessage>, ConversationSide)? in
-                    guard let side = try side(of: person, in: id, on: connection) else { return nil }
-                    return (try ThreadReader.messages(conversation: id, after: cursor, limit: limit, on: connection), side)
+                    guard Self.isPlausible(id) else { return nil }
+                    let (access, page) = try ThreadReader.accessAndMessages(to: id, person: person, after: cursor, limit: limit, on: connection)
+                    guard let side = access?.side(of: person) else { return nil }
+                    return (page, side)
                 }
                 guard let (page, side) = found else { throw notFound(id) }
                 let path = "\(path)/\(Documents.escape(id))/messages"
@@ -203,8 +203,10 @@ public enum ConversationRoutes {
                 let person = context.person
                 let metadata = context.eventMetadata
                 let written = try client.withConnectionBlocking { connection -> (ThreadMessage, ConversationSide)? in
-                    guard let (side, buyer) = try participant(person, in: id, on: connection) else { return nil }
-                    try requireOpen(id, buyer: buyer, on: connection)
+                    guard Self.isPlausible(id), let access = try ThreadReader.access(to: id, person: person, on: connection),
+                        let side = access.side(of: person)
+                    else { return nil }
+                    try requireOpen(access)
                     let message = try send(input, in: id, side: side, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
                     return (message, side)
                 }
@@ -220,31 +222,26 @@ public enum ConversationRoutes {
     /// at its shop (a thread about a watch: Wristler's aftercare threads have no seller side); nil
     /// (404) otherwise. Somebody who is both writes and reads as the buyer.
     static func side(of person: String, in id: String, on connection: PostgresConnection) throws -> ConversationSide? {
-        try participant(person, in: id, on: connection)?.side
+        guard isPlausible(id) else { return nil }
+        return try ThreadReader.access(to: id, person: person, on: connection)?.side(of: person)
     }
 
-    /// `side(of:in:on:)` and the thread's buyer.
-    static func participant(_ person: String, in id: String, on connection: PostgresConnection) throws -> (side: ConversationSide, buyerId: String)? {
-        guard !id.utf8.contains(0), id.utf8.count <= 200, let parties = try ThreadReader.parties(of: id, on: connection) else { return nil }
-        if parties.buyerId == person { return (.buyer, parties.buyerId) }
-        if parties.kind == .watch, let shop = parties.shopId, try worksAt(person, shop: shop, on: connection) { return (.seller, parties.buyerId) }
-        return nil
-    }
+    /// An id no thread can have (over 200 bytes, or holding U+0000, which PostgreSQL cannot
+    /// compare) is nobody's: 404 without asking the database.
+    static func isPlausible(_ id: String) -> Bool { !id.isEmpty && id.utf8.count <= 200 && !id.utf8.contains(0) }
 
     static func worksAt(_ person: String, shop: String, on connection: PostgresConnection) throws -> Bool {
         try connection.query("SELECT EXISTS (SELECT 1 FROM shop_members WHERE shop_id = $1 AND person_id = $2)", shop, person).scalar(Bool.self)
     }
 
     /// A thread closed by a block, or whose buyer Wristler blocked, can be read but not written to.
-    static func requireOpen(_ id: String, buyer: String, on connection: PostgresConnection) throws {
-        let closed = try connection.query("SELECT closed_by_block FROM conversations WHERE conversation_id = $1", id).first?
-            .decode(Bool.self, "closed_by_block") ?? false
-        if closed {
+    static func requireOpen(_ access: ThreadAccess) throws(APIError) {
+        if access.closedByBlock {
             throw APIError(
                 status: 422, code: .conversationClosed, detail: "This conversation was closed by a block; it can be read but not written to.",
                 meta: ["reason": .string("block")])
         }
-        if try ThreadReader.isBlockedAccount(buyer, on: connection) {
+        if access.buyerBlocked {
             throw APIError(
                 status: 422, code: .conversationClosed, detail: "This conversation's buyer was blocked; it can be read but not written to.",
                 meta: ["reason": .string("buyer_blocked")])
@@ -282,7 +279,7 @@ public enum ConversationRoutes {
         attachments: any AttachmentValidator, on connection: PostgresConnection
     ) throws -> (ThreadSummary, ThreadMessage, created: Bool) {
         if let existing = try ThreadReader.conversation(buyer: person, watch: watchId, on: connection) {
-            try requireOpen(existing, buyer: person, on: connection)
+            if let access = try ThreadReader.access(to: existing, person: person, on: connection) { try requireOpen(access) }
             let message = try send(input, in: existing, side: .buyer, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
             return (try thread(existing, on: connection) ?? summary(existing, watch: watchId, person: person, shop: nil, message), message, false)
         }

@@ -41,6 +41,45 @@ public struct ThreadSummary: Sendable, Hashable {
     }
 }
 
+/// Who a thread is between and whether it may be written to, as one person asks (`ThreadReader.access`).
+public struct ThreadAccess: Sendable, Hashable {
+    public var buyerId: String
+    public var shopId: String?
+    public var kind: ConversationKind
+    public var closedByBlock: Bool
+    /// Wristler blocked the buyer's account.
+    public var buyerBlocked: Bool
+    /// The person asking works at the thread's shop.
+    public var personWorksAtShop: Bool
+
+    public init(buyerId: String, shopId: String?, kind: ConversationKind, closedByBlock: Bool, buyerBlocked: Bool, personWorksAtShop: Bool) {
+        self.buyerId = buyerId
+        self.shopId = shopId
+        self.kind = kind
+        self.closedByBlock = closedByBlock
+        self.buyerBlocked = buyerBlocked
+        self.personWorksAtShop = personWorksAtShop
+    }
+
+    init(row: PostgresRow) throws {
+        buyerId = try row.decode(String.self, "buyer_id")
+        shopId = try row.decode(String?.self, "shop_id")
+        kind = ConversationKind(rawValue: try row.decode(String.self, "kind")) ?? .watch
+        closedByBlock = try row.decode(Bool.self, "closed_by_block")
+        buyerBlocked = try row.decode(Bool.self, "buyer_blocked")
+        personWorksAtShop = try row.decode(Bool.self, "works_at_shop")
+    }
+
+    /// The side `person` (who asked) has: the buyer's if they are the buyer, the seller's if they
+    /// work at the shop of a thread about a watch (Wristler's aftercare threads have no seller
+    /// side); nil for anybody else. Somebody who is both has the buyer's.
+    public func side(of person: String) -> ConversationSide? {
+        if buyerId == person { return .buyer }
+        if kind == .watch && shopId != nil && personWorksAtShop { return .seller }
+        return nil
+    }
+}
+
 /// A message of a conversation.
 public struct ThreadMessage: Sendable, Hashable {
     public var id: String
@@ -88,9 +127,24 @@ public enum ThreadReader {
     ) throws -> KeysetPage<ThreadSummary> {
         let limit = max(1, limit)
         if owners.isEmpty { return KeysetPage(rows: [], next: nil) }
-        let filter = archived.map { $0 ? "AND s.archived" : "AND NOT s.archived" } ?? ""
         let ownerMatch = owners.count == 1 ? "s.owner_id = $1" : "s.owner_id = ANY($1::text[])"
-        let sql = """
+        let sql = listSQL(ownerMatch: ownerMatch, archived: archived)
+        let rows =
+            owners.count == 1
+            ? try connection.query(sql, owners[0], side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
+            : try connection.query(sql, owners, side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
+        let read = try rows.map { row -> (row: ThreadSummary, key: Int64, id: String) in
+            let thread = try summary(row)
+            return (thread, try row.decode(Int64.self, "activity_us"), thread.conversationId)
+        }
+        return KeysetPage(reading: read, limit: limit)
+    }
+
+    /// The list query: `$1` names the owners in `ownerMatch`, `$2` the side, `$3`/`$4` the cursor,
+    /// `$5` the limit.
+    static func listSQL(ownerMatch: String, archived: Bool?) -> String {
+        let filter = archived.map { $0 ? "AND s.archived" : "AND NOT s.archived" } ?? ""
+        return """
             SELECT s.conversation_id, c.kind, c.buyer_id, c.shop_id, c.watch_id, s.last_activity_at, c.last_message_id,
                 c.last_message_body, c.last_message_side, c.last_message_at, s.unread, s.archived, c.no_reply_needed, c.closed_by_block,
                 (extract(epoch FROM s.last_activity_at) * 1000000)::bigint AS activity_us
@@ -101,15 +155,29 @@ public enum ThreadReader {
             ORDER BY s.last_activity_at DESC, s.conversation_id DESC
             LIMIT $5
             """
-        let rows =
-            owners.count == 1
-            ? try connection.query(sql, owners[0], side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
-            : try connection.query(sql, owners, side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
-        let read = try rows.map { row -> (row: ThreadSummary, key: Int64, id: String) in
+    }
+
+    /// A page of a person's list on one side and that side's badge, in one round trip (pipeline
+    /// mode): on the buyer side their own threads, on the seller side those of every shop they
+    /// work at (`shop_members`), each shop's badge added up.
+    public static func listAndUnreadCount(
+        person: String, side: ConversationSide, archived: Bool? = nil, after cursor: KeysetCursor? = nil, limit: Int,
+        on connection: PostgresConnection
+    ) throws -> (page: KeysetPage<ThreadSummary>, unreadCount: Int) {
+        let limit = max(1, limit)
+        let owners = side == .buyer ? "= $1" : "IN (SELECT shop_id FROM shop_members WHERE person_id = $1)"
+        let results = try connection.pipeline([
+            PostgresStatement(
+                listSQL(ownerMatch: "s.owner_id \(owners)", archived: archived), person, side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1)),
+            PostgresStatement(
+                "SELECT coalesce(sum(unread_count), 0)::bigint FROM unread_conversations WHERE owner_id \(owners) AND side = $2", person,
+                side.rawValue),
+        ])
+        let read = try results[0].map { row -> (row: ThreadSummary, key: Int64, id: String) in
             let thread = try summary(row)
             return (thread, try row.decode(Int64.self, "activity_us"), thread.conversationId)
         }
-        return KeysetPage(reading: read, limit: limit)
+        return (KeysetPage(reading: read, limit: limit), Int(try results[1].scalar(Int64.self)))
     }
 
     static func summary(_ row: PostgresRow) throws -> ThreadSummary {
@@ -158,6 +226,47 @@ public enum ThreadReader {
             WHERE stream_id = $1 AND type = 'conversation_started' ORDER BY stream_version LIMIT 1
             """, Streams.conversation(id)
         ).first.map(read)
+    }
+
+    /// What deciding who may read and write a thread needs, for one person, in one statement:
+    /// its parties, whether it is closed by a block, whether its buyer's account is blocked, and
+    /// whether `person` works at its shop. For a thread the projection has not reached yet, the
+    /// parties come from its start in the log (see `parties(of:on:)`), and it is not closed.
+    public static func access(to id: String, person: String, on connection: PostgresConnection) throws -> ThreadAccess? {
+        if let row = try connection.query(Self.accessSQL, id, person).first {
+            return try ThreadAccess(row: row)
+        }
+        guard let parties = try parties(of: id, on: connection) else { return nil }
+        let row = try connection.query(
+            """
+            SELECT EXISTS (SELECT 1 FROM shop_members WHERE shop_id = $1 AND person_id = $2) AS works_at_shop,
+                EXISTS (SELECT 1 FROM blocked_accounts WHERE person_id = $3) AS buyer_blocked
+            """, parties.shopId, person, parties.buyerId
+        ).first
+        return ThreadAccess(
+            buyerId: parties.buyerId, shopId: parties.shopId, kind: parties.kind, closedByBlock: false,
+            buyerBlocked: try row?.decode(Bool.self, "buyer_blocked") ?? false, personWorksAtShop: try row?.decode(Bool.self, "works_at_shop") ?? false)
+    }
+
+    static let accessSQL = """
+        SELECT c.buyer_id, c.shop_id, c.kind, c.closed_by_block,
+            EXISTS (SELECT 1 FROM blocked_accounts b WHERE b.person_id = c.buyer_id) AS buyer_blocked,
+            EXISTS (SELECT 1 FROM shop_members m WHERE m.shop_id = c.shop_id AND m.person_id = $2) AS works_at_shop
+        FROM conversations c WHERE c.conversation_id = $1
+        """
+
+    /// `access(to:person:on:)` and a page of the thread's messages, in one round trip when the
+    /// projection has the thread (the page is only handed out to a participant).
+    public static func accessAndMessages(
+        to id: String, person: String, after cursor: KeysetCursor? = nil, limit: Int, on connection: PostgresConnection
+    ) throws -> (access: ThreadAccess?, page: KeysetPage<ThreadMessage>) {
+        let limit = max(1, limit)
+        let results = try connection.pipeline([
+            PostgresStatement(accessSQL, id, person),
+            PostgresStatement(messagesSQL, id, cursor?.key, Int64(limit + 1)),
+        ])
+        let access = try results[0].first.map(ThreadAccess.init(row:)) ?? Self.access(to: id, person: person, on: connection)
+        return (access, try messagesPage(results[1], limit: limit))
     }
 
     /// The buyer's conversation about a watch, if there is one (the first started).
@@ -216,12 +325,16 @@ public enum ThreadReader {
         conversation: String, after cursor: KeysetCursor? = nil, limit: Int, on connection: PostgresConnection
     ) throws -> KeysetPage<ThreadMessage> {
         let limit = max(1, limit)
-        let rows = try connection.query(
-            """
-            SELECT message_id, seq, author_side, author_id, body, attachment_handles, offer_amount, offer_currency, sent_at
-            FROM messages WHERE conversation_id = $1 AND ($2::bigint IS NULL OR seq < $2)
-            ORDER BY seq DESC LIMIT $3
-            """, conversation, cursor?.key, Int64(limit + 1))
+        return try messagesPage(try connection.query(messagesSQL, conversation, cursor?.key, Int64(limit + 1)), limit: limit)
+    }
+
+    static let messagesSQL = """
+        SELECT message_id, seq, author_side, author_id, body, attachment_handles, offer_amount, offer_currency, sent_at
+        FROM messages WHERE conversation_id = $1 AND ($2::bigint IS NULL OR seq < $2)
+        ORDER BY seq DESC LIMIT $3
+        """
+
+    static func messagesPage(_ rows: PostgresRows, limit: Int) throws -> KeysetPage<ThreadMessage> {
         let read = try rows.map { row -> (row: ThreadMessage, key: Int64, id: String) in
             let found = try Self.message(row)
             return (found, found.seq, found.id)
