@@ -286,13 +286,6 @@ public enum ThreadReader {
         }
     }
 
-    /// The shops `person` works at (the people projection's `shop_members`), in id order.
-    public static func shops(of person: String, on connection: PostgresConnection) throws -> [String] {
-        try connection.query("SELECT shop_id FROM shop_members WHERE person_id = $1 ORDER BY shop_id", person).map {
-            try $0.decode(String.self, "shop_id")
-        }
-    }
-
     /// Whether Wristler blocked `person`'s account (`blocked_accounts`).
     public static func isBlockedAccount(_ person: String, on connection: PostgresConnection) throws -> Bool {
         try connection.query("SELECT EXISTS (SELECT 1 FROM blocked_accounts WHERE person_id = $1)", person).scalar(Bool.self)
@@ -355,17 +348,6 @@ public enum ThreadReader {
 
     static func strings(_ json: PostgresRawJSON) throws -> [String] {
         try JSONDecoder().decode([String].self, from: Data(json.text.utf8))
-    }
-
-    /// The number of conversations with unread messages of several owners on one side together:
-    /// the seller-side badge of a person who works at several shops.
-    public static func unreadConversations(owners: [String], side: ConversationSide, on connection: PostgresConnection) throws -> Int {
-        if owners.isEmpty { return 0 }
-        return Int(
-            try connection.query(
-                "SELECT coalesce(sum(unread_count), 0)::bigint AS n FROM unread_conversations WHERE owner_id = ANY($1::text[]) AND side = $2",
-                owners, side.rawValue
-            ).scalar(Int64.self))
     }
 
     /// The number of `owner`'s conversations on `side` with unread messages (`meta.unread`).
