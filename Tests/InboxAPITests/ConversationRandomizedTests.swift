@@ -107,6 +107,35 @@ import Testing
         }
     }
 
+    /// The same buyer starting about the same watch from eight clients at once makes one thread:
+    /// one `201`, the others `200` with it, and every message in it.
+    @Test func concurrentStartsAboutOneWatchMakeOneThreadWithEveryMessage() async throws {
+        let setup: [any CatalogueEvent] = [
+            ShopMemberAdded(shopId: "s0", personId: "p8"), WatchStatusChanged(watchId: "w0", shopId: "s0", status: .forSale),
+        ]
+        try await ConversationAPI.with(setup: setup, threads: 4) { api in
+            let replies = try await api.db.withProjectors {
+                let replies = try await withThrowingTaskGroup(of: APITestServer.Reply.self) { group in
+                    for client in 0..<8 {
+                        group.addTask { try await api.send("p1", "POST", "/v1/conversations", ConversationAPI.start("w0", "Is it available? (\(client))")) }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                try await api.db.waitUntilProjected()
+                return replies
+            }
+            #expect(replies.map(\.status).sorted() == [200, 200, 200, 200, 200, 200, 200, 201], "\(replies.map(\.text))")
+            let ids = Set(replies.compactMap { $0.data["id"] as? String })
+            #expect(ids.count == 1)
+            let id = try #require(ids.first)
+            #expect(try await api.db.scalar("SELECT count(*)::int FROM conversations", Int.self) == 1)
+            #expect(try await api.db.scalar("SELECT count(*)::int FROM messages WHERE conversation_id = '\(id)'", Int.self) == 8)
+            let seller = try await api.list("p8", side: "seller")
+            #expect(seller.ids == [id] && seller.unread == 1)
+            #expect(try await api.db.scalar("SELECT count(*)::int FROM notification_outbox WHERE recipient_id = 's0'", Int.self) == 8)
+        }
+    }
+
     /// One client: `operations` random requests, each checked for a plausible answer.
     static func write(_ api: ConversationAPI, seen: Seen, seed: UInt64, operations: Int) async throws {
         var random = SplitMix(seed: seed)
