@@ -74,6 +74,15 @@ struct ConversationAPI {
         return (data.compactMap { $0["id"] as? String }, (reply.json["meta"] as? [String: Any])?["unread"] as? Int ?? -1, threads)
     }
 
+    /// After a step: alice's buyer badge, sam's and sue's seller badges, and alice's bell.
+    func expectBadges(after step: String, alice: Int, sam: Int, sue: Int, bell: Int, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let found = [
+            try await list("alice").unread, try await list("sam", side: "seller").unread, try await list("sue", side: "seller").unread,
+            try await bellUnread("alice"),
+        ]
+        #expect(found == [alice, sam, sue, bell], "after step \(step): alice, sam, sue, alice's bell", sourceLocation: sourceLocation)
+    }
+
     func bellUnread(_ person: String) async throws -> Int {
         let reply = try await send(person, "GET", "/v1/me/notifications")
         return (reply.json["meta"] as? [String: Any])?["unread"] as? Int ?? -1
@@ -154,6 +163,7 @@ extension APITestServer.Reply {
             #expect(try await api.bellUnread("alice") == 0)
             outbox.append("shop s1 shop message_received \(c)")
             #expect(try await api.outbox() == outbox)
+            try await api.expectBadges(after: "1", alice: 0, sam: 1, sue: 1, bell: 0)
 
             // Watches that cannot be written about, and the shop's own people, are refused naming the watch.
             for (watch, status) in [("w2", "sold"), ("w3", "offline"), ("w4", "deleted"), ("nope", "unknown")] {
@@ -169,6 +179,7 @@ extension APITestServer.Reply {
             #expect(again.status == 200 && again.data["id"] as? String == c, "\(again.text)")
             outbox.append("shop s1 shop message_received \(c)")
             #expect(try await api.outbox() == outbox)
+            try await api.expectBadges(after: "2", alice: 0, sam: 1, sue: 1, bell: 0)
             #expect(try await api.list("alice").ids == [c])
 
             // 3. Sam answers: alice's side is unread, her bell rings; the shop's side is read.
@@ -184,6 +195,7 @@ extension APITestServer.Reply {
             }
             outbox.append("person alice messages message_received \(c)")
             #expect(try await api.outbox() == outbox)
+            try await api.expectBadges(after: "3", alice: 1, sam: 0, sue: 0, bell: 1)
 
             // 4. Bob writes to sue's other shop: sue sees both shops' threads, each naming its shop; sam only his.
             let bobs = try await api.send("bob", "POST", "/v1/conversations", ConversationAPI.start("w5", "Box and papers?"))
@@ -195,6 +207,7 @@ extension APITestServer.Reply {
             #expect(try await api.list("sam", side: "seller").ids == [c])
             outbox.append("shop s2 shop message_received \(b)")
             #expect(try await api.outbox() == outbox)
+            try await api.expectBadges(after: "4", alice: 1, sam: 0, sue: 1, bell: 1)
 
             // 5. Alice sends a photo (a handle she uploaded); somebody else's handle is refused naming it.
             let foreign = try await api.send("alice", "POST", "/v1/conversations/\(c)/messages", ConversationAPI.message("", handles: ["h-alice-1", "h-bob-1"]))
@@ -209,6 +222,7 @@ extension APITestServer.Reply {
             #expect(try await api.list("sue", side: "seller").unread == 2)
             outbox.append("shop s1 shop message_received \(c)")
             #expect(try await api.outbox() == outbox)
+            try await api.expectBadges(after: "5", alice: 0, sam: 1, sue: 2, bell: 1)
 
             // 6. Sue makes an offer.
             let offer = try await api.send(
@@ -221,6 +235,7 @@ extension APITestServer.Reply {
             #expect(try await api.list("sue", side: "seller").unread == 1, "bob's thread is still unread")
             outbox.append("person alice messages offer_made \(c)")
             #expect(try await api.outbox() == outbox)
+            try await api.expectBadges(after: "6", alice: 1, sam: 0, sue: 1, bell: 2)
 
             // 7. Fetching never marks anything read; PATCH unread: false does, for the caller's side only.
             #expect(try await api.send("alice", "GET", "/v1/conversations/\(c)").attributes["unread"] as? Bool == true)
@@ -237,6 +252,7 @@ extension APITestServer.Reply {
             #expect(try await api.list("sue", side: "seller").unread == 0)
             #expect(try await api.list("bob").unread == 0)
             #expect(try await api.outbox() == outbox, "marks queue nothing")
+            try await api.expectBadges(after: "7", alice: 0, sam: 0, sue: 0, bell: 2)
 
             // 8. Alice archives it: it leaves her list (and only hers); sam's answer brings it back.
             let archived = try await api.send("alice", "PATCH", "/v1/conversations/\(c)", ConversationAPI.patch(c, #""archived":true"#))
@@ -251,6 +267,7 @@ extension APITestServer.Reply {
             #expect(try await api.bellUnread("alice") == 3)
             outbox.append("person alice messages message_received \(c)")
             #expect(try await api.outbox() == outbox)
+            try await api.expectBadges(after: "8", alice: 1, sam: 0, sue: 0, bell: 3)
 
             // 9. The shop says no reply is needed; the buyer's next message clears it.
             let refusedForBuyer = try await api.send("alice", "PATCH", "/v1/conversations/\(c)", ConversationAPI.patch(c, #""noReplyNeeded":true"#))
@@ -264,6 +281,7 @@ extension APITestServer.Reply {
             #expect(try await api.list("alice").unread == 0)
             outbox.append("shop s1 shop message_received \(c)")
             #expect(try await api.outbox() == outbox)
+            try await api.expectBadges(after: "9", alice: 0, sam: 1, sue: 1, bell: 3)
 
             // 10. Messages in pages, with messages arriving during the walk: none skipped, none twice.
             let before = try await api.db.scalar("SELECT count(*)::int FROM messages WHERE conversation_id = '\(c)'", Int.self)
@@ -283,6 +301,7 @@ extension APITestServer.Reply {
             }
             #expect(seen.count == before && Set(seen).count == before, "\(seen.count) of \(before)")
             #expect(try await api.outbox() == outbox)
+            try await api.expectBadges(after: "10", alice: 1, sam: 0, sue: 0, bell: 5)
 
             // 11. Anybody else: 404 on every route of the thread; bad input names the field.
             for (method, path, body) in [
@@ -328,6 +347,7 @@ extension APITestServer.Reply {
             let missing = try await api.client.send("POST", "/v1/conversations/\(c)/messages", headers: readOnly, body: Data(ConversationAPI.message("x").utf8))
             #expect(missing.status == 403 && missing.code == "missing_scope")
             #expect(try await api.outbox() == outbox, "refusals queue nothing")
+            try await api.expectBadges(after: "11", alice: 1, sam: 0, sue: 0, bell: 5)
 
             // 12. A block closes the thread: it can be read, not written to; a buyer Wristler blocked likewise.
             try await api.db.append(
@@ -348,6 +368,7 @@ extension APITestServer.Reply {
             #expect(try await api.send("alice", "GET", "/v1/conversations/\(c)/messages").status == 200)
             #expect(try await api.send("alice", "PATCH", "/v1/conversations/\(c)", ConversationAPI.patch(c, #""archived":true"#)).status == 200, "marks are not writing")
             #expect(try await api.outbox() == outbox, "nothing is queued once the thread is closed")
+            try await api.expectBadges(after: "12", alice: 1, sam: 0, sue: 0, bell: 5)
 
             // Every write is an event with the app's origin.
             let origins = try await api.db.client.query(
