@@ -20,6 +20,8 @@ public enum ConversationRoutes {
     static let messageType = "messages"
     /// The longest message body, in characters.
     static let maximumBodyLength = 4_000
+    /// The longest message body, in bytes (UTF-8).
+    static let maximumBodyBytes = 16_384
     /// The most attachments one message names.
     static let maximumAttachments = 10
     /// The largest offer, in minor units (ten billion in a currency's major unit).
@@ -431,7 +433,7 @@ struct MessageInput: Sendable {
             }
             var handles: [String] = []
             for (index, item) in items.enumerated() {
-                guard case .string(let handle) = item, !handle.isEmpty, handle.count <= 200,
+                guard case .string(let handle) = item, !handle.isEmpty, handle.utf8.count <= 200,
                     !handle.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
                 else {
                     throw APIError(
@@ -455,12 +457,13 @@ struct MessageInput: Sendable {
             body = ""
         case .string(let text)?:
             // Line breaks and tabs are text; other control characters are not.
-            guard text.count <= ConversationRoutes.maximumBodyLength,
+            // Characters for people, bytes against a grapheme of ten thousand combining marks.
+            guard text.utf8.count <= ConversationRoutes.maximumBodyBytes, text.count <= ConversationRoutes.maximumBodyLength,
                 !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control && !["\n", "\r", "\t"].contains($0) })
             else {
                 throw APIError(
                     status: 422, code: .invalidField,
-                    detail: "body must be at most \(ConversationRoutes.maximumBodyLength) characters, without control characters other than line breaks and tabs.",
+                    detail: "body must be at most \(ConversationRoutes.maximumBodyLength) characters (and 16 KiB), without control characters other than line breaks and tabs.",
                     source: Attributes.pointer("body"))
             }
             body = text

@@ -317,6 +317,7 @@ extension APITestServer.Reply {
                 (#"{"data":{"type":"messages","attributes":{"body":""}}}"#, "/data/attributes/body"),
                 (#"{"data":{"type":"messages","attributes":{"body":"\#(String(repeating: "x", count: 4001))"}}}"#, "/data/attributes/body"),
                 (#"{"data":{"type":"messages","attributes":{"body":"a\u0007"}}}"#, "/data/attributes/body"),
+                (#"{"data":{"type":"messages","attributes":{"body":"e\#(String(repeating: "\u{301}", count: 9000))"}}}"#, "/data/attributes/body"),
                 (#"{"data":{"type":"messages","attributes":{"body":"a\u0000"}}}"#, "/data/attributes/body"),
                 (#"{"data":{"type":"messages","attributes":{"body":"x","offer":{"amount":0,"currency":"EUR"}}}}"#, "/data/attributes/offer/amount"),
                 (#"{"data":{"type":"messages","attributes":{"body":"x","offer":{"amount":1.5,"currency":"EUR"}}}}"#, "/data/attributes/offer/amount"),
