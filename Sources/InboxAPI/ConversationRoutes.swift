@@ -31,7 +31,7 @@ public enum ConversationRoutes {
     static let messageSchemas: [String: JSONValue] = [
         "body": .object([
             "type": .string("string"), "maxLength": .integer(Int64(maximumBodyLength)),
-            "pattern": .string("^[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F\\u007F]*$"),
+            "pattern": .string("^[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F\\u007F-\\u009F]*$"),
             "description": .string("The text; may be empty (or absent) only when the message has an attachment."),
         ]),
         "attachmentHandles": .object([
