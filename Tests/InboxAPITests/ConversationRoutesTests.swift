@@ -128,7 +128,7 @@ extension APITestServer.Reply {
         ShopMemberAdded(shopId: "s2", personId: "sue"),
         WatchStatusChanged(watchId: "w1", shopId: "s1", status: .forSale), WatchStatusChanged(watchId: "w2", shopId: "s1", status: .sold),
         WatchStatusChanged(watchId: "w3", shopId: "s1", status: .offline), WatchStatusChanged(watchId: "w4", shopId: "s1", status: .deleted),
-        WatchStatusChanged(watchId: "w5", shopId: "s2", status: .forSale),
+        WatchStatusChanged(watchId: "w5", shopId: "s2", status: .forSale), WatchStatusChanged(watchId: "w6", shopId: "s1", status: .forSale),
     ]
 
     /// A whole conversation between a buyer (alice) and a shop with two people working there (sam,
@@ -361,6 +361,10 @@ extension APITestServer.Reply {
             }
             let restart = try await api.send("alice", "POST", "/v1/conversations", ConversationAPI.start("w1", "Hello again"))
             #expect(restart.status == 422 && restart.code == "conversation_closed")
+            let otherWatch = try await api.send("alice", "POST", "/v1/conversations", ConversationAPI.start("w6", "And this one?"))
+            #expect(otherWatch.status == 422 && otherWatch.code == "conversation_closed", "she blocked somebody who works at s1: \(otherWatch.text)")
+            let blockedBuyer = try await api.send("bob", "POST", "/v1/conversations", ConversationAPI.start("w6", "Hello"))
+            #expect(blockedBuyer.status == 422 && blockedBuyer.code == "conversation_closed", "Wristler blocked bob")
             let buyerBlocked = try await api.send("sue", "POST", "/v1/conversations/\(b)/messages", ConversationAPI.message("Yes, both."))
             #expect(buyerBlocked.status == 422 && buyerBlocked.code == "conversation_closed")
             #expect((buyerBlocked.firstError["meta"] as? [String: Any])?["reason"] as? String == "buyer_blocked")

@@ -296,8 +296,9 @@ public enum ThreadReader {
         try connection.query(
             """
             SELECT EXISTS (
-                SELECT 1 FROM person_blocks b JOIN shop_members m ON m.shop_id = $2
-                WHERE (b.blocker_id = $1 AND b.blocked_id = m.person_id) OR (b.blocker_id = m.person_id AND b.blocked_id = $1))
+                    SELECT 1 FROM person_blocks b JOIN shop_members m ON m.person_id = b.blocked_id WHERE b.blocker_id = $1 AND m.shop_id = $2)
+                OR EXISTS (
+                    SELECT 1 FROM person_blocks b JOIN shop_members m ON m.person_id = b.blocker_id WHERE b.blocked_id = $1 AND m.shop_id = $2)
             """, person, shop
         ).scalar(Bool.self)
     }
