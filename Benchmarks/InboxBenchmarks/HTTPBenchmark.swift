@@ -8,8 +8,9 @@ import PostgresClient
 import Projections
 
 /// The API under a real HTTP load generator (`wrk`, from Debian), on the same machine: the bell's
-/// first page and the device list of many people, 64 connections, beside the same server's
-/// `/healthz` in the same run. Requests per second, and p50 and p99 latency from wrk.
+/// first page, the device list, both sides' conversation lists, a thread's messages and posting a
+/// message, of many people, 64 connections, beside the same server's `/healthz` in the same run.
+/// Requests per second, and p50 and p99 latency from wrk.
 struct HTTPBenchmark: Benchmark {
     var rounds: Int
     var scale: Double
@@ -17,6 +18,11 @@ struct HTTPBenchmark: Benchmark {
     static let people = 2_000
     static let entriesPerPerson = 30
     static let devicesPerPerson = 2
+    /// Conversations each person has as a buyer, with as many shops, and the messages in each.
+    static let conversationsPerPerson = 3
+    static let messagesPerConversation = 6
+    /// One shop per this many people, two people working at each.
+    static let peoplePerShop = 20
     static let connections = 64
     static let seconds = 10
 
@@ -28,7 +34,36 @@ struct HTTPBenchmark: Benchmark {
         let people = max(10, Int(Double(Self.people) * scale))
         progress("loading \(people) people with \(Self.entriesPerPerson) bell entries and \(Self.devicesPerPerson) devices each")
         var batch: [NewEvent] = []
+        let shops = max(1, people / Self.peoplePerShop)
+        progress(
+            "and \(Self.conversationsPerPerson) conversations each with \(Self.messagesPerConversation) messages, with \(shops) shops of 2 people")
+        for shop in 0..<shops {
+            batch.append(try NewEvent(ShopMemberAdded(shopId: "shop\(shop)", personId: Self.seller(shop, 0))))
+            batch.append(try NewEvent(ShopMemberAdded(shopId: "shop\(shop)", personId: Self.seller(shop, 1))))
+        }
         for person in 0..<people {
+            // The threads first, so the bell's first page is still the sign-ins the bell rows have
+            // always read (the shops' answers are older entries of the same bells).
+            for thread in 0..<Self.conversationsPerPerson {
+                let shop = (person * Self.conversationsPerPerson + thread) % shops
+                let id = Self.conversationId(person: person, thread: thread)
+                let watch = "shop\(shop)-w\(person * Self.conversationsPerPerson + thread)"
+                batch.append(try NewEvent(WatchStatusChanged(watchId: watch, shopId: "shop\(shop)", status: .forSale)))
+                batch.append(
+                    try NewEvent(
+                        InboxDomain.ConversationStarted(
+                            conversationId: id, buyerId: "p\(person)", shopId: "shop\(shop)", watchId: watch)))
+                for message in 0..<Self.messagesPerConversation {
+                    let fromBuyer = message % 2 == 0
+                    batch.append(
+                        try NewEvent(
+                            InboxDomain.MessageSent(
+                                conversationId: id, messageId: "\(id)-m\(message)", authorSide: fromBuyer ? .buyer : .seller,
+                                authorId: fromBuyer ? "p\(person)" : Self.seller(shop, message % 4 == 1 ? 0 : 1),
+                                body: "Message \(message) about this watch: is the bracelet original, and are the box and papers there?",
+                                offer: message == 3 ? Money(amount: 950_000, currency: "EUR") : nil)))
+                }
+            }
             for entry in 0..<Self.entriesPerPerson {
                 batch.append(try NewEvent(SignedIn(personId: "p\(person)", signInId: "s\(person)-\(entry)", platform: "app:ios", device: "iPhone")))
             }
@@ -84,10 +119,28 @@ struct HTTPBenchmark: Benchmark {
         let uncachedServer = try HTTPServer(configuration: serving, replying: { uncachedAPI.reply($0) })
         defer { uncachedServer.shutdown() }
         while !bellCache.isListening { try await Task.sleep(for: .milliseconds(20)) }
-        let tokens = try (0..<people).map { try signer.mint(subject: "p\($0)", scopes: [.accountRead, .accountWrite], lifetime: 86_400) }
-        let script = FileManager.default.temporaryDirectory.appendingPathComponent("inbox-wrk-\(UUID().uuidString).lua").path
-        try Self.luaScript(tokens: tokens).write(toFile: script, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(atPath: script) }
+        let scopes: [Scope] = [.accountRead, .accountWrite, .messagesRead, .messagesWrite]
+        let tokens = try (0..<people).map { try signer.mint(subject: "p\($0)", scopes: scopes, lifetime: 86_400) }
+        let sellerTokens = try (0..<shops).flatMap { shop in try (0..<2).map { try signer.mint(subject: Self.seller(shop, $0), scopes: scopes, lifetime: 86_400) } }
+        var scripts: [String] = []
+        defer { for script in scripts { try? FileManager.default.removeItem(atPath: script) } }
+        func write(_ requests: [WrkRequest]) throws -> String {
+            let script = FileManager.default.temporaryDirectory.appendingPathComponent("inbox-wrk-\(UUID().uuidString).lua").path
+            try Self.luaScript(requests: requests).write(toFile: script, atomically: true, encoding: .utf8)
+            scripts.append(script)
+            return script
+        }
+        let script = try write(tokens.map { WrkRequest(token: $0) })
+        let sellerScript = try write(sellerTokens.map { WrkRequest(token: $0) })
+        // Each person reads, and writes in, the first of their threads.
+        let messagesScript = try write(
+            tokens.enumerated().map { WrkRequest(token: $1, path: "/v1/conversations/\(Self.conversationId(person: $0, thread: 0))/messages") })
+        let postScript = try write(
+            tokens.enumerated().map {
+                WrkRequest(
+                    method: "POST", token: $1, path: "/v1/conversations/\(Self.conversationId(person: $0, thread: 0))/messages",
+                    body: #"{"data":{"type":"messages","attributes":{"body":"Would you take 9,000 for it, with the box?","offer":{"amount":900000,"currency":"EUR"}}}}"#)
+            })
         let base = "http://127.0.0.1:\(server.port)"
         let uncachedBase = "http://127.0.0.1:\(uncachedServer.port)"
 
@@ -95,7 +148,7 @@ struct HTTPBenchmark: Benchmark {
         /// `alongside` runs while wrk does (and is cancelled after); it says what it did.
         func wrkCase(
             id: String, title: String, path: String, description: String, kind: ConfigurationResult.Kind, base: String = base,
-            alongside: (@Sendable (_ round: Int) async -> String)? = nil
+            script: String = script, alongside: (@Sendable (_ round: Int) async -> String)? = nil
         ) -> BenchmarkCase {
             BenchmarkCase(
                 id: id, title: title, description: description + " wrk -t2 -c\(Self.connections) -d\(Self.seconds)s.", kind: kind, batchSize: 1, appenders: Self.connections, eventsPerRound: 0,
@@ -141,6 +194,22 @@ struct HTTPBenchmark: Benchmark {
                 description: "The device list (\(Self.devicesPerPerson) devices) of a person picked in turn; token verified.",
                 kind: .client),
             wrkCase(
+                id: "conversations-buyer", title: "GET /v1/conversations", path: "/v1/conversations",
+                description: "The buyer side's first page of conversations (\(Self.conversationsPerPerson) threads, each with its last message, meta.unread) of a person picked in turn; token verified; read from PostgreSQL.",
+                kind: .client),
+            wrkCase(
+                id: "conversations-seller", title: "GET /v1/conversations?filter[side]=seller", path: "/v1/conversations?filter%5Bside%5D=seller",
+                description: "The seller side's first page (25 of about \(people * Self.conversationsPerPerson / shops) threads of the shop, meta.unread) of one of the \(shops * 2) people who work at the \(shops) shops, picked in turn.",
+                kind: .client, script: sellerScript),
+            wrkCase(
+                id: "thread-messages", title: "GET /v1/conversations/{id}/messages", path: "/",
+                description: "The first page of messages (\(Self.messagesPerConversation) at the start, growing while the posting row runs) of a thread of the person's, picked in turn; the access check (buyer or shop member) and the page.",
+                kind: .client, script: messagesScript),
+            wrkCase(
+                id: "message-post", title: "POST /v1/conversations/{id}/messages", path: "/",
+                description: "A message with an offer in a thread of the person's, picked in turn: the checks (participant, thread open, buyer not blocked), the append, the inline projections (threads, bell and its outbox entry for the shop) in one transaction.",
+                kind: .client, script: postScript),
+            wrkCase(
                 id: "healthz", title: "GET /healthz", path: "/healthz",
                 description: "The same server answering /healthz (no token, no database): the ceiling of the HTTP layer on this machine.",
                 kind: .serverSide),
@@ -155,18 +224,38 @@ struct HTTPBenchmark: Benchmark {
         return BenchmarkResult(benchmark: "http", configurations: configurations, notes: notes)
     }
 
-    /// wrk's Lua: every request carries the next person's token.
-    static func luaScript(tokens: [String]) -> String {
-        "local tokens = {" + tokens.map { "\"\($0)\"" }.joined(separator: ",") + "}\n"
+    /// One request of a wrk script: the method, the person's token, and a path and body of its own
+    /// (nil: the URL's path, no body).
+    struct WrkRequest {
+        var method = "GET"
+        var token: String
+        var path: String? = nil
+        var body: String? = nil
+    }
+
+    /// wrk's Lua: every request is the next of `requests`, in turn.
+    static func luaScript(requests: [WrkRequest]) -> String {
+        // Long brackets quote the bodies as they are (they hold no "]]").
+        func lua(_ text: String?) -> String { text.map { "[==[\($0)]==]" } ?? "nil" }
+        return "local requests = {"
+            + requests.map { "{\"\($0.method)\",\(lua($0.path)),\"\($0.token)\",\(lua($0.body))}" }.joined(separator: ",\n") + "}\n"
             + """
             local i = 0
             request = function()
               i = i + 1
-              local token = tokens[(i % #tokens) + 1]
-              return wrk.format("GET", nil, { ["Authorization"] = "Bearer " .. token, ["X-Wristler-App"] = "ios/2.4.0" })
+              local r = requests[(i % #requests) + 1]
+              local headers = { ["Authorization"] = "Bearer " .. r[3], ["X-Wristler-App"] = "ios/2.4.0" }
+              if r[4] then headers["Content-Type"] = "application/vnd.api+json" end
+              return wrk.format(r[1], r[2], headers, r[4])
             end
             """
     }
+
+    /// The id of a person's thread in the loaded data.
+    static func conversationId(person: Int, thread: Int) -> String { "bench-c\(person)-\(thread)" }
+
+    /// The `index`th of the two people who work at `shop`.
+    static func seller(_ shop: Int, _ index: Int) -> String { "shop\(shop)-staff\(index)" }
 
     struct WrkResult {
         var requests: Int

@@ -30,6 +30,9 @@ public struct APIError: Error, Sendable {
         public static let bodyTooLarge = Code("body_too_large")
         /// 400: written by HTTPServer itself, for Content-Length headers that disagree.
         public static let conflictingContentLength = Code("conflicting_content_length")
+        /// 422: the conversation was closed by a block, or its buyer's account was blocked: it can
+        /// be read, not written to (`meta.reason`: `block`, `buyer_blocked`).
+        public static let conversationClosed = Code("conversation_closed")
         public static let databaseUnavailable = Code("database_unavailable")
         /// 409: an idempotency key already used for another event (docs/api.md).
         public static let idempotencyKeyReused = Code("idempotency_key_reused")
@@ -54,6 +57,11 @@ public struct APIError: Error, Sendable {
         public static let missingToken = Code("missing_token")
         public static let notAcceptable = Code("not_acceptable")
         public static let notFound = Code("not_found")
+        /// 503: a conversation started moments ago that its read model has not reached yet (an inline
+        /// apply deferred to the async projector); `Retry-After: 1`.
+        public static let notYetProjected = Code("not_yet_projected")
+        /// 422: a person cannot start a conversation with a shop they work at.
+        public static let ownShop = Code("own_shop")
         public static let readOnlyField = Code("read_only_field")
         public static let signInRequired = Code("sign_in_required")
         /// 503: the request's statement ran past the API's statement timeout.
@@ -61,8 +69,12 @@ public struct APIError: Error, Sendable {
         public static let tokenExpired = Code("token_expired")
         public static let tooManyRequests = Code("too_many_requests")
         public static let typeMismatch = Code("type_mismatch")
+        /// 422: an attachment handle the caller did not upload, or that expired (`meta.handles`).
+        public static let unknownAttachment = Code("unknown_attachment")
         public static let unknownField = Code("unknown_field")
         public static let unsupportedMediaType = Code("unsupported_media_type")
+        /// 422: the watch of a new conversation is unknown, sold, offline or deleted (`meta.status`).
+        public static let watchUnavailable = Code("watch_unavailable")
         public static let wrongExpectedVersion = Code("wrong_expected_version")
     }
 

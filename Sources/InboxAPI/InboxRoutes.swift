@@ -7,11 +7,13 @@ import Projections
 /// and the handler. `inbox serve` serves exactly these; the tests check each against its access.
 public enum InboxRoutes {
     public static func all(
-        client: PostgresClient, store: EventStore, migrator: Migrator, metrics: RequestMetrics = RequestMetrics(), bellCache: BellCache? = nil
+        client: PostgresClient, store: EventStore, migrator: Migrator, metrics: RequestMetrics = RequestMetrics(), bellCache: BellCache? = nil,
+        attachments: any AttachmentValidator = NoUploads()
     ) -> [Route] {
         let served = OperationsRoutes.routes(client: client, migrator: migrator) + MetricsRoutes.routes(metrics: metrics, client: client, bellCache: bellCache)
             + BellRoutes.routes(client: client, cache: bellCache) + DeviceRoutes.routes(client: client)
-            + PreferenceRoutes.routes(client: client) + SavedSearchRoutes.routes(client: client) + InternalEventRoutes.routes(store: store)
+            + PreferenceRoutes.routes(client: client) + SavedSearchRoutes.routes(client: client)
+            + ConversationRoutes.routes(client: client, attachments: attachments) + InternalEventRoutes.routes(store: store)
         return served + [OpenAPI.route(describing: served)]
     }
 

@@ -69,7 +69,7 @@ public enum OpenAPI {
             "openapi": .string("3.1.0"),
             "info": .object([
                 "title": .string("Wristler inbox tier"), "version": .string("1"),
-                "description": .string("The bell, devices, notification preferences and saved searches of the Wristler app (JSON:API 1.0)."),
+                "description": .string("The bell, devices, notification preferences, saved searches and conversations of the Wristler app (JSON:API 1.0)."),
             ]),
             "paths": .object(paths.mapValues { .object($0) }),
             "components": .object([

@@ -70,7 +70,7 @@ import Testing
     }
 
     /// The query parameters any route reads, by the readers of `RequestReading.swift`.
-    static let queryNames = ["page[limit]", "page[cursor]", "page[number]", "page[size]", "filter[unread]"]
+    static let queryNames = ["page[limit]", "page[cursor]", "page[number]", "page[size]", "filter[unread]", "filter[side]", "filter[archived]"]
 
     /// Each route is asked as a client would: a body that is not JSON (a route that reads a body
     /// refuses it, so the document must describe that body) and each query parameter with a bad
@@ -112,7 +112,10 @@ import Testing
             }
             // The probes find what they look for: every reader is used, and the routes with a body do refuse bad JSON.
             #expect(everyRead == Set(Self.queryNames))
-            #expect(bodies == 7, "POST and PATCH of devices and saved searches, PATCH of a notification and of the preferences, the events")
+            #expect(
+                bodies == 10,
+                "POST and PATCH of devices and saved searches, PATCH of a notification and of the preferences, the events, POST and PATCH of a conversation, POST of a message"
+            )
         }
     }
 }

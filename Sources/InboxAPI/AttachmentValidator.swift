@@ -1,0 +1,26 @@
+import PostgresClient
+
+/// Decides whether a message may name attachment handles, and records that it did. The uploads
+/// tier (`POST /v1/uploads`, issue 12's Files part) hands out the handles; until its store is
+/// wired in, the conversation routes take this protocol, so the check is one call and the tests can
+/// supply their own. Both calls run on the request's connection, after the thread's checks and
+/// before (`invalidHandles`) and after (`attach`) the message is appended.
+public protocol AttachmentValidator: Sendable {
+    /// The handles among `handles` that `person` may not attach (unknown, somebody else's, or
+    /// expired), in the order given; empty when all may be attached.
+    func invalidHandles(_ handles: [String], person: String, on connection: PostgresConnection) throws -> [String]
+
+    /// The handles are now attached to a message of a conversation: they no longer expire, and are
+    /// served to the people who may see the thread.
+    func attach(_ handles: [String], person: String, conversationId: String, messageId: String, on connection: PostgresConnection) throws
+}
+
+/// The validator while no upload store is wired in: no handle is known, so a message with
+/// attachments is refused (422 naming them) and one without is unaffected.
+public struct NoUploads: AttachmentValidator {
+    public init() {}
+
+    public func invalidHandles(_ handles: [String], person: String, on connection: PostgresConnection) throws -> [String] { handles }
+
+    public func attach(_ handles: [String], person: String, conversationId: String, messageId: String, on connection: PostgresConnection) throws {}
+}

@@ -1,0 +1,517 @@
+import Crypto
+import EventLog
+import Foundation
+import HTTPServer
+import InboxDomain
+import PostgresClient
+import Projections
+
+/// Conversations between buyers and shops (`/v1/conversations`, docs/messaging.md): the lists of
+/// each side in cursor pages with `meta.unread`, starting one about a watch, the messages of a
+/// thread, writing in it, and the read, archive and "no reply needed" marks. Every write is an
+/// event, projected inline so the writer's next read shows it; the other side, the bell and the
+/// push fan-out follow from the log.
+///
+/// Who may see a thread: its buyer, and the people who work at its shop (`shop_members`). Anybody
+/// else gets 404, as for a thread that does not exist.
+public enum ConversationRoutes {
+    static let path = "/v1/conversations"
+    static let type = "conversations"
+    static let messageType = "messages"
+    /// The longest message body, in characters.
+    static let maximumBodyLength = 4_000
+    /// The longest message body, in bytes (UTF-8).
+    static let maximumBodyBytes = 16_384
+    /// The most attachments one message names.
+    static let maximumAttachments = 10
+    /// The largest offer, in minor units (ten billion in a currency's major unit).
+    static let maximumOfferAmount: Int64 = 1_000_000_000_000
+
+    static let messageAttributes: Set<String> = ["body", "attachmentHandles", "offer"]
+    static let messageSchemas: [String: JSONValue] = [
+        "body": .object([
+            "type": .string("string"), "maxLength": .integer(Int64(maximumBodyLength)),
+            "pattern": .string("^[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F\\u007F-\\u009F]*$"),
+            "description": .string("The text; may be empty (or absent) only when the message has an attachment."),
+        ]),
+        "attachmentHandles": .object([
+            "type": .string("array"), "maxItems": .integer(Int64(maximumAttachments)), "uniqueItems": .bool(true),
+            "items": Schema.string(maximumLength: 200),
+            "description": .string("Handles of POST /v1/uploads that the caller uploaded; others are 422 naming them."),
+        ]),
+        "offer": Schema.object(
+            [
+                "amount": .object([
+                    "type": .string("integer"), "minimum": .integer(1), "maximum": .integer(maximumOfferAmount),
+                    "description": .string("In minor units (cents)."),
+                ]),
+                "currency": .object(["type": .string("string"), "pattern": .string("^[A-Z]{3}$"), "description": .string("ISO 4217.")]),
+            ], required: ["amount", "currency"]),
+    ]
+    static let patchSchemas: [String: JSONValue] = [
+        "unread": .object(["const": .bool(false), "description": .string("false: marks this side read up to the newest message.")]),
+        "archived": Schema.boolean,
+        "noReplyNeeded": .object(["const": .bool(true), "description": .string("Seller side only: the shop need not answer until the buyer writes again.")]),
+    ]
+
+    static let listQuery: [QueryParameter] =
+        QueryParameter.cursorPage + [
+            QueryParameter("filter[side]", Schema.choice(["buyer", "seller"]), "buyer (default): the person's own threads; seller: the threads of the shops they work at."),
+            QueryParameter("filter[archived]", Schema.choice(["true", "false"]), "true: only archived threads; false (default): only the others."),
+        ]
+
+    public static func routes(
+        client: PostgresClient, inline: InlineProjections = InlineProjections(), attachments: any AttachmentValidator = NoUploads()
+    ) -> [Route] {
+        [
+            Route(
+                .get, path, access: .signedIn(scope: .messagesRead),
+                describedAs: RouteDescription(
+                    "The person's conversations on one side, by last activity, newest first, in cursor pages; meta.unread is that side's badge.",
+                    query: listQuery)
+            ) { context in
+                let limit = try context.pageLimit()
+                let cursor = try context.pageCursor()
+                let side = try Self.side(context)
+                let archived = try context.booleanQuery("filter[archived]") ?? false
+                let person = context.person
+                let (page, unread) = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
+                    try ThreadReader.listAndUnreadCount(person: person, side: side, archived: archived, after: cursor, limit: limit, on: connection)
+                }
+                let parameters: [(String, String?)] = [
+                    ("filter[side]", context.query("filter[side]") == nil ? nil : side.rawValue),
+                    ("filter[archived]", context.query("filter[archived]") == nil ? nil : String(archived)), ("page[limit]", String(limit)),
+                ]
+                var links: [String: JSONValue] = ["self": Documents.link(path, parameters + [("page[cursor]", cursor?.token)])]
+                if let next = page.next { links["next"] = Documents.link(path, parameters + [("page[cursor]", next.token)]) }
+                return Documents.response([
+                    "data": .array(page.rows.map { resource($0, side: side) }), "links": .object(links),
+                    "meta": .object(["unread": .integer(Int64(unread))]),
+                ])
+            },
+            Route(
+                .post, path, access: .signedIn(scope: .messagesWrite),
+                describedAs: RouteDescription(
+                    "Starts a conversation with a watch's shop with its first message; a second start about the same watch answers the existing thread (200) with the message appended to it.",
+                    body: Schema.resourceDocument(
+                        type: type, attributes: messageSchemas.merging(["watchId": Schema.string(maximumLength: 200)]) { $1 }, required: ["watchId"]),
+                    responses: [201: .document(Schema.document), 200: .document(Schema.document)])
+            ) { context in
+                let data = try context.resourceDocument()
+                try Documents.requireType(data, type, id: nil)
+                let attributes = try Attributes(data, allowed: messageAttributes.union(["watchId"]))
+                let watchId = try attributes.string("watchId", required: true, maximumLength: 200)!
+                let input = try MessageInput(attributes)
+                let person = context.person
+                let metadata = context.eventMetadata
+                let (thread, message, created) = try client.withConnectionBlocking { connection in
+                    try start(watch: watchId, input: input, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
+                }
+                return Documents.response(
+                    status: created ? 201 : 200,
+                    ["data": resource(thread, side: .buyer), "included": .array([messageResource(message, viewer: person, side: .buyer)])])
+            },
+            Route(.get, path + "/{id}", access: .signedIn(scope: .messagesRead), describedAs: RouteDescription("One conversation, as the caller's side sees it.")) {
+                context in
+                let id = context.parameters["id"] ?? ""
+                let person = context.person
+                let found = try client.withConnectionBlocking(retryIfFoundDead: true) { connection -> (ThreadSummary, ConversationSide)? in
+                    guard let side = try side(of: person, in: id, on: connection) else { return nil }
+                    guard let thread = try ThreadReader.conversation(id, side: side, on: connection) else { throw notYetProjected() }
+                    return (thread, side)
+                }
+                guard let (thread, side) = found else { throw notFound(id) }
+                return Documents.response(["data": resource(thread, side: side)])
+            },
+            Route(
+                .patch, path + "/{id}", access: .signedIn(scope: .messagesWrite),
+                describedAs: RouteDescription(
+                    "Marks the caller's side read (unread: false), archives or restores it (archived), or says the shop need not answer (noReplyNeeded: true, seller side).",
+                    body: Schema.resourceDocument(type: type, attributes: patchSchemas, id: true))
+            ) { context in
+                let id = context.parameters["id"] ?? ""
+                let data = try context.resourceDocument()
+                try Documents.requireType(data, type, id: id)
+                let attributes = try Attributes(data, allowed: Set(patchSchemas.keys))
+                // unread and noReplyNeeded each have one value (null: absent, as the document allows).
+                let markRead = try Self.only("unread", .bool(false), in: attributes, "A conversation can only be marked read (unread: false).")
+                let archived = try attributes.bool("archived")
+                let noReplyNeeded: Bool? =
+                    try Self.only(
+                        "noReplyNeeded", .bool(true), in: attributes, "noReplyNeeded can only be set (true); the buyer's next message clears it.")
+                    ? true : nil
+                let person = context.person
+                let metadata = context.eventMetadata
+                let result = try client.withConnectionBlocking { connection -> (ThreadSummary, ConversationSide)? in
+                    guard let side = try side(of: person, in: id, on: connection) else { return nil }
+                    guard let thread = try ThreadReader.conversation(id, side: side, on: connection) else { throw notYetProjected() }
+                    if noReplyNeeded == true && side != .seller {
+                        throw APIError(
+                            status: 422, code: .invalidField, detail: "Only the shop's side can say no reply is needed.",
+                            source: Attributes.pointer("noReplyNeeded"))
+                    }
+                    var events: [any CatalogueEvent] = []
+                    if markRead, thread.unread, let last = thread.lastMessageId {
+                        events.append(ConversationRead(conversationId: id, side: side, personId: person, upToMessageId: last))
+                    }
+                    if let archived, archived != thread.archived {
+                        events.append(
+                            archived
+                                ? ConversationArchived(conversationId: id, side: side, personId: person) as any CatalogueEvent
+                                : ConversationUnarchived(conversationId: id, side: side, personId: person))
+                    }
+                    if noReplyNeeded == true && !thread.noReplyNeeded {
+                        events.append(ConversationMarkedNoReplyNeeded(conversationId: id, personId: person))
+                    }
+                    if events.isEmpty { return (thread, side) }
+                    try inline.append(try events.map { try NewEvent(catalogueEvent: $0, metadata: metadata) }, on: connection)
+                    return (try ThreadReader.conversation(id, side: side, on: connection) ?? thread, side)
+                }
+                guard let (thread, side) = result else { throw notFound(id) }
+                return Documents.response(["data": resource(thread, side: side)])
+            },
+            Route(
+                .get, path + "/{id}/messages", access: .signedIn(scope: .messagesRead),
+                describedAs: RouteDescription(
+                    "The messages of a conversation, newest first, in cursor pages that neither skip nor repeat while messages arrive.",
+                    query: QueryParameter.cursorPage)
+            ) { context in
+                let id = context.parameters["id"] ?? ""
+                let limit = try context.pageLimit()
+                let cursor = try context.pageCursor()
+                let person = context.person
+                let found = try client.withConnectionBlocking(retryIfFoundDead: true) { connection -> (KeysetPage<ThreadMessage>, ConversationSide)? in
+                    guard Self.isPlausible(id) else { return nil }
+                    let (access, page) = try ThreadReader.accessAndMessages(to: id, person: person, after: cursor, limit: limit, on: connection)
+                    guard let side = access?.side(of: person) else { return nil }
+                    return (page, side)
+                }
+                guard let (page, side) = found else { throw notFound(id) }
+                let path = "\(path)/\(Documents.escape(id))/messages"
+                var links: [String: JSONValue] = ["self": Documents.link(path, [("page[limit]", String(limit)), ("page[cursor]", cursor?.token)])]
+                if let next = page.next { links["next"] = Documents.link(path, [("page[limit]", String(limit)), ("page[cursor]", next.token)]) }
+                return Documents.response(["data": .array(page.rows.map { messageResource($0, viewer: person, side: side) }), "links": .object(links)])
+            },
+            Route(
+                .post, path + "/{id}/messages", access: .signedIn(scope: .messagesWrite),
+                describedAs: RouteDescription(
+                    "Writes in a conversation: a body, attachments (handles the caller uploaded) and an optional offer.",
+                    body: Schema.resourceDocument(type: messageType, attributes: messageSchemas), responses: [201: .document(Schema.document)])
+            ) { context in
+                let id = context.parameters["id"] ?? ""
+                let data = try context.resourceDocument()
+                try Documents.requireType(data, messageType, id: nil)
+                let input = try MessageInput(try Attributes(data, allowed: messageAttributes))
+                let person = context.person
+                let metadata = context.eventMetadata
+                let written = try client.withConnectionBlocking { connection -> (ThreadMessage, ConversationSide)? in
+                    guard Self.isPlausible(id), let access = try ThreadReader.access(to: id, person: person, on: connection),
+                        let side = access.side(of: person)
+                    else { return nil }
+                    try requireOpen(access)
+                    let message = try send(input, in: id, side: side, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
+                    return (message, side)
+                }
+                guard let (message, side) = written else { throw notFound(id) }
+                return Documents.response(status: 201, ["data": messageResource(message, viewer: person, side: side)])
+            },
+        ]
+    }
+
+    // MARK: - Rules
+
+    /// The side `person` has in conversation `id`: buyer if they are its buyer, seller if they work
+    /// at its shop (a thread about a watch: Wristler's aftercare threads have no seller side); nil
+    /// (404) otherwise. Somebody who is both writes and reads as the buyer.
+    static func side(of person: String, in id: String, on connection: PostgresConnection) throws -> ConversationSide? {
+        guard isPlausible(id) else { return nil }
+        return try ThreadReader.access(to: id, person: person, on: connection)?.side(of: person)
+    }
+
+    /// An id no thread can have (over 200 bytes, or holding U+0000, which PostgreSQL cannot
+    /// compare) is nobody's: 404 without asking the database.
+    static func isPlausible(_ id: String) -> Bool { !id.isEmpty && id.utf8.count <= 200 && !id.utf8.contains(0) }
+
+    static func worksAt(_ person: String, shop: String, on connection: PostgresConnection) throws -> Bool {
+        try connection.query("SELECT EXISTS (SELECT 1 FROM shop_members WHERE shop_id = $1 AND person_id = $2)", shop, person).scalar(Bool.self)
+    }
+
+    /// A thread closed by a block, or whose buyer Wristler blocked, can be read but not written to.
+    static func requireOpen(_ access: ThreadAccess) throws(APIError) {
+        if access.closedByBlock {
+            throw APIError(
+                status: 422, code: .conversationClosed, detail: "This conversation was closed by a block; it can be read but not written to.",
+                meta: ["reason": .string("block")])
+        }
+        if access.buyerBlocked {
+            throw APIError(
+                status: 422, code: .conversationClosed, detail: "This conversation's buyer was blocked; it can be read but not written to.",
+                meta: ["reason": .string("buyer_blocked")])
+        }
+    }
+
+    /// Whether attribute `name` holds `value`, the one value it may have: false when absent or null,
+    /// 422 naming it for anything else.
+    static func only(_ name: String, _ value: JSONValue, in attributes: Attributes, _ detail: String) throws(APIError) -> Bool {
+        switch attributes.values[name] {
+        case nil, .null?: return false
+        case value?: return true
+        default: throw APIError(status: 422, code: .invalidField, detail: detail, source: Attributes.pointer(name))
+        }
+    }
+
+    /// `filter[side]`: buyer (default) or seller.
+    static func side(_ context: RequestContext) throws(APIError) -> ConversationSide {
+        guard let text = context.query("filter[side]") else { return .buyer }
+        guard let side = ConversationSide(rawValue: text) else {
+            throw APIError(status: 400, code: .invalidParameter, detail: "filter[side] must be buyer or seller.", source: .parameter("filter[side]"))
+        }
+        return side
+    }
+
+    /// The id of the conversation a buyer starts about a watch: derived from both, so two starts
+    /// at the same moment name the same stream and only one of them starts it.
+    static func conversationId(buyer: String, watch: String) -> String {
+        SHA256.uuidString(naming: "wristler-conversation:\(buyer.utf8.count):\(buyer):\(watch)".utf8)
+    }
+
+    /// Starts the buyer's conversation about a watch, or writes in the one they have.
+    static func start(
+        watch watchId: String, input: MessageInput, person: String, metadata: EventMetadata, inline: InlineProjections,
+        attachments: any AttachmentValidator, on connection: PostgresConnection
+    ) throws -> (ThreadSummary, ThreadMessage, created: Bool) {
+        if let existing = try ThreadReader.conversation(buyer: person, watch: watchId, on: connection) {
+            if let access = try ThreadReader.access(to: existing, person: person, on: connection) { try requireOpen(access) }
+            let message = try send(input, in: existing, side: .buyer, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
+            return (try thread(existing, on: connection) ?? summary(existing, watch: watchId, person: person, shop: nil, message), message, false)
+        }
+        let pointer = Attributes.pointer("watchId")
+        guard let watch = try ThreadReader.watch(watchId, on: connection) else {
+            throw APIError(
+                status: 422, code: .watchUnavailable, detail: "There is no watch \(watchId).", source: pointer, meta: ["status": .string("unknown")])
+        }
+        guard watch.status == .forSale else {
+            let status = watch.status?.rawValue ?? "unknown"
+            throw APIError(
+                status: 422, code: .watchUnavailable, detail: "Watch \(watchId) is not for sale (\(status)).", source: pointer,
+                meta: ["status": .string(status)])
+        }
+        if try worksAt(person, shop: watch.shopId, on: connection) {
+            throw APIError(status: 422, code: .ownShop, detail: "Watch \(watchId) belongs to a shop you work at.", source: pointer)
+        }
+        if try ThreadReader.isBlockedAccount(person, on: connection) || ThreadReader.isBlockedBetween(person, shop: watch.shopId, on: connection) {
+            throw APIError(status: 422, code: .conversationClosed, detail: "You cannot write to this shop.", meta: ["reason": .string("block")])
+        }
+        try requireAttachable(input.attachmentHandles, person: person, attachments: attachments, on: connection)
+        let id = conversationId(buyer: person, watch: watchId)
+        let started = ConversationStarted(conversationId: id, buyerId: person, shopId: watch.shopId, watchId: watchId)
+        let sent = input.event(conversation: id, side: .buyer, person: person)
+        let appended: [AppendedEvent]
+        do {
+            appended = try inline.append(
+                [try NewEvent(started, metadata: metadata), try NewEvent(sent, metadata: metadata)],
+                expectedVersions: [started.streamId: .noStream], on: connection)
+        } catch EventLogError.wrongExpectedVersion {
+            // Another request of this buyer started it a moment ago: write in that one.
+            let message = try send(input, in: id, side: .buyer, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
+            return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), message, false)
+        }
+        try attachments.attach(input.attachmentHandles, person: person, conversationId: id, messageId: sent.messageId, on: connection)
+        let message = input.message(sent, recorded: appended[1].event)
+        return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), message, true)
+    }
+
+    /// The thread as its buyer sees it, right after a write; nil when the projection deferred the
+    /// write to the async projector (another writer was in the way), which has it within moments.
+    static func thread(_ id: String, on connection: PostgresConnection) throws -> ThreadSummary? {
+        try ThreadReader.conversation(id, side: .buyer, on: connection)
+    }
+
+    /// The buyer's view of a thread just written to, from what this request wrote, when the
+    /// projection has not applied it yet.
+    static func summary(_ id: String, watch: String, person: String, shop: String?, _ message: ThreadMessage) -> ThreadSummary {
+        ThreadSummary(
+            conversationId: id, kind: ConversationKind.watch.rawValue, buyerId: person, shopId: shop, watchId: watch, lastActivityAt: message.sentAt,
+            lastMessageId: message.id, lastMessageBody: message.body, lastMessageSide: message.authorSide, lastMessageAt: message.sentAt,
+            unread: false, archived: false, noReplyNeeded: false, closed: false)
+    }
+
+    /// A participant asked for a thread the projection has not reached yet (its start was deferred
+    /// to the async projector moments ago): a retry answers it.
+    static func notYetProjected() -> APIError {
+        APIError(
+            status: 503, code: .notYetProjected, detail: "This conversation was started a moment ago and cannot be read yet; ask again in a second.",
+            headers: [("Retry-After", "1")])
+    }
+
+    /// Appends a message of `person` on `side` (the thread's checks are done).
+    static func send(
+        _ input: MessageInput, in id: String, side: ConversationSide, person: String, metadata: EventMetadata, inline: InlineProjections,
+        attachments: any AttachmentValidator, on connection: PostgresConnection
+    ) throws -> ThreadMessage {
+        try requireAttachable(input.attachmentHandles, person: person, attachments: attachments, on: connection)
+        let event = input.event(conversation: id, side: side, person: person)
+        let appended = try inline.append([try NewEvent(event, metadata: metadata)], on: connection)
+        try attachments.attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, on: connection)
+        return input.message(event, recorded: appended[0].event)
+    }
+
+    static func requireAttachable(_ handles: [String], person: String, attachments: any AttachmentValidator, on connection: PostgresConnection) throws {
+        if handles.isEmpty { return }
+        let invalid = try attachments.invalidHandles(handles, person: person, on: connection)
+        guard let first = invalid.first else { return }
+        let index = handles.firstIndex(of: first) ?? 0
+        throw APIError(
+            status: 422, code: .unknownAttachment,
+            detail: "You did not upload \(invalid.count == 1 ? "the handle" : "the handles") \(invalid.joined(separator: ", ")) (or they expired).",
+            source: .pointer("/data/attributes/attachmentHandles/\(index)"), meta: ["handles": .array(invalid.map(JSONValue.string))])
+    }
+
+    static func notFound(_ id: String) -> APIError {
+        APIError(status: 404, code: .notFound, detail: "You have no conversation \(id).")
+    }
+
+    // MARK: - Documents
+
+    static func resource(_ thread: ThreadSummary, side: ConversationSide) -> JSONValue {
+        var attributes: [String: JSONValue] = [
+            "side": .string(side.rawValue), "kind": .string(thread.kind), "watchId": thread.watchId.map(JSONValue.string) ?? .null,
+            "shopId": thread.shopId.map(JSONValue.string) ?? .null, "unread": .bool(thread.unread), "archived": .bool(thread.archived),
+            "closed": .bool(thread.closed), "lastActivityAt": Documents.timestamp(thread.lastActivityAt),
+        ]
+        switch side {
+        case .buyer:
+            // Wristler's aftercare thread is with Wristler, even when its order had a shop.
+            attributes["otherParty"] = .object(
+                thread.kind == ConversationKind.watch.rawValue
+                    ? ["type": .string("shops"), "id": thread.shopId.map(JSONValue.string) ?? .null] : ["type": .string("wristler"), "id": .null])
+        case .seller:
+            attributes["otherParty"] = .object(["type": .string("people"), "id": .string(thread.buyerId)])
+            attributes["noReplyNeeded"] = .bool(thread.noReplyNeeded)
+        }
+        if let id = thread.lastMessageId {
+            attributes["lastMessage"] = .object([
+                "id": .string(id), "body": .string(thread.lastMessageBody ?? ""), "authorSide": .string(thread.lastMessageSide ?? ""),
+                "sentAt": thread.lastMessageAt.map(Documents.timestamp) ?? .null,
+            ])
+        } else {
+            attributes["lastMessage"] = .null
+        }
+        return .object(["type": .string(type), "id": .string(thread.conversationId), "attributes": .object(attributes)])
+    }
+
+    /// A message as `viewer` on `side` sees it: `mine` when they wrote it; who on the shop's side
+    /// wrote it only for the shop's side.
+    static func messageResource(_ message: ThreadMessage, viewer: String, side: ConversationSide) -> JSONValue {
+        var attributes: [String: JSONValue] = [
+            "body": .string(message.body), "authorSide": .string(message.authorSide), "mine": .bool(message.authorId == viewer),
+            "attachmentHandles": .array(message.attachmentHandles.map(JSONValue.string)),
+            "offer": message.offer.map { .object(["amount": .integer($0.amount), "currency": .string($0.currency)]) } ?? .null,
+            "sentAt": Documents.timestamp(message.sentAt),
+        ]
+        if side == .seller || message.authorId == viewer { attributes["authorId"] = .string(message.authorId) }
+        return .object(["type": .string(messageType), "id": .string(message.id), "attributes": .object(attributes)])
+    }
+}
+
+/// What a request says a message is: its body, attachments and offer, checked (422 naming the
+/// field) before anything is read from the database.
+struct MessageInput: Sendable {
+    var body: String
+    var attachmentHandles: [String]
+    var offer: Money?
+
+    init(_ attributes: Attributes) throws(APIError) {
+        switch attributes.values["attachmentHandles"] {
+        case nil, .null?:
+            attachmentHandles = []
+        case .array(let items)?:
+            guard items.count <= ConversationRoutes.maximumAttachments else {
+                throw APIError(
+                    status: 422, code: .invalidField, detail: "A message has at most \(ConversationRoutes.maximumAttachments) attachments.",
+                    source: Attributes.pointer("attachmentHandles"))
+            }
+            var handles: [String] = []
+            for (index, item) in items.enumerated() {
+                guard case .string(let handle) = item, !handle.isEmpty, handle.utf8.count <= 200,
+                    !handle.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+                else {
+                    throw APIError(
+                        status: 422, code: .invalidField, detail: "attachmentHandles[\(index)] must be a handle (1 to 200 characters).",
+                        source: .pointer("/data/attributes/attachmentHandles/\(index)"))
+                }
+                guard !handles.contains(handle) else {
+                    throw APIError(
+                        status: 422, code: .invalidField, detail: "attachmentHandles[\(index)] names \(handle) a second time.",
+                        source: .pointer("/data/attributes/attachmentHandles/\(index)"))
+                }
+                handles.append(handle)
+            }
+            attachmentHandles = handles
+        default:
+            throw APIError(
+                status: 422, code: .invalidField, detail: "attachmentHandles must be an array of handles.", source: Attributes.pointer("attachmentHandles"))
+        }
+        switch attributes.values["body"] {
+        case nil, .null?:
+            body = ""
+        case .string(let text)?:
+            // Line breaks and tabs are text; other control characters are not.
+            // Characters for people, bytes against a grapheme of ten thousand combining marks.
+            guard text.utf8.count <= ConversationRoutes.maximumBodyBytes, text.count <= ConversationRoutes.maximumBodyLength,
+                !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control && !["\n", "\r", "\t"].contains($0) })
+            else {
+                throw APIError(
+                    status: 422, code: .invalidField,
+                    detail: "body must be at most \(ConversationRoutes.maximumBodyLength) characters (and 16 KiB), without control characters other than line breaks and tabs.",
+                    source: Attributes.pointer("body"))
+            }
+            body = text
+        default:
+            throw APIError(status: 422, code: .invalidField, detail: "body must be a string.", source: Attributes.pointer("body"))
+        }
+        if body.allSatisfy(\.isWhitespace) && attachmentHandles.isEmpty {
+            throw APIError(
+                status: 422, code: .missingField, detail: "A message needs a body or an attachment.", source: Attributes.pointer("body"))
+        }
+        switch attributes.values["offer"] {
+        case nil, .null?:
+            offer = nil
+        case .object(let members)?:
+            for name in members.keys.sorted() where name != "amount" && name != "currency" {
+                throw APIError(
+                    status: 422, code: .unknownField, detail: "\(name) is not part of an offer.", source: .pointer("/data/attributes/offer/\(name)"))
+            }
+            guard case .integer(let amount)? = members["amount"], amount >= 1, amount <= ConversationRoutes.maximumOfferAmount else {
+                throw APIError(
+                    status: 422, code: members["amount"] == nil ? .missingField : .invalidField,
+                    detail: "offer.amount must be a whole number of minor units (cents) from 1 to \(ConversationRoutes.maximumOfferAmount).",
+                    source: .pointer("/data/attributes/offer/amount"))
+            }
+            guard case .string(let currency)? = members["currency"], currency.utf8.count == 3,
+                currency.utf8.allSatisfy({ (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) })
+            else {
+                throw APIError(
+                    status: 422, code: members["currency"] == nil ? .missingField : .invalidField,
+                    detail: "offer.currency must be an ISO 4217 code (EUR).", source: .pointer("/data/attributes/offer/currency"))
+            }
+            offer = Money(amount: amount, currency: currency)
+        default:
+            throw APIError(
+                status: 422, code: .invalidField, detail: "offer must be an object with amount and currency.", source: Attributes.pointer("offer"))
+        }
+    }
+
+    func event(conversation: String, side: ConversationSide, person: String) -> MessageSent {
+        MessageSent(
+            conversationId: conversation, messageId: UUID().uuidString.lowercased(), authorSide: side == .buyer ? .buyer : .seller, authorId: person,
+            body: body, attachmentHandles: attachmentHandles, offer: offer)
+    }
+
+    /// The message as it was stored: its number in the thread is its stream version.
+    func message(_ event: MessageSent, recorded: RecordedEvent) -> ThreadMessage {
+        ThreadMessage(
+            id: event.messageId, seq: recorded.streamVersion, authorSide: event.authorSide.rawValue, authorId: event.authorId, body: event.body,
+            attachmentHandles: event.attachmentHandles, offer: event.offer, sentAt: recorded.recordedAt)
+    }
+}
