@@ -136,7 +136,8 @@ public final class HTTP2Client: Sendable {
         public var connectTimeout: Duration
         /// A body past this fails the request with `responseTooLarge`.
         public var maxResponseBytes: Int
-        /// Requests inside libcurl at once (each holds an easy handle); the rest wait in a backlog.
+        /// libcurl engine only: requests inside libcurl at once (each holds an easy handle); the rest
+        /// wait in a backlog.
         /// Default 256 (or fewer when connections × streams is smaller): libcurl 7.88's
         /// `curl_multi_perform` visits every transfer it holds on every call, so thousands of
         /// waiting transfers inside it cost more than they gain (measured: 2,000 about half the
@@ -144,11 +145,20 @@ public final class HTTP2Client: Sendable {
         public var maxTransfers: Int
         /// `http://` URLs speak HTTP/2 without upgrade (h2c, prior knowledge) instead of HTTP/1.1.
         public var cleartextHTTP2: Bool
+        /// Which engine carries HTTP/2 (`https://`, and `http://` with `cleartextHTTP2`): libnghttp2
+        /// (the default) or libcurl (the engine before it, kept to compare and to fall back on).
+        /// Plain HTTP/1.1 always goes through libcurl.
+        public var engine: Engine
+
+        public enum Engine: Sendable, Equatable {
+            case nghttp2
+            case libcurl
+        }
 
         public init(
             caFile: String? = nil, maxConnectionsPerHost: Int = 2, maxConcurrentStreams: Int = 1000,
             connectTimeout: Duration = .seconds(10), maxResponseBytes: Int = 1 << 20, maxTransfers: Int? = nil,
-            cleartextHTTP2: Bool = false
+            cleartextHTTP2: Bool = false, engine: Engine = .nghttp2
         ) {
             self.caFile = caFile
             self.maxConnectionsPerHost = maxConnectionsPerHost
@@ -157,16 +167,117 @@ public final class HTTP2Client: Sendable {
             self.maxResponseBytes = maxResponseBytes
             self.maxTransfers = max(1, maxTransfers ?? min(256, maxConnectionsPerHost * maxConcurrentStreams))
             self.cleartextHTTP2 = cleartextHTTP2
+            self.engine = engine
         }
     }
 
     public let configuration: Configuration
+    /// HTTP/2 on libnghttp2; nil when `configuration.engine` is `.libcurl`.
+    private let h2: NGHTTP2Engine?
+    /// libcurl, made at the first request that needs it (HTTP/1.1, or every request with
+    /// `engine: .libcurl`): a push client that speaks only HTTP/2 never starts its thread.
+    private let curl: Locked<CurlState>
+
+    private struct CurlState {
+        var engine: CurlEngine?
+        var stopped = false
+    }
+
+    public init(configuration: Configuration = .init()) throws {
+        self.configuration = configuration
+        self.h2 = configuration.engine == .nghttp2 ? try NGHTTP2Engine(configuration: configuration) : nil
+        self.curl = Locked(CurlState())
+    }
+
+    deinit { shutdown() }
+
+    /// Connections opened so far, over both engines.
+    public var connectionsOpened: Int {
+        (h2?.connectionsOpened ?? 0) + (curl.withLock { $0.engine }?.connectionsOpened ?? 0)
+    }
+
+    public func send(_ request: HTTP2Request) async throws -> HTTP2Response {
+        try await withCheckedThrowingContinuation { continuation in
+            let item = Pending(request: request, completion: .single(continuation), enqueued: .now)
+            if !hand([item], toHTTP2: usesHTTP2Engine(request.url)) {
+                continuation.resume(throwing: HTTP2ClientError.shutDown)
+            }
+        }
+    }
+
+    /// Many requests handed over at once (one wake-up of each engine's loop); the answers in the same order.
+    public func send(_ requests: [HTTP2Request]) async -> [Result<HTTP2Response, HTTP2ClientError>] {
+        if requests.isEmpty { return [] }
+        return await withCheckedContinuation { continuation in
+            let batch = Batch(count: requests.count, continuation: continuation)
+            let now = ContinuousClock.now
+            var h2Items: [Pending] = []
+            var curlItems: [Pending] = []
+            h2Items.reserveCapacity(requests.count)
+            for (index, request) in requests.enumerated() {
+                let item = Pending(request: request, completion: .batch(batch, index), enqueued: now)
+                if usesHTTP2Engine(request.url) { h2Items.append(item) } else { curlItems.append(item) }
+            }
+            for (items, toHTTP2) in [(h2Items, true), (curlItems, false)] where !items.isEmpty {
+                if !hand(items, toHTTP2: toHTTP2) {
+                    for item in items { item.completion.finish(.failure(HTTP2ClientError.shutDown)) }
+                }
+            }
+        }
+    }
+
+    /// Ends the loop threads and frees every handle; what is queued or in flight fails with
+    /// `.shutdown`. Returns once the threads are gone. Safe to call more than once, from any thread.
+    public func shutdown() {
+        h2?.shutdown()
+        let engine = curl.withLock { state -> CurlEngine? in
+            state.stopped = true
+            return state.engine
+        }
+        engine?.shutdown()
+    }
+
+    /// `https://`, and `http://` with `cleartextHTTP2`, go to libnghttp2 (unless the configuration
+    /// asks for libcurl); the rest (HTTP/1.1) to libcurl.
+    private func usesHTTP2Engine(_ url: String) -> Bool {
+        guard h2 != nil else { return false }
+        let bytes = url.utf8
+        if startsCaseInsensitive(bytes, "https://") { return true }
+        return configuration.cleartextHTTP2 && startsCaseInsensitive(bytes, "http://")
+    }
+
+    private func hand(_ items: [Pending], toHTTP2: Bool) -> Bool {
+        if toHTTP2, let h2 { return h2.hand(items) }
+        let engine = curl.withLock { state -> CurlEngine? in
+            if state.stopped { return nil }
+            if state.engine == nil { state.engine = try? CurlEngine(configuration: configuration) }
+            return state.engine
+        }
+        guard let engine else { return false }
+        return engine.hand(items)
+    }
+}
+
+func startsCaseInsensitive(_ bytes: String.UTF8View, _ prefix: StaticString) -> Bool {
+    var iterator = bytes.makeIterator()
+    let count = prefix.utf8CodeUnitCount
+    let start = prefix.utf8Start
+    for index in 0..<count {
+        guard let byte = iterator.next() else { return false }
+        let lower = byte >= 65 && byte <= 90 ? byte + 32 : byte
+        if lower != start[index] { return false }
+    }
+    return true
+}
+
+/// HTTP/2 or HTTP/1.1 on libcurl's multi interface: one multi handle, one thread.
+final class CurlEngine: Sendable {
+    typealias Configuration = HTTP2Client.Configuration
     private let inbox: Locked<Inbox>
     private let multi: MultiHandle
     private let finished: Latch
     private let counters: Counters
-
-    public init(configuration: Configuration = .init()) throws {
+    init(configuration: Configuration) throws {
         guard Self.globalInit == 0 else {
             throw HTTP2ClientError(
                 kind: .transport, curlCode: Int(Self.globalInit), message: "curl_global_init failed", isRetryable: false)
@@ -189,7 +300,6 @@ public final class HTTP2Client: Sendable {
                     isRetryable: false)
             }
         }
-        self.configuration = configuration
         self.inbox = Locked(Inbox())
         self.multi = MultiHandle(pointer: multi)
         self.finished = Latch()
@@ -208,37 +318,11 @@ public final class HTTP2Client: Sendable {
     deinit { shutdown() }
 
     /// Connections opened so far (libcurl's `CURLINFO_NUM_CONNECTS`, summed over finished transfers).
-    public var connectionsOpened: Int { counters.connectionsOpened.load(ordering: .relaxed) }
-
-    public func send(_ request: HTTP2Request) async throws -> HTTP2Response {
-        try await withCheckedThrowingContinuation { continuation in
-            let item = Pending(request: request, completion: .single(continuation), enqueued: .now)
-            if !hand([item]) {
-                continuation.resume(throwing: HTTP2ClientError.shutDown)
-            }
-        }
-    }
-
-    /// Many requests handed over at once (one wake-up of the loop); the answers in the same order.
-    public func send(_ requests: [HTTP2Request]) async -> [Result<HTTP2Response, HTTP2ClientError>] {
-        if requests.isEmpty { return [] }
-        return await withCheckedContinuation { continuation in
-            let batch = Batch(count: requests.count, continuation: continuation)
-            let now = ContinuousClock.now
-            var items: [Pending] = []
-            items.reserveCapacity(requests.count)
-            for (index, request) in requests.enumerated() {
-                items.append(Pending(request: request, completion: .batch(batch, index), enqueued: now))
-            }
-            if !hand(items) {
-                continuation.resume(returning: Array(repeating: .failure(HTTP2ClientError.shutDown), count: requests.count))
-            }
-        }
-    }
+    var connectionsOpened: Int { counters.connectionsOpened.load(ordering: .relaxed) }
 
     /// Ends the loop thread and frees every handle; what is queued or in flight fails with
     /// `.shutdown`. Returns once the thread is gone. Safe to call more than once, from any thread.
-    public func shutdown() {
+    func shutdown() {
         let wake = inbox.withLock { inbox -> Bool in
             if inbox.stopping { return false }
             inbox.stopping = true
@@ -249,7 +333,7 @@ public final class HTTP2Client: Sendable {
     }
 
     /// Queues `items` and wakes the loop unless a wake-up is already on its way; false once stopping.
-    private func hand(_ items: [Pending]) -> Bool {
+    func hand(_ items: [Pending]) -> Bool {
         let wake = inbox.withLock { inbox -> Bool? in
             if inbox.stopping { return nil }
             inbox.pending.append(contentsOf: items)
@@ -272,29 +356,29 @@ extension HTTP2ClientError {
 // MARK: - Between callers and the loop
 
 /// The multi handle, shared with callers only for `curl_multi_wakeup` (thread-safe in libcurl).
-private struct MultiHandle: @unchecked Sendable {
+struct MultiHandle: @unchecked Sendable {
     let pointer: UnsafeMutableRawPointer
 }
 
-private final class Counters: Sendable {
+final class Counters: Sendable {
     let connectionsOpened = Atomic<Int>(0)
 }
 
 /// Requests waiting for the loop, under the client's lock.
-private struct Inbox {
+struct Inbox {
     var pending: [Pending] = []
     /// A wake-up was sent since the loop last took `pending`.
     var wakeupSent = false
     var stopping = false
 }
 
-private struct Pending: Sendable {
+struct Pending: Sendable {
     var request: HTTP2Request
     var completion: Completion
     var enqueued: ContinuousClock.Instant
 }
 
-private enum Completion: Sendable {
+enum Completion: Sendable {
     case single(CheckedContinuation<HTTP2Response, any Error>)
     case batch(Batch, Int)
 
@@ -310,7 +394,7 @@ private enum Completion: Sendable {
 
 /// The answers of one `send([...])`. Filled only on the loop thread; handed to the caller by the
 /// continuation once the last is in (the resume orders the writes before the caller's reads).
-private final class Batch: @unchecked Sendable {
+final class Batch: @unchecked Sendable {
     private var results: [Result<HTTP2Response, HTTP2ClientError>?]
     private var remaining: Int
     private let continuation: CheckedContinuation<[Result<HTTP2Response, HTTP2ClientError>], Never>
@@ -332,7 +416,7 @@ private final class Batch: @unchecked Sendable {
 }
 
 /// Opens once; `wait` returns once it is open.
-private final class Latch: @unchecked Sendable {
+final class Latch: @unchecked Sendable {
     private let condition = NSCondition()
     private var isOpen = false  // under `condition`
 
