@@ -273,6 +273,7 @@ private final class H2Loop: @unchecked Sendable {
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, onDataChunk)
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, onFrame)
         nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, onStreamClose)
+        nghttp2_session_callbacks_set_on_frame_not_send_callback(callbacks, onFrameNotSent)
         var options: OpaquePointer?
         guard nghttp2_option_new(&options) == 0, let options else {
             nghttp2_session_callbacks_del(callbacks)
@@ -1126,6 +1127,13 @@ private final class H2Loop: @unchecked Sendable {
 
     // MARK: Called back by nghttp2 (on the loop thread, from mem_recv and mem_send)
 
+    /// A request's HEADERS that nghttp2 did not send (a GOAWAY came first, or the connection is
+    /// closing): the server never saw the stream, so it goes to another connection.
+    fileprivate func requestNotSent(_ connection: Connection, id: Int32) {
+        guard let stream = connection.streams.removeValue(forKey: id), !stream.done else { return }
+        connection.refused.append(stream)
+    }
+
     fileprivate func streamClosed(_ connection: Connection, id: Int32, code: UInt32) {
         guard let stream = connection.streams.removeValue(forKey: id), !stream.done else { return }
         if let failure = stream.failure {
@@ -1224,6 +1232,13 @@ private let onDataChunk: nghttp2_on_data_chunk_recv_callback = { session, _, id,
 private let onStreamClose: nghttp2_on_stream_close_callback = { session, id, code, userData in
     let connection = connectionOf(userData)
     connection.loop.streamClosed(connection, id: id, code: code)
+    return 0
+}
+
+private let onFrameNotSent: nghttp2_on_frame_not_send_callback = { _, frame, _, userData in
+    guard let frame, UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue else { return 0 }
+    let connection = connectionOf(userData)
+    connection.loop.requestNotSent(connection, id: frame.pointee.hd.stream_id)
     return 0
 }
 
