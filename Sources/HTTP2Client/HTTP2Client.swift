@@ -1,31 +1,46 @@
 /// # HTTP2Client
 ///
-/// An HTTP/2 client on libcurl's multi interface, for the push fan-out (APNs and FCM): many
-/// concurrent streams on few connections. The only module that touches curl pointers.
+/// An HTTP/2 client for the push fan-out (APNs and FCM): many concurrent streams on few
+/// connections. Two engines behind one API, chosen per request:
 ///
-/// **What it owns.** Each `HTTP2Client` owns one curl multi handle, the easy handles it reuses (a
-/// free list, never more than `Configuration.maxTransfers`), and one dedicated thread. Nothing of
-/// curl leaves the module: requests and responses are plain Swift values.
+/// - **libnghttp2** (NGHTTP2Engine.swift) for every `https://` URL (TLS by OpenSSL, ALPN `h2`
+///   required: a server that does not agree to h2 fails the request, not retryable) and for
+///   `http://` with `Configuration.cleartextHTTP2` (h2c, prior knowledge). nghttp2 does the framing,
+///   HPACK, flow control, SETTINGS and GOAWAY; one thread per client moves bytes between it, OpenSSL
+///   and the sockets (`poll`, an eventfd to wake it). About a tenth of libcurl's CPU per request
+///   (docs/fanout.md, "Why libnghttp2").
+/// - **libcurl's multi interface** for plain `http://` (HTTP/1.1: the test mocks' control ports), and
+///   for everything when `Configuration.engine` is `.libcurl` (the engine before, kept to compare
+///   and to fall back on). Its thread starts at the first request that needs it.
 ///
-/// **Threading.** Only the client's loop thread calls curl (except `curl_multi_wakeup`, which
-/// libcurl makes safe from any thread). `send` puts requests on a queue under a `Locked` (a lock that
-/// sleeps, not spins) and wakes the loop once per hand-over, whether one request or a batch of
-/// thousands. The loop adds them to the multi handle, drives it with `curl_multi_perform` and
-/// sleeps in `curl_multi_poll`; a finished transfer (`curl_multi_info_read`) resumes its caller's
-/// continuation, or fills its slot in a batch that resumes once, when its last answer is in. The
-/// callbacks (headers, body) run on the loop thread and reach their transfer's state through an
-/// unretained pointer: the loop keeps every active transfer alive in its own table.
+/// The only module that touches nghttp2, curl or SSL pointers: requests and responses are plain
+/// Swift values.
 ///
-/// **HTTP/2.** `CURLPIPE_MULTIPLEX`, `CURLOPT_PIPEWAIT` (a new request waits for the multiplexed
-/// connection rather than opening another), `CURL_HTTP_VERSION_2TLS` for https (ALPN),
-/// `CURLMOPT_MAX_HOST_CONNECTIONS` and `CURLMOPT_MAX_CONCURRENT_STREAMS`. libcurl obeys the
-/// server's SETTINGS and GOAWAY: after a GOAWAY it opens a new connection for later requests, and
-/// a stream the server refused or cut comes back as a retryable `HTTP2ClientError`.
+/// **Threading.** Only an engine's loop thread calls its C library. `send` puts requests on a queue
+/// under a `Locked` (a lock that sleeps, not spins) and wakes the loop once per hand-over, whether
+/// one request or a batch of thousands (the eventfd, or `curl_multi_wakeup`). A finished request
+/// resumes its caller's continuation, or fills its slot in a batch that resumes once, when its last
+/// answer is in. C callbacks run on the loop thread and reach their request's state through an
+/// unretained pointer: the loop keeps every request in flight alive in its own tables.
 ///
-/// **Bounds.** A response body beyond `maxResponseBytes` fails the request (`responseTooLarge`)
-/// and the bytes stop at the bound; at most `maxTransfers` requests are inside curl at once, the
-/// rest wait in the loop's backlog as plain values (their timeout counts from `send`); every
-/// request has a timeout; `shutdown()` fails whatever is queued or in flight and frees every handle.
+/// **HTTP/2 (nghttp2 engine).** At most `maxConnectionsPerHost` connections per host:port, streams
+/// spread over them; no stream goes on a connection before the server's first SETTINGS arrive, and
+/// never more than min(`maxConcurrentStreams`, SETTINGS_MAX_CONCURRENT_STREAMS) at once (the rest
+/// wait in the host's backlog, as plain values). After a GOAWAY a connection takes no new stream;
+/// the streams the server did not process (above its last_stream_id, or reset with REFUSED_STREAM)
+/// are sent again on another connection, at most 5 times, then fail retryable. A connection that
+/// fails fails its streams as retryable. Certificates are checked against `caFile` (or the
+/// system's), with the host name (or IP address) and SNI; an untrusted certificate fails the
+/// request, not retryable (`curlCode` 60). DNS (`getaddrinfo`) blocks the loop thread once per new
+/// connection. Errors carry the libcurl code of the same failure in `curlCode` whichever engine ran
+/// (7 refused, 28 timed out, 60 certificate, 92 stream reset, ...).
+///
+/// **Bounds.** A response body beyond `maxResponseBytes` fails the request (`responseTooLarge`, the
+/// stream is reset and the bytes stop at the bound); response headers beyond 64 KiB fail the request
+/// (the stream is reset); every request has a timeout counted from `send` (one in flight is reset
+/// with RST_STREAM and fails retryable); a connection still being set up after `connectTimeout`
+/// fails; the libcurl engine keeps at most `maxTransfers` requests inside libcurl. `shutdown()`
+/// fails whatever is queued or in flight with `.shutdown` and frees every handle.
 import CCurl
 import CShims
 import Foundation
@@ -80,7 +95,8 @@ public struct HTTP2Response: Sendable {
 /// A request that got no complete answer.
 public struct HTTP2ClientError: Error, Sendable, CustomStringConvertible {
     public enum Kind: Sendable, Equatable {
-        /// libcurl failed the transfer: `curlCode` and `message` say how.
+        /// The request failed on its way (connection, TLS, HTTP/2, timeout): `curlCode` (libcurl's
+        /// code for that failure, whichever engine ran) and `message` say how.
         case transport
         /// The answer's body was bigger than `Configuration.maxResponseBytes`; the rest was not read.
         case responseTooLarge
@@ -91,7 +107,7 @@ public struct HTTP2ClientError: Error, Sendable, CustomStringConvertible {
     }
 
     public var kind: Kind
-    /// libcurl's `CURLcode`, 0 when the error is not libcurl's.
+    /// libcurl's `CURLcode` for the failure (the nghttp2 engine reports the same codes), 0 when none fits.
     public var curlCode: Int
     public var message: String
     /// Whether sending the same request again may succeed: connection refused or reset, a refused
@@ -392,26 +408,33 @@ enum Completion: Sendable {
     }
 }
 
-/// The answers of one `send([...])`. Filled only on the loop thread; handed to the caller by the
-/// continuation once the last is in (the resume orders the writes before the caller's reads).
-final class Batch: @unchecked Sendable {
-    private var results: [Result<HTTP2Response, HTTP2ClientError>?]
-    private var remaining: Int
+/// The answers of one `send([...])`. Filled on the loop threads (two when a batch mixes HTTP/2 and
+/// HTTP/1.1 URLs, hence the lock, uncontended otherwise); handed to the caller by the continuation
+/// once the last is in.
+final class Batch: Sendable {
+    private struct State {
+        var results: [Result<HTTP2Response, HTTP2ClientError>?]
+        var remaining: Int
+    }
+
+    private let state: Locked<State>
     private let continuation: CheckedContinuation<[Result<HTTP2Response, HTTP2ClientError>], Never>
 
     init(count: Int, continuation: CheckedContinuation<[Result<HTTP2Response, HTTP2ClientError>], Never>) {
-        self.results = Array(repeating: nil, count: count)
-        self.remaining = count
+        self.state = Locked(State(results: Array(repeating: nil, count: count), remaining: count))
         self.continuation = continuation
     }
 
     func finish(_ index: Int, _ result: Result<HTTP2Response, HTTP2ClientError>) {
-        results[index] = result
-        remaining -= 1
-        if remaining == 0 {
-            continuation.resume(returning: results.map { $0! })
-            results = []
+        let complete = state.withLock { state -> [Result<HTTP2Response, HTTP2ClientError>]? in
+            guard case .none = state.results[index] else { return nil }
+            state.results[index] = result
+            state.remaining -= 1
+            guard state.remaining == 0 else { return nil }
+            defer { state.results = [] }
+            return state.results.map { $0! }
         }
+        if let complete { continuation.resume(returning: complete) }
     }
 }
 

@@ -158,6 +158,9 @@ private final class Host {
     var backlog: [Stream] = []
     var backlogHead = 0
     var connections: [Connection] = []
+    /// After a connection that never became ready, the next waits this long (while another
+    /// connection of the host carries its streams): no reconnect storm against a refusing server.
+    var openNotBefore = ContinuousClock.Instant.now
 
     init(prefix: String, secure: Bool, name: String, port: UInt16, authority: [UInt8]) {
         self.prefix = prefix
@@ -478,7 +481,7 @@ private final class H2Loop: @unchecked Sendable {
             }
         }
         host.compactBacklog()
-        if host.waiting > 0 && !host.connections.contains(where: { $0.settingUp }) {
+        if host.waiting > 0 && !host.connections.contains(where: { $0.settingUp }) && ContinuousClock.now >= host.openNotBefore {
             let live = host.connections.filter { $0.state != .closed && !$0.goingAway }.count
             if live < max(1, configuration.maxConnectionsPerHost) { open(host) }
         }
@@ -1041,10 +1044,15 @@ private final class H2Loop: @unchecked Sendable {
         host.connections.removeAll { $0 === connection }
         // A connection that never worked leaves nothing to wait for: what waits for this host fails
         // with its reason (refused, untrusted certificate, no h2), unless another is on its way.
-        if let failure, !connection.everReady, !host.connections.contains(where: { $0.state != .closed }) {
-            for stream in host.backlog[host.backlogHead...] { stream.finish(.failure(failure)) }
-            host.backlog.removeAll()
-            host.backlogHead = 0
+        if let failure, !connection.everReady {
+            if !host.connections.contains(where: { $0.state != .closed }) {
+                for stream in host.backlog[host.backlogHead...] { stream.finish(.failure(failure)) }
+                host.backlog.removeAll()
+                host.backlogHead = 0
+            } else {
+                host.openNotBefore = .now + .milliseconds(500)
+                if host.openNotBefore < earliestDeadline { earliestDeadline = host.openNotBefore }
+            }
         }
     }
 
