@@ -916,6 +916,10 @@ private final class H2Loop: @unchecked Sendable {
                 count = result
             }
             let used = nghttp2_session_mem_recv(session, readBuffer.baseAddress!.assumingMemoryBound(to: UInt8.self), count)
+            if used < 0 && !connection.settingsReceived {
+                fail(connection, Self.notHTTP2(connection, String(cString: nghttp2_strerror(Int32(used)))))
+                return
+            }
             if used < 0 {
                 fail(
                     connection,
@@ -928,9 +932,22 @@ private final class H2Loop: @unchecked Sendable {
         }
     }
 
+    /// The server's first bytes were not an HTTP/2 SETTINGS frame, or it closed before sending one
+    /// over h2c: not an HTTP/2 server (an h2c request to HTTP/1.1; over TLS, ALPN settles it before).
+    private static func notHTTP2(_ connection: Connection, _ detail: String) -> HTTP2ClientError {
+        HTTP2ClientError(
+            kind: .transport, curlCode: CurlCode.unsupportedProtocol,
+            message: "\(connection.host.name) port \(connection.host.port) does not speak HTTP/2: no SETTINGS frame first (\(detail))",
+            isRetryable: false)
+    }
+
     private func closedByServer(_ connection: Connection, detail: String) {
         if connection.streams.isEmpty && connection.goingAway {
             connection.state = .closed
+            return
+        }
+        if !connection.settingsReceived && connection.ssl == nil {
+            fail(connection, Self.notHTTP2(connection, detail))
             return
         }
         fail(
@@ -1005,6 +1022,8 @@ private final class H2Loop: @unchecked Sendable {
                 nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0
                     && connection.outputStart >= connection.output.count
             {
+                // nghttp2 ended the session: after a GOAWAY with nothing left, or on a protocol error.
+                if !connection.settingsReceived { fail(connection, Self.notHTTP2(connection, "nghttp2 ended the session")) }
                 connection.state = .closed
             }
             if connection.state == .open && connection.goingAway && connection.streams.isEmpty && connection.refused.isEmpty {

@@ -41,6 +41,25 @@ import Testing
         }
     }
 
+    @Test func cleartextHTTP2ToAnHTTP1ServerFailsClearlyAndIsNotRetried() async throws {
+        let server = try HTTP1Server.start()
+        defer { server.stop() }
+        let client = try HTTP2Client(configuration: .init(cleartextHTTP2: true))
+        defer { client.shutdown() }
+        do {
+            let response = try await client.send(HTTP2Request(url: "http://127.0.0.1:\(server.port)/", timeout: .seconds(5)))
+            Issue.record("answered \(response.status) over HTTP/\(response.httpVersion)")
+        } catch let error as HTTP2ClientError {
+            #expect(error.kind == .transport && !error.isRetryable, "\(error)")
+            #expect(error.message.contains("does not speak HTTP/2"), "\(error.message)")
+        }
+        // Without cleartextHTTP2 the same URL is HTTP/1.1 through libcurl.
+        let plain = try HTTP2Client()
+        defer { plain.shutdown() }
+        let response = try await plain.send(HTTP2Request(url: "http://127.0.0.1:\(server.port)/", timeout: .seconds(5)))
+        #expect(response.status == 200 && response.httpVersion == 1)
+    }
+
     @Test func aHostNameIsResolvedAndCheckedAgainstTheCertificate() async throws {
         try await HTTP2ClientTests.withServer { server, client in
             // localhost: getaddrinfo, SNI and a DNS name check (the certificate names localhost).
@@ -162,6 +181,44 @@ final class BehaviourServer: @unchecked Sendable {
         try? stdin.fileHandleForWriting.close()
         let deadline = ContinuousClock.now + .seconds(2)
         while process.isRunning && ContinuousClock.now < deadline { usleep(20_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+}
+
+/// `python3 -m http.server`: HTTP/1.x only, on a free port.
+final class HTTP1Server: @unchecked Sendable {
+    let port: UInt16
+    private let process: Process
+
+    static func start() throws -> HTTP1Server {
+        let directory = FileManager.default.temporaryDirectory.path
+        for _ in 1...3 {
+            let port = try freePort()
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            process.arguments = ["-m", "http.server", "--bind", "127.0.0.1", "--directory", directory, String(port)]
+            process.standardInput = FileHandle.nullDevice
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let deadline = ContinuousClock.now + .seconds(5)
+            while process.isRunning && ContinuousClock.now < deadline {
+                if canConnect(port: port) { return HTTP1Server(port: port, process: process) }
+                usleep(20_000)
+            }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+        }
+        throw TestSetupError("python3 -m http.server did not listen")
+    }
+
+    private init(port: UInt16, process: Process) {
+        self.port = port
+        self.process = process
+    }
+
+    func stop() {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
     }
