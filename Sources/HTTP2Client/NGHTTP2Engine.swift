@@ -1107,13 +1107,14 @@ private final class H2Loop: @unchecked Sendable {
                 }
                 next = min(next, connection.setupDeadline)
             }
-            for (id, stream) in connection.streams {
+            for (id, stream) in connection.streams where !stream.done {
                 if stream.deadline <= now {
+                    // Answered now; the stream stays in the table (nghttp2 may still read its body
+                    // through the data provider) until nghttp2 closes it after the RST_STREAM, or
+                    // reports its HEADERS not sent.
                     if let session = connection.session {
-                        nghttp2_session_set_stream_user_data(session, id, nil)
                         nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_CANCEL.rawValue)
                     }
-                    connection.streams[id] = nil
                     stream.finish(.failure(Self.timedOut(stream, now: now, what: "waiting for the answer")))
                 } else {
                     next = min(next, stream.deadline)
