@@ -27,7 +27,7 @@ import Testing
     @Test func aTLSServerWithoutH2IsRefusedClearlyAndNotRetried() async throws {
         let certificates = try TestCertificates.make()
         defer { certificates.remove() }
-        let server = try OpenSSLServer.start(certificates: certificates)
+        let server = try await OpenSSLServer.start(certificates: certificates)
         defer { server.stop() }
         let client = try HTTP2Client(configuration: .init(caFile: certificates.caFile))
         defer { client.shutdown() }
@@ -42,7 +42,7 @@ import Testing
     }
 
     @Test func cleartextHTTP2ToAnHTTP1ServerFailsClearlyAndIsNotRetried() async throws {
-        let server = try HTTP1Server.start()
+        let server = try await HTTP1Server.start()
         defer { server.stop() }
         let client = try HTTP2Client(configuration: .init(cleartextHTTP2: true))
         defer { client.shutdown() }
@@ -76,7 +76,7 @@ import Testing
     }
 
     @Test func streamsAboveAGoAwaysLastStreamAreSentAgainOnANewConnection() async throws {
-        let server = try BehaviourServer.start(["--hold", "10", "--answer", "4"])
+        let server = try await BehaviourServer.start(["--hold", "10", "--answer", "4"])
         defer { server.stop() }
         let client = try HTTP2Client(configuration: .init(cleartextHTTP2: true))
         defer { client.shutdown() }
@@ -98,7 +98,7 @@ import Testing
     }
 
     @Test func aRefusedStreamIsSentAgain() async throws {
-        let server = try BehaviourServer.start()
+        let server = try await BehaviourServer.start()
         defer { server.stop() }
         let client = try HTTP2Client(configuration: .init(cleartextHTTP2: true))
         defer { client.shutdown() }
@@ -106,8 +106,28 @@ import Testing
         #expect(response.status == 200 && response.body == Array("again".utf8))
     }
 
+    @Test func responseHeadersBeyondTheBoundFailTheRequestOnly() async throws {
+        let server = try await BehaviourServer.start()
+        defer { server.stop() }
+        let client = try HTTP2Client(configuration: .init(cleartextHTTP2: true))
+        defer { client.shutdown() }
+        let base = "http://127.0.0.1:\(server.port)"
+        do {
+            let response = try await client.send(HTTP2Request(url: base + "/big-headers"))
+            Issue.record("80 KB of headers accepted: \(response.headers.count) headers")
+        } catch let error as HTTP2ClientError {
+            #expect(error.kind == .transport && !error.isRetryable, "\(error)")
+            #expect(error.message.contains("headers"), "\(error.message)")
+        }
+        let after = try await client.send(HTTP2ClientTests.post(base + "/echo", "fine"))
+        #expect(after.body == Array("fine".utf8))
+    }
+}
+
+/// Timed, so with the other timed tests (run on their own by `make test`, TIMED_SUITES).
+extension HTTP2ClientPromptnessTests {
     @Test func aStreamWithoutAnswerTimesOutAndItsConnectionKeepsWorking() async throws {
-        let server = try BehaviourServer.start()
+        let server = try await BehaviourServer.start()
         defer { server.stop() }
         let client = try HTTP2Client(configuration: .init(cleartextHTTP2: true))
         defer { client.shutdown() }
@@ -126,63 +146,56 @@ import Testing
         #expect(after.body == Array("still".utf8))
         #expect(client.connectionsOpened == 1, "the timed-out stream was reset, not its connection")
     }
-
-    @Test func responseHeadersBeyondTheBoundFailTheRequestOnly() async throws {
-        let server = try BehaviourServer.start()
-        defer { server.stop() }
-        let client = try HTTP2Client(configuration: .init(cleartextHTTP2: true))
-        defer { client.shutdown() }
-        let base = "http://127.0.0.1:\(server.port)"
-        do {
-            let response = try await client.send(HTTP2Request(url: base + "/big-headers"))
-            Issue.record("80 KB of headers accepted: \(response.headers.count) headers")
-        } catch let error as HTTP2ClientError {
-            #expect(error.kind == .transport && !error.isRetryable, "\(error)")
-            #expect(error.message.contains("headers"), "\(error.message)")
-        }
-        let after = try await client.send(HTTP2ClientTests.post(base + "/echo", "fine"))
-        #expect(after.body == Array("fine".utf8))
-    }
 }
 
-/// Tests/PushMocks/h2_behaviour_server.py, on a free port; `stop()` closes its stdin (it ends),
-/// SIGKILL after two seconds (children of the test runner inherit its blocked signals).
+/// Tests/PushMocks/h2_behaviour_server.py, on a free port. Waits with `Task.sleep`, never blocking
+/// a thread of the test pool (the timed tests run beside these). `stop()` kills it (SIGKILL: a child
+/// of the test runner inherits its blocked signals); closing its stdin would end it too.
 final class BehaviourServer: @unchecked Sendable {
     let port: Int
     private let process: Process
     private let stdin: Pipe
+    private let output: String
 
-    static func start(_ arguments: [String] = []) throws -> BehaviourServer {
+    static func start(_ arguments: [String] = []) async throws -> BehaviourServer {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("PushMocks/h2_behaviour_server.py").path
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("h2-behaviour-\(UUID().uuidString).out").path
+        _ = FileManager.default.createFile(atPath: output, contents: nil)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         process.arguments = [script] + arguments
         let stdin = Pipe()
-        let stdout = Pipe()
         process.standardInput = stdin
-        process.standardOutput = stdout
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
         try process.run()
-        let line = String(decoding: stdout.fileHandleForReading.availableData, as: UTF8.self)
-        guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            throw TestSetupError("h2_behaviour_server.py did not start (python3-h2 installed?): \(line.debugDescription)")
+        let deadline = ContinuousClock.now + .seconds(20)
+        var text = ""
+        while process.isRunning && ContinuousClock.now < deadline {
+            text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+            if text.hasSuffix("\n"), let port = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                return BehaviourServer(port: port, process: process, stdin: stdin, output: output)
+            }
+            try await Task.sleep(for: .milliseconds(20))
         }
-        return BehaviourServer(port: port, process: process, stdin: stdin)
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        try? FileManager.default.removeItem(atPath: output)
+        throw TestSetupError("h2_behaviour_server.py did not start (python3-h2 installed?): \(text.debugDescription)")
     }
 
-    private init(port: Int, process: Process, stdin: Pipe) {
+    private init(port: Int, process: Process, stdin: Pipe, output: String) {
         self.port = port
         self.process = process
         self.stdin = stdin
+        self.output = output
     }
 
     func stop() {
         try? stdin.fileHandleForWriting.close()
-        let deadline = ContinuousClock.now + .seconds(2)
-        while process.isRunning && ContinuousClock.now < deadline { usleep(20_000) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: output)
     }
 }
 
@@ -191,7 +204,7 @@ final class HTTP1Server: @unchecked Sendable {
     let port: UInt16
     private let process: Process
 
-    static func start() throws -> HTTP1Server {
+    static func start() async throws -> HTTP1Server {
         let directory = FileManager.default.temporaryDirectory.path
         for _ in 1...3 {
             let port = try freePort()
@@ -205,7 +218,7 @@ final class HTTP1Server: @unchecked Sendable {
             let deadline = ContinuousClock.now + .seconds(5)
             while process.isRunning && ContinuousClock.now < deadline {
                 if canConnect(port: port) { return HTTP1Server(port: port, process: process) }
-                usleep(20_000)
+                try await Task.sleep(for: .milliseconds(20))
             }
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
             process.waitUntilExit()
@@ -229,7 +242,7 @@ final class OpenSSLServer: @unchecked Sendable {
     let port: UInt16
     private let process: Process
 
-    static func start(certificates: TestCertificates) throws -> OpenSSLServer {
+    static func start(certificates: TestCertificates) async throws -> OpenSSLServer {
         guard let executable = findExecutable("openssl") else { throw TestSetupError("openssl is not installed") }
         for _ in 1...3 {
             let port = try freePort()
@@ -243,7 +256,7 @@ final class OpenSSLServer: @unchecked Sendable {
             let deadline = ContinuousClock.now + .seconds(5)
             while process.isRunning && ContinuousClock.now < deadline {
                 if canConnect(port: port) { return OpenSSLServer(port: port, process: process) }
-                usleep(20_000)
+                try await Task.sleep(for: .milliseconds(20))
             }
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
             process.waitUntilExit()
