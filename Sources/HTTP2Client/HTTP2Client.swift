@@ -202,7 +202,9 @@ public final class HTTP2Client: Sendable {
     public init(configuration: Configuration = .init()) throws {
         self.configuration = configuration
         self.h2 = configuration.engine == .nghttp2 ? try NGHTTP2Engine(configuration: configuration) : nil
-        self.curl = Locked(CurlState())
+        // On `.libcurl` every request goes there: made now, so that a libcurl that cannot start
+        // fails here, as before.
+        self.curl = Locked(CurlState(engine: configuration.engine == .libcurl ? try CurlEngine(configuration: configuration) : nil))
     }
 
     deinit { shutdown() }
