@@ -26,6 +26,9 @@ let package = Package(
             name: "CCurl", path: "Sources/CLibraries/CCurl", pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(
+            name: "CNGHTTP2", path: "Sources/CLibraries/CNGHTTP2", pkgConfig: "libnghttp2",
+            providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(
             name: "CMicroHTTPD", path: "Sources/CLibraries/CMicroHTTPD", pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]),
         // Non-variadic entry points for the variadic C functions Swift cannot call.
@@ -50,9 +53,11 @@ let package = Package(
             name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL"],
             swiftSettings: swiftSettings),
 
-        // HTTP/2 client on libcurl's multi interface (one loop thread per client): the only module
-        // that touches curl pointers, for the push fan-out to APNs and FCM.
-        .target(name: "HTTP2Client", dependencies: ["CCurl", "CShims", "Threads"], swiftSettings: swiftSettings),
+        // HTTP/2 client for the push fan-out to APNs and FCM: libnghttp2 over OpenSSL on one epoll
+        // thread for HTTP/2 (https, h2c), libcurl's multi interface for plain HTTP/1.1. The only
+        // module that touches nghttp2, curl or SSL pointers.
+        .target(
+            name: "HTTP2Client", dependencies: ["CNGHTTP2", "COpenSSL", "CCurl", "CShims", "Threads"], swiftSettings: swiftSettings),
 
         // HTTP/1.1 on libmicrohttpd: requests in, responses out; no routing, no JSON:API.
         .target(

@@ -125,6 +125,14 @@ struct FanoutBenchmark: Benchmark {
                 return measurement
             },
             BenchmarkCase(
+                id: "http2-client-libcurl", title: "HTTP2Client alone on its libcurl engine", description:
+                    "The same with Configuration.engine = .libcurl (libcurl 7.88's multi interface, the engine before libnghttp2).",
+                kind: .client, batchSize: 1000, appenders: 1, eventsPerRound: pushesPerRound
+            ) { round in
+                let measured = try await server.clientOnly(requests: pushesPerRound, engine: .libcurl)
+                return Measurement(round: round, events: pushesPerRound, elapsed: measured)
+            },
+            BenchmarkCase(
                 id: "h2load", title: "h2load, same requests and server", description:
                     "h2load -c 2 -m 100 posting the same number of FCM-shaped requests to the same nghttpd: the ceiling.",
                 kind: .serverSide, batchSize: 100, appenders: 2, eventsPerRound: pushesPerRound
@@ -272,8 +280,8 @@ final class NGHTTPSink: @unchecked Sendable {
         return (try? FCMPayload.encode(content, token: "fcm-12345")) ?? []
     }
 
-    func clientOnly(requests: Int) async throws -> Duration {
-        let client = try HTTP2Client(configuration: HTTP2Client.Configuration(caFile: caFile))
+    func clientOnly(requests: Int, engine: HTTP2Client.Configuration.Engine = .nghttp2) async throws -> Duration {
+        let client = try HTTP2Client(configuration: HTTP2Client.Configuration(caFile: caFile, engine: engine))
         defer { client.shutdown() }
         let request = HTTP2Request(
             method: "POST", url: base + FCMPayload.path(projectId: project),

@@ -1,31 +1,46 @@
 /// # HTTP2Client
 ///
-/// An HTTP/2 client on libcurl's multi interface, for the push fan-out (APNs and FCM): many
-/// concurrent streams on few connections. The only module that touches curl pointers.
+/// An HTTP/2 client for the push fan-out (APNs and FCM): many concurrent streams on few
+/// connections. Two engines behind one API, chosen per request:
 ///
-/// **What it owns.** Each `HTTP2Client` owns one curl multi handle, the easy handles it reuses (a
-/// free list, never more than `Configuration.maxTransfers`), and one dedicated thread. Nothing of
-/// curl leaves the module: requests and responses are plain Swift values.
+/// - **libnghttp2** (NGHTTP2Engine.swift) for every `https://` URL (TLS by OpenSSL, ALPN `h2`
+///   required: a server that does not agree to h2 fails the request, not retryable) and for
+///   `http://` with `Configuration.cleartextHTTP2` (h2c, prior knowledge). nghttp2 does the framing,
+///   HPACK, flow control, SETTINGS and GOAWAY; one thread per client moves bytes between it, OpenSSL
+///   and the sockets (`poll`, an eventfd to wake it). About a tenth of libcurl's CPU per request
+///   (docs/fanout.md, "Why libnghttp2").
+/// - **libcurl's multi interface** for plain `http://` (HTTP/1.1: the test mocks' control ports), and
+///   for everything when `Configuration.engine` is `.libcurl` (the engine before, kept to compare
+///   and to fall back on). Its thread starts at the first request that needs it.
 ///
-/// **Threading.** Only the client's loop thread calls curl (except `curl_multi_wakeup`, which
-/// libcurl makes safe from any thread). `send` puts requests on a queue under a `Locked` (a lock that
-/// sleeps, not spins) and wakes the loop once per hand-over, whether one request or a batch of
-/// thousands. The loop adds them to the multi handle, drives it with `curl_multi_perform` and
-/// sleeps in `curl_multi_poll`; a finished transfer (`curl_multi_info_read`) resumes its caller's
-/// continuation, or fills its slot in a batch that resumes once, when its last answer is in. The
-/// callbacks (headers, body) run on the loop thread and reach their transfer's state through an
-/// unretained pointer: the loop keeps every active transfer alive in its own table.
+/// The only module that touches nghttp2, curl or SSL pointers: requests and responses are plain
+/// Swift values.
 ///
-/// **HTTP/2.** `CURLPIPE_MULTIPLEX`, `CURLOPT_PIPEWAIT` (a new request waits for the multiplexed
-/// connection rather than opening another), `CURL_HTTP_VERSION_2TLS` for https (ALPN),
-/// `CURLMOPT_MAX_HOST_CONNECTIONS` and `CURLMOPT_MAX_CONCURRENT_STREAMS`. libcurl obeys the
-/// server's SETTINGS and GOAWAY: after a GOAWAY it opens a new connection for later requests, and
-/// a stream the server refused or cut comes back as a retryable `HTTP2ClientError`.
+/// **Threading.** Only an engine's loop thread calls its C library. `send` puts requests on a queue
+/// under a `Locked` (a lock that sleeps, not spins) and wakes the loop once per hand-over, whether
+/// one request or a batch of thousands (the eventfd, or `curl_multi_wakeup`). A finished request
+/// resumes its caller's continuation, or fills its slot in a batch that resumes once, when its last
+/// answer is in. C callbacks run on the loop thread and reach their request's state through an
+/// unretained pointer: the loop keeps every request in flight alive in its own tables.
 ///
-/// **Bounds.** A response body beyond `maxResponseBytes` fails the request (`responseTooLarge`)
-/// and the bytes stop at the bound; at most `maxTransfers` requests are inside curl at once, the
-/// rest wait in the loop's backlog as plain values (their timeout counts from `send`); every
-/// request has a timeout; `shutdown()` fails whatever is queued or in flight and frees every handle.
+/// **HTTP/2 (nghttp2 engine).** At most `maxConnectionsPerHost` connections per host:port, streams
+/// spread over them; no stream goes on a connection before the server's first SETTINGS arrive, and
+/// never more than min(`maxConcurrentStreams`, SETTINGS_MAX_CONCURRENT_STREAMS) at once (the rest
+/// wait in the host's backlog, as plain values). After a GOAWAY a connection takes no new stream;
+/// the streams the server did not process (above its last_stream_id, or reset with REFUSED_STREAM)
+/// are sent again on another connection, at most 5 times, then fail retryable. A connection that
+/// fails fails its streams as retryable. Certificates are checked against `caFile` (or the
+/// system's), with the host name (or IP address) and SNI; an untrusted certificate fails the
+/// request, not retryable (`curlCode` 60). DNS (`getaddrinfo`) blocks the loop thread once per new
+/// connection. Errors carry the libcurl code of the same failure in `curlCode` whichever engine ran
+/// (7 refused, 28 timed out, 60 certificate, 92 stream reset, ...).
+///
+/// **Bounds.** A response body beyond `maxResponseBytes` fails the request (`responseTooLarge`, the
+/// stream is reset and the bytes stop at the bound); response headers beyond 64 KiB fail the request
+/// (the stream is reset); every request has a timeout counted from `send` (one in flight is reset
+/// with RST_STREAM and fails retryable); a connection still being set up after `connectTimeout`
+/// fails; the libcurl engine keeps at most `maxTransfers` requests inside libcurl. `shutdown()`
+/// fails whatever is queued or in flight with `.shutdown` and frees every handle.
 import CCurl
 import CShims
 import Foundation
@@ -80,7 +95,8 @@ public struct HTTP2Response: Sendable {
 /// A request that got no complete answer.
 public struct HTTP2ClientError: Error, Sendable, CustomStringConvertible {
     public enum Kind: Sendable, Equatable {
-        /// libcurl failed the transfer: `curlCode` and `message` say how.
+        /// The request failed on its way (connection, TLS, HTTP/2, timeout): `curlCode` (libcurl's
+        /// code for that failure, whichever engine ran) and `message` say how.
         case transport
         /// The answer's body was bigger than `Configuration.maxResponseBytes`; the rest was not read.
         case responseTooLarge
@@ -91,7 +107,7 @@ public struct HTTP2ClientError: Error, Sendable, CustomStringConvertible {
     }
 
     public var kind: Kind
-    /// libcurl's `CURLcode`, 0 when the error is not libcurl's.
+    /// libcurl's `CURLcode` for the failure (the nghttp2 engine reports the same codes), 0 when none fits.
     public var curlCode: Int
     public var message: String
     /// Whether sending the same request again may succeed: connection refused or reset, a refused
@@ -136,7 +152,8 @@ public final class HTTP2Client: Sendable {
         public var connectTimeout: Duration
         /// A body past this fails the request with `responseTooLarge`.
         public var maxResponseBytes: Int
-        /// Requests inside libcurl at once (each holds an easy handle); the rest wait in a backlog.
+        /// libcurl engine only: requests inside libcurl at once (each holds an easy handle); the rest
+        /// wait in a backlog.
         /// Default 256 (or fewer when connections × streams is smaller): libcurl 7.88's
         /// `curl_multi_perform` visits every transfer it holds on every call, so thousands of
         /// waiting transfers inside it cost more than they gain (measured: 2,000 about half the
@@ -144,11 +161,20 @@ public final class HTTP2Client: Sendable {
         public var maxTransfers: Int
         /// `http://` URLs speak HTTP/2 without upgrade (h2c, prior knowledge) instead of HTTP/1.1.
         public var cleartextHTTP2: Bool
+        /// Which engine carries HTTP/2 (`https://`, and `http://` with `cleartextHTTP2`): libnghttp2
+        /// (the default) or libcurl (the engine before it, kept to compare and to fall back on).
+        /// Plain HTTP/1.1 always goes through libcurl.
+        public var engine: Engine
+
+        public enum Engine: Sendable, Equatable {
+            case nghttp2
+            case libcurl
+        }
 
         public init(
             caFile: String? = nil, maxConnectionsPerHost: Int = 2, maxConcurrentStreams: Int = 1000,
             connectTimeout: Duration = .seconds(10), maxResponseBytes: Int = 1 << 20, maxTransfers: Int? = nil,
-            cleartextHTTP2: Bool = false
+            cleartextHTTP2: Bool = false, engine: Engine = .nghttp2
         ) {
             self.caFile = caFile
             self.maxConnectionsPerHost = maxConnectionsPerHost
@@ -157,16 +183,119 @@ public final class HTTP2Client: Sendable {
             self.maxResponseBytes = maxResponseBytes
             self.maxTransfers = max(1, maxTransfers ?? min(256, maxConnectionsPerHost * maxConcurrentStreams))
             self.cleartextHTTP2 = cleartextHTTP2
+            self.engine = engine
         }
     }
 
     public let configuration: Configuration
+    /// HTTP/2 on libnghttp2; nil when `configuration.engine` is `.libcurl`.
+    private let h2: NGHTTP2Engine?
+    /// libcurl, made at the first request that needs it (HTTP/1.1, or every request with
+    /// `engine: .libcurl`): a push client that speaks only HTTP/2 never starts its thread.
+    private let curl: Locked<CurlState>
+
+    private struct CurlState {
+        var engine: CurlEngine?
+        var stopped = false
+    }
+
+    public init(configuration: Configuration = .init()) throws {
+        self.configuration = configuration
+        self.h2 = configuration.engine == .nghttp2 ? try NGHTTP2Engine(configuration: configuration) : nil
+        // On `.libcurl` every request goes there: made now, so that a libcurl that cannot start
+        // fails here, as before.
+        self.curl = Locked(CurlState(engine: configuration.engine == .libcurl ? try CurlEngine(configuration: configuration) : nil))
+    }
+
+    deinit { shutdown() }
+
+    /// Connections opened so far, over both engines.
+    public var connectionsOpened: Int {
+        (h2?.connectionsOpened ?? 0) + (curl.withLock { $0.engine }?.connectionsOpened ?? 0)
+    }
+
+    public func send(_ request: HTTP2Request) async throws -> HTTP2Response {
+        try await withCheckedThrowingContinuation { continuation in
+            let item = Pending(request: request, completion: .single(continuation), enqueued: .now)
+            if !hand([item], toHTTP2: usesHTTP2Engine(request.url)) {
+                continuation.resume(throwing: HTTP2ClientError.shutDown)
+            }
+        }
+    }
+
+    /// Many requests handed over at once (one wake-up of each engine's loop); the answers in the same order.
+    public func send(_ requests: [HTTP2Request]) async -> [Result<HTTP2Response, HTTP2ClientError>] {
+        if requests.isEmpty { return [] }
+        return await withCheckedContinuation { continuation in
+            let batch = Batch(count: requests.count, continuation: continuation)
+            let now = ContinuousClock.now
+            var h2Items: [Pending] = []
+            var curlItems: [Pending] = []
+            h2Items.reserveCapacity(requests.count)
+            for (index, request) in requests.enumerated() {
+                let item = Pending(request: request, completion: .batch(batch, index), enqueued: now)
+                if usesHTTP2Engine(request.url) { h2Items.append(item) } else { curlItems.append(item) }
+            }
+            for (items, toHTTP2) in [(h2Items, true), (curlItems, false)] where !items.isEmpty {
+                if !hand(items, toHTTP2: toHTTP2) {
+                    for item in items { item.completion.finish(.failure(HTTP2ClientError.shutDown)) }
+                }
+            }
+        }
+    }
+
+    /// Ends the loop threads and frees every handle; what is queued or in flight fails with
+    /// `.shutdown`. Returns once the threads are gone. Safe to call more than once, from any thread.
+    public func shutdown() {
+        h2?.shutdown()
+        let engine = curl.withLock { state -> CurlEngine? in
+            state.stopped = true
+            return state.engine
+        }
+        engine?.shutdown()
+    }
+
+    /// `https://`, and `http://` with `cleartextHTTP2`, go to libnghttp2 (unless the configuration
+    /// asks for libcurl); the rest (HTTP/1.1) to libcurl.
+    private func usesHTTP2Engine(_ url: String) -> Bool {
+        guard h2 != nil else { return false }
+        let bytes = url.utf8
+        if startsCaseInsensitive(bytes, "https://") { return true }
+        return configuration.cleartextHTTP2 && startsCaseInsensitive(bytes, "http://")
+    }
+
+    private func hand(_ items: [Pending], toHTTP2: Bool) -> Bool {
+        if toHTTP2, let h2 { return h2.hand(items) }
+        let engine = curl.withLock { state -> CurlEngine? in
+            if state.stopped { return nil }
+            if state.engine == nil { state.engine = try? CurlEngine(configuration: configuration) }
+            return state.engine
+        }
+        guard let engine else { return false }
+        return engine.hand(items)
+    }
+}
+
+func startsCaseInsensitive(_ bytes: String.UTF8View, _ prefix: StaticString) -> Bool {
+    var iterator = bytes.makeIterator()
+    let count = prefix.utf8CodeUnitCount
+    let start = prefix.utf8Start
+    for index in 0..<count {
+        guard let byte = iterator.next() else { return false }
+        let lower = byte >= 65 && byte <= 90 ? byte + 32 : byte
+        if lower != start[index] { return false }
+    }
+    return true
+}
+
+/// HTTP/2 or HTTP/1.1 on libcurl's multi interface: one multi handle, one thread.
+final class CurlEngine: Sendable {
+    typealias Configuration = HTTP2Client.Configuration
     private let inbox: Locked<Inbox>
     private let multi: MultiHandle
     private let finished: Latch
     private let counters: Counters
-
-    public init(configuration: Configuration = .init()) throws {
+    init(configuration: Configuration) throws {
         guard Self.globalInit == 0 else {
             throw HTTP2ClientError(
                 kind: .transport, curlCode: Int(Self.globalInit), message: "curl_global_init failed", isRetryable: false)
@@ -189,7 +318,6 @@ public final class HTTP2Client: Sendable {
                     isRetryable: false)
             }
         }
-        self.configuration = configuration
         self.inbox = Locked(Inbox())
         self.multi = MultiHandle(pointer: multi)
         self.finished = Latch()
@@ -208,37 +336,11 @@ public final class HTTP2Client: Sendable {
     deinit { shutdown() }
 
     /// Connections opened so far (libcurl's `CURLINFO_NUM_CONNECTS`, summed over finished transfers).
-    public var connectionsOpened: Int { counters.connectionsOpened.load(ordering: .relaxed) }
-
-    public func send(_ request: HTTP2Request) async throws -> HTTP2Response {
-        try await withCheckedThrowingContinuation { continuation in
-            let item = Pending(request: request, completion: .single(continuation), enqueued: .now)
-            if !hand([item]) {
-                continuation.resume(throwing: HTTP2ClientError.shutDown)
-            }
-        }
-    }
-
-    /// Many requests handed over at once (one wake-up of the loop); the answers in the same order.
-    public func send(_ requests: [HTTP2Request]) async -> [Result<HTTP2Response, HTTP2ClientError>] {
-        if requests.isEmpty { return [] }
-        return await withCheckedContinuation { continuation in
-            let batch = Batch(count: requests.count, continuation: continuation)
-            let now = ContinuousClock.now
-            var items: [Pending] = []
-            items.reserveCapacity(requests.count)
-            for (index, request) in requests.enumerated() {
-                items.append(Pending(request: request, completion: .batch(batch, index), enqueued: now))
-            }
-            if !hand(items) {
-                continuation.resume(returning: Array(repeating: .failure(HTTP2ClientError.shutDown), count: requests.count))
-            }
-        }
-    }
+    var connectionsOpened: Int { counters.connectionsOpened.load(ordering: .relaxed) }
 
     /// Ends the loop thread and frees every handle; what is queued or in flight fails with
     /// `.shutdown`. Returns once the thread is gone. Safe to call more than once, from any thread.
-    public func shutdown() {
+    func shutdown() {
         let wake = inbox.withLock { inbox -> Bool in
             if inbox.stopping { return false }
             inbox.stopping = true
@@ -249,7 +351,7 @@ public final class HTTP2Client: Sendable {
     }
 
     /// Queues `items` and wakes the loop unless a wake-up is already on its way; false once stopping.
-    private func hand(_ items: [Pending]) -> Bool {
+    func hand(_ items: [Pending]) -> Bool {
         let wake = inbox.withLock { inbox -> Bool? in
             if inbox.stopping { return nil }
             inbox.pending.append(contentsOf: items)
@@ -272,29 +374,29 @@ extension HTTP2ClientError {
 // MARK: - Between callers and the loop
 
 /// The multi handle, shared with callers only for `curl_multi_wakeup` (thread-safe in libcurl).
-private struct MultiHandle: @unchecked Sendable {
+struct MultiHandle: @unchecked Sendable {
     let pointer: UnsafeMutableRawPointer
 }
 
-private final class Counters: Sendable {
+final class Counters: Sendable {
     let connectionsOpened = Atomic<Int>(0)
 }
 
 /// Requests waiting for the loop, under the client's lock.
-private struct Inbox {
+struct Inbox {
     var pending: [Pending] = []
     /// A wake-up was sent since the loop last took `pending`.
     var wakeupSent = false
     var stopping = false
 }
 
-private struct Pending: Sendable {
+struct Pending: Sendable {
     var request: HTTP2Request
     var completion: Completion
     var enqueued: ContinuousClock.Instant
 }
 
-private enum Completion: Sendable {
+enum Completion: Sendable {
     case single(CheckedContinuation<HTTP2Response, any Error>)
     case batch(Batch, Int)
 
@@ -308,31 +410,38 @@ private enum Completion: Sendable {
     }
 }
 
-/// The answers of one `send([...])`. Filled only on the loop thread; handed to the caller by the
-/// continuation once the last is in (the resume orders the writes before the caller's reads).
-private final class Batch: @unchecked Sendable {
-    private var results: [Result<HTTP2Response, HTTP2ClientError>?]
-    private var remaining: Int
+/// The answers of one `send([...])`. Filled on the loop threads (two when a batch mixes HTTP/2 and
+/// HTTP/1.1 URLs, hence the lock, uncontended otherwise); handed to the caller by the continuation
+/// once the last is in.
+final class Batch: Sendable {
+    private struct State {
+        var results: [Result<HTTP2Response, HTTP2ClientError>?]
+        var remaining: Int
+    }
+
+    private let state: Locked<State>
     private let continuation: CheckedContinuation<[Result<HTTP2Response, HTTP2ClientError>], Never>
 
     init(count: Int, continuation: CheckedContinuation<[Result<HTTP2Response, HTTP2ClientError>], Never>) {
-        self.results = Array(repeating: nil, count: count)
-        self.remaining = count
+        self.state = Locked(State(results: Array(repeating: nil, count: count), remaining: count))
         self.continuation = continuation
     }
 
     func finish(_ index: Int, _ result: Result<HTTP2Response, HTTP2ClientError>) {
-        results[index] = result
-        remaining -= 1
-        if remaining == 0 {
-            continuation.resume(returning: results.map { $0! })
-            results = []
+        let complete = state.withLock { state -> [Result<HTTP2Response, HTTP2ClientError>]? in
+            guard case .none = state.results[index] else { return nil }
+            state.results[index] = result
+            state.remaining -= 1
+            guard state.remaining == 0 else { return nil }
+            defer { state.results = [] }
+            return state.results.map { $0! }
         }
+        if let complete { continuation.resume(returning: complete) }
     }
 }
 
 /// Opens once; `wait` returns once it is open.
-private final class Latch: @unchecked Sendable {
+final class Latch: @unchecked Sendable {
     private let condition = NSCondition()
     private var isOpen = false  // under `condition`
 
