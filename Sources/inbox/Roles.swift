@@ -38,7 +38,11 @@ enum Roles {
             let bellCache = configuration.bellCacheMegabytes > 0 ? BellCache(capacityBytes: configuration.bellCacheMegabytes << 20) : nil
             let store = EventStore(client: requestClient, validator: database.store.validator)
             let metrics = RequestMetrics()
-            let routes = InboxRoutes.all(client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache)
+            let uploads = UploadSettings(
+                directory: URL(fileURLWithPath: configuration.uploadsFolder, isDirectory: true),
+                allowPrivateSources: configuration.uploadsAllowPrivateSources)
+            let routes = InboxRoutes.all(
+                client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, uploads: uploads)
             let logRequest: @Sendable (RequestLogLine) -> Void = { line in
                 var metadata: Logger.Metadata = [
                     "method": line.method, "route": line.route, "status": String(line.status),
@@ -96,7 +100,7 @@ struct APIService: Service {
             configuration: .init(
                 host: configuration.httpHost, port: configuration.httpPort, blockingThreads: configuration.httpThreads,
                 maximumBodyBytes: configuration.httpMaximumBodyBytes, connectionsPerAddress: configuration.httpConnectionsPerAddress,
-                requestDeadlineSeconds: configuration.httpRequestDeadlineSeconds),
+                requestDeadlineSeconds: configuration.httpRequestDeadlineSeconds, bodyLimits: InboxRoutes.bodyLimits),
             replying: { request in api.reply(request) })
         let operationsServer: HTTPServer?
         do {
