@@ -112,7 +112,7 @@ import Testing
             }
             // The probes find what they look for: every reader is used, and the routes with a body do refuse bad JSON.
             #expect(everyRead == Set(Self.queryNames))
-            #expect(bodies == 7, "POST and PATCH of devices and saved searches, PATCH of a notification and of the preferences, the events")
+            #expect(bodies == 8, "POST and PATCH of devices and saved searches, PATCH of a notification and of the preferences, the events, POST of an upload")
         }
     }
 }
