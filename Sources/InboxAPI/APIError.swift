@@ -73,6 +73,8 @@ public struct APIError: Error, Sendable {
         public static let typeMismatch = Code("type_mismatch")
         public static let unknownField = Code("unknown_field")
         public static let unsupportedFileType = Code("unsupported_file_type")
+        /// 503: every slot for fetching a sourceUrl is taken; retry.
+        public static let uploadsBusy = Code("uploads_busy")
         public static let unsupportedMediaType = Code("unsupported_media_type")
         public static let wrongExpectedVersion = Code("wrong_expected_version")
     }

@@ -2,6 +2,7 @@ import Foundation
 import HTTPServer
 import InboxDomain
 import PostgresClient
+import Synchronization
 import Uploads
 
 /// Where uploads go and how sources are fetched (`inbox serve` reads these from its settings).
@@ -12,15 +13,20 @@ public struct UploadSettings: Sendable {
     /// (`INBOX_UPLOADS_ALLOW_PRIVATE_SOURCES=1`; the tests' local source needs it).
     public var allowPrivateSources: Bool
     public var fetchLimits: SourceFetcher.Limits
+    /// Sources fetched at once per process: each holds one of the server's blocking threads (16
+    /// by default) for up to `fetchLimits.totalTime`, so slow sources must not take them all.
+    /// One more is `503 uploads_busy` with `Retry-After`.
+    public var concurrentFetches: Int
     /// Who besides the uploader may read a file; nil: `ThreadsUploadAccess` on the routes' pool.
     public var access: (any UploadAccess)?
     /// The clock records are made and expire by.
     public var now: @Sendable () -> Date
 
     public init(
-        directory: URL, allowPrivateSources: Bool = false, fetchLimits: SourceFetcher.Limits = .init(), access: (any UploadAccess)? = nil,
-        now: @escaping @Sendable () -> Date = { Date() }
+        directory: URL, allowPrivateSources: Bool = false, fetchLimits: SourceFetcher.Limits = .init(), concurrentFetches: Int = 4,
+        access: (any UploadAccess)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) {
+        self.concurrentFetches = concurrentFetches
         self.directory = directory
         self.allowPrivateSources = allowPrivateSources
         self.fetchLimits = fetchLimits
@@ -56,6 +62,7 @@ public enum UploadRoutes {
         let store = UploadStore(client: client, directory: settings.directory, now: settings.now)
         let fetcher = SourceFetcher(limits: settings.fetchLimits, allowPrivate: settings.allowPrivateSources)
         let access = settings.access ?? ThreadsUploadAccess(client: client)
+        let fetches = FetchSlots(limit: max(1, settings.concurrentFetches))
         return [
             Route(
                 .post, "/v1/uploads", access: .signedIn(scope: .uploadsWrite), media: .jsonAPIOrMultipart,
@@ -68,7 +75,7 @@ public enum UploadRoutes {
                         ["file": .object(["type": .string("string"), "contentMediaType": .string("application/octet-stream")])], required: ["file"]),
                     responses: [201: .document(Schema.document)])
             ) { context in
-                let (bytes, origin, pointer) = try Self.file(of: context, fetcher: fetcher)
+                let (bytes, origin, pointer) = try Self.file(of: context, fetcher: fetcher, slots: fetches)
                 guard let type = FileType.allowedType(of: bytes) else {
                     let sniffed = FileType.sniff(bytes) ?? "of a type that cannot be read"
                     throw APIError(
@@ -104,6 +111,7 @@ public enum UploadRoutes {
                 return HTTPResponse(
                     status: 200,
                     headers: [
+                        // libmicrohttpd writes Content-Length itself, from the body (it drops one set here).
                         ("Content-Type", upload.contentType), ("Content-Length", String(bytes.count)), ("Cache-Control", "private"),
                         ("X-Content-Type-Options", "nosniff"), ("Content-Disposition", "inline"),
                     ], body: bytes)
@@ -113,7 +121,7 @@ public enum UploadRoutes {
 
     /// The file of the request, whether it came as a part or is fetched from a source now, with
     /// where the record says it came from and where a refusal of its bytes points.
-    static func file(of context: RequestContext, fetcher: SourceFetcher) throws(APIError) -> ([UInt8], String, APIError.Source) {
+    static func file(of context: RequestContext, fetcher: SourceFetcher, slots: FetchSlots) throws(APIError) -> ([UInt8], String, APIError.Source) {
         let contentType = context.request.header("Content-Type") ?? ""
         if contentType.split(separator: ";").first?.trimmingSpaces.lowercased() == "multipart/form-data" {
             return (try part(of: context.request.body, contentType: contentType), "file", filePointer)
@@ -123,6 +131,12 @@ public enum UploadRoutes {
         let attributes = try Attributes(data, allowed: ["sourceUrl"])
         let url = try attributes.string(
             "sourceUrl", required: true, maximumLength: 2048, valid: SourceFetcher.isSupported, hint: "an http or https URL with a host")!
+        guard slots.take() else {
+            throw APIError(
+                status: 503, code: .uploadsBusy, detail: "Too many sources are being fetched right now; the request can be retried.",
+                headers: [("Retry-After", "1")])
+        }
+        defer { slots.give() }
         switch fetcher.fetch(url) {
         case .success(let bytes):
             guard !bytes.isEmpty else {
@@ -197,4 +211,21 @@ public enum UploadRoutes {
     }
 
     static func notFound() -> APIError { APIError(status: 404, code: .notFound, detail: "There is no such upload.") }
+}
+
+/// How many sources are being fetched, up to a limit.
+final class FetchSlots: Sendable {
+    let limit: Int
+    private let taken = Atomic<Int>(0)
+
+    init(limit: Int) { self.limit = limit }
+
+    /// Takes a slot when one is free.
+    func take() -> Bool {
+        if taken.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue <= limit { return true }
+        taken.wrappingSubtract(1, ordering: .releasing)
+        return false
+    }
+
+    func give() { taken.wrappingSubtract(1, ordering: .releasing) }
 }

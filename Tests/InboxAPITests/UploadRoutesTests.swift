@@ -52,14 +52,18 @@ import Uploads
         }
     }
 
-    static func withUploadsAPI(allowPrivateSources: Bool = true, fetchLimits: SourceFetcher.Limits = .init(), _ body: (Harness) async throws -> Void) async throws {
+    static func withUploadsAPI(
+        allowPrivateSources: Bool = true, fetchLimits: SourceFetcher.Limits = .init(), concurrentFetches: Int = 4, _ body: (Harness) async throws -> Void
+    ) async throws {
         try await withTestDatabase { db in
             try await InboxProjections.prepareLiveTables(client: db.client)
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("uploads-test-\(UUID().uuidString)", isDirectory: true)
             defer { try? FileManager.default.removeItem(at: directory) }
             let clock = Clock()
             let pool = try db.requestPool()
-            let settings = UploadSettings(directory: directory, allowPrivateSources: allowPrivateSources, fetchLimits: fetchLimits, now: { clock.now() })
+            let settings = UploadSettings(
+                directory: directory, allowPrivateSources: allowPrivateSources, fetchLimits: fetchLimits, concurrentFetches: concurrentFetches,
+                now: { clock.now() })
             let api = APIServer(
                 routes: UploadRoutes.routes(client: pool, settings: settings), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
                 verifier: AccessTokenTests.verifier)
@@ -262,6 +266,26 @@ import Uploads
                 body: Data(#"{"data":{"type":"devices","attributes":{"sourceUrl":"http://x/"}}}"#.utf8))
             #expect(wrongType.status == 409)
             #expect(try await h.api.db.scalar("SELECT count(*)::int FROM uploads", Int.self) == 2)
+        }
+    }
+
+    /// Slow sources cannot hold every blocking thread of the server: past the slots for fetching,
+    /// a source upload is a 503 at once, and a slot is free again when its fetch ends.
+    @Test func slowSourcesTakeAtMostTheirSlots() async throws {
+        let source = try await LocalSource.start()
+        defer { source.stop() }
+        try await Self.withUploadsAPI(fetchLimits: .init(totalTime: .seconds(2)), concurrentFetches: 1) { h in
+            let slow = Task { try await h.fromSource("alice", source.url("/slow")) }
+            try await Task.sleep(for: .milliseconds(500))
+            let started = ContinuousClock.now
+            let busy = try await h.fromSource("alice", source.url("/photo.png"))
+            #expect(busy.status == 503, "\(String(decoding: busy.body, as: UTF8.self))")
+            #expect(busy.firstError["code"] as? String == "uploads_busy")
+            #expect(busy.header("Retry-After") == "1")
+            #expect(ContinuousClock.now - started < .seconds(1), "refused at once")
+            #expect(try await h.upload("alice", Self.png).status == 201, "a multipart upload needs no slot")
+            #expect(try await slow.value.firstError["code"] as? String == "source_unavailable")
+            #expect(try await h.fromSource("alice", source.url("/photo.png")).status == 201, "the slot is free again")
         }
     }
 
