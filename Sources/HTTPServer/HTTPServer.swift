@@ -19,7 +19,8 @@ import Threads
 ///   client address; a connection over either limit is closed as soon as it is accepted;
 /// - a request must be received whole, head and body, within `requestDeadlineSeconds` of its
 ///   connection being opened or of the previous answer on it, else the connection is closed
-///   (`RequestDeadlines`), however steadily it trickles; idle connections close after
+///   (`RequestDeadlines`), however steadily it trickles (a request with a `BodyLimit` of its own
+///   may have a longer deadline from its head's arrival); idle connections close after
 ///   `idleTimeoutSeconds` (which also bounds a stalled reader of an answer);
 /// - `shutdown` stops accepting, lets the requests in flight finish (up to a grace period), then
 ///   closes every connection.
@@ -72,16 +73,21 @@ public final class HTTPServer: Sendable {
         }
     }
 
-    /// The largest body of requests of one method to one exact path, instead of `maximumBodyBytes`.
+    /// The largest body of requests of one method to one exact path, instead of `maximumBodyBytes`,
+    /// and, when given, a longer deadline for such a request to arrive whole than
+    /// `requestDeadlineSeconds` (a large body needs time on a slow network), counted from the
+    /// moment its head is in.
     public struct BodyLimit: Sendable, Hashable {
         public var method: HTTPMethod
         public var path: String
         public var maximumBytes: Int
+        public var requestDeadline: Duration?
 
-        public init(method: HTTPMethod, path: String, maximumBytes: Int) {
+        public init(method: HTTPMethod, path: String, maximumBytes: Int, requestDeadline: Duration? = nil) {
             self.method = method
             self.path = path
             self.maximumBytes = maximumBytes
+            self.requestDeadline = requestDeadline
         }
     }
 
@@ -210,13 +216,10 @@ final class Core: Sendable {
         self.deadlines = deadlines
     }
 
-    /// The largest body a request of `method` to `url` (as sent) may have.
-    func bodyLimit(method: UnsafePointer<CChar>?, url: UnsafePointer<CChar>?) -> Int {
-        guard !bodyLimits.isEmpty, let method, let url else { return maximumBodyBytes }
-        for limit in bodyLimits where strcmp(method, limit.method.rawValue) == 0 && strcmp(url, limit.path) == 0 {
-            return limit.maximumBytes
-        }
-        return maximumBodyBytes
+    /// The limit of its own of a request of `method` to `url` (as sent), if it has one.
+    func bodyLimit(method: UnsafePointer<CChar>?, url: UnsafePointer<CChar>?) -> HTTPServer.BodyLimit? {
+        guard !bodyLimits.isEmpty, let method, let url else { return nil }
+        return bodyLimits.first { strcmp(method, $0.method.rawValue) == 0 && strcmp(url, $0.path) == 0 }
     }
 }
 
@@ -243,7 +246,9 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
     let core = Unmanaged<Core>.fromOpaque(context).takeUnretainedValue()
     // First call: the headers are in; the body (if any) comes in the calls after.
     guard let rawState = stateSlot.pointee else {
-        let state = RequestState(limit: core.bodyLimit(method: method, url: url))
+        let own = core.bodyLimit(method: method, url: url)
+        let state = RequestState(limit: own?.maximumBytes ?? core.maximumBodyBytes)
+        if let deadline = own?.requestDeadline { core.deadlines?.extend(connection, until: .now + deadline) }
         core.inFlight.add(1, ordering: .relaxed)
         stateSlot.pointee = Unmanaged.passRetained(state).toOpaque()
         if contentLengths(connection).count > 1 {

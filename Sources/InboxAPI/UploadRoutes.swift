@@ -52,8 +52,12 @@ public struct UploadSettings: Sendable {
 /// form's fields, as the OpenAPI document describes them), `/data/attributes/sourceUrl` for a
 /// source.
 public enum UploadRoutes {
-    /// The server's body limit for `POST /v1/uploads`, above its limit for every other request.
-    public static let bodyLimit = HTTPServer.BodyLimit(method: .post, path: "/v1/uploads", maximumBytes: UploadLimits.maximumRequestBytes)
+    /// The server's body limit for `POST /v1/uploads`, above its limit for every other request,
+    /// and the time such a request may take to arrive once its head is in: 10 MB in 60 s is about
+    /// 1.4 Mbit/s, a slow mobile network (every other request keeps the server's deadline).
+    public static let bodyLimit = HTTPServer.BodyLimit(
+        method: .post, path: "/v1/uploads", maximumBytes: UploadLimits.maximumRequestBytes, requestDeadline: requestDeadline)
+    public static let requestDeadline: Duration = .seconds(60)
 
     static let filePointer = APIError.Source.pointer("/file")
     static let sourcePointer = Attributes.pointer("sourceUrl")
