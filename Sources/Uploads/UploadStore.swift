@@ -209,10 +209,12 @@ public final class UploadStore: Sendable {
     // MARK: Expiry
 
     /// Deletes the records of handles that expired unattached, and the file of each digest no
-    /// record names any longer. Returns the number of records deleted.
+    /// record names any longer; and temporary files an hour old (left by a process that stopped
+    /// while writing one). Returns the number of records deleted.
     @discardableResult
     public func sweep() throws -> Int {
         let cutoff = now()
+        removeAbandonedTemporaryFiles(olderThan: Date().addingTimeInterval(-3600))
         let digests = try client.withConnectionBlocking { connection in
             try connection.query(
                 "SELECT DISTINCT sha256 FROM uploads WHERE NOT attached AND expires_at <= $1 LIMIT 1000", cutoff
@@ -233,6 +235,17 @@ public final class UploadStore: Sendable {
             }
         }
         return deleted
+    }
+
+    /// Removes `.incoming-…` files last changed before `date`: a write in progress changes its
+    /// file far more often than that.
+    func removeAbandonedTemporaryFiles(olderThan date: Date) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory.path) else { return }
+        for name in names where name.hasPrefix(".incoming-") {
+            let path = directory.appendingPathComponent(name, isDirectory: false).path
+            guard let changed = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date, changed < date else { continue }
+            _ = unlink(path)
+        }
     }
 
     /// Sweeps when the last sweep of this store is `sweepInterval` old or more (or there was

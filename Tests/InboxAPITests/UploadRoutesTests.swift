@@ -361,6 +361,16 @@ import Uploads
             #expect(try await h.api.db.scalar("SELECT string_agg(handle, ',') FROM uploads", String.self) == kept)
             #expect(try h.files() == [SHA256Hex.of(Self.png)], "the PNG's file stays for the attached record; the MP4's is gone")
             #expect(try h.store.sweep() == 0)
+
+            // A temporary file left by a process that stopped mid-write goes once it is an hour old.
+            let old = h.directory.appendingPathComponent(".incoming-old")
+            let fresh = h.directory.appendingPathComponent(".incoming-fresh")
+            #expect(FileManager.default.createFile(atPath: old.path, contents: Data([1, 2, 3])))
+            #expect(FileManager.default.createFile(atPath: fresh.path, contents: Data([1, 2, 3])))
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-7200)], ofItemAtPath: old.path)
+            try h.store.sweep()
+            #expect(!FileManager.default.fileExists(atPath: old.path))
+            #expect(FileManager.default.fileExists(atPath: fresh.path))
         }
     }
 
