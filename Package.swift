@@ -112,7 +112,7 @@ let package = Package(
             name: "inbox",
             dependencies: [
                 "EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle", "HTTPServer", "InboxAPI",
-                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol",
+                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol", "Uploads",
             ],
             swiftSettings: swiftSettings),
 

@@ -37,6 +37,16 @@ public enum FileType {
     }
 
     static let pool = CookiePool()
+
+    /// Why files cannot be typed on this machine (libmagic or its database missing, or a PNG
+    /// not read as one), or nil when they can: `inbox serve` refuses to start rather than answer
+    /// every upload 422.
+    public static var problem: String? {
+        let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 0x0D, 0x49, 0x48, 0x44, 0x52, 0, 0, 0, 1, 0, 0, 0, 1, 8, 2, 0, 0, 0]
+        guard let type = sniff(png) else { return "libmagic cannot be opened or cannot load its database (install libmagic1 and libmagic-mgc)" }
+        guard type == "image/png" else { return "libmagic reads a PNG as \(type)" }
+        return nil
+    }
 }
 
 /// A libmagic handle, which one thread at a time may use.

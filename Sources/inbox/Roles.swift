@@ -5,6 +5,7 @@ import InboxAPI
 import Lifecycle
 import PostgresClient
 import Projections
+import Uploads
 
 /// The long-running roles of `inbox run`, `serve` and `project`, as members of one `ServiceGroup`.
 ///
@@ -38,6 +39,7 @@ enum Roles {
             let bellCache = configuration.bellCacheMegabytes > 0 ? BellCache(capacityBytes: configuration.bellCacheMegabytes << 20) : nil
             let store = EventStore(client: requestClient, validator: database.store.validator)
             let metrics = RequestMetrics()
+            if let problem = FileType.problem { throw UsageError(description: "Uploads cannot be typed: \(problem).") }
             let uploads = UploadSettings(
                 directory: URL(fileURLWithPath: configuration.uploadsFolder, isDirectory: true),
                 allowPrivateSources: configuration.uploadsAllowPrivateSources)

@@ -1,4 +1,5 @@
 import EventLog
+import Crypto
 import Foundation
 import HTTPServer
 import InboxAPI
@@ -9,6 +10,10 @@ import Projections
 import Synchronization
 import Testing
 import Uploads
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
 
 /// Files through real sockets against a real PostgreSQL: uploads as a multipart part and from a
 /// source URL (a local Python server), the type read from the bytes, the bounds an attacker meets,
@@ -274,15 +279,17 @@ import Uploads
     @Test func slowSourcesTakeAtMostTheirSlots() async throws {
         let source = try await LocalSource.start()
         defer { source.stop() }
-        try await Self.withUploadsAPI(fetchLimits: .init(totalTime: .seconds(2)), concurrentFetches: 1) { h in
+        try await Self.withUploadsAPI(fetchLimits: .init(totalTime: .seconds(5)), concurrentFetches: 1) { h in
             let slow = Task { try await h.fromSource("alice", source.url("/slow")) }
-            try await Task.sleep(for: .milliseconds(500))
+            // Until the slow fetch has reached the source (and so holds the slot).
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try await source.seen("/slow") == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
             let started = ContinuousClock.now
             let busy = try await h.fromSource("alice", source.url("/photo.png"))
             #expect(busy.status == 503, "\(String(decoding: busy.body, as: UTF8.self))")
             #expect(busy.firstError["code"] as? String == "uploads_busy")
             #expect(busy.header("Retry-After") == "1")
-            #expect(ContinuousClock.now - started < .seconds(1), "refused at once")
+            #expect(ContinuousClock.now - started < .seconds(3), "refused at once, not after the slow fetch")
             #expect(try await h.upload("alice", Self.png).status == 201, "a multipart upload needs no slot")
             #expect(try await slow.value.firstError["code"] as? String == "source_unavailable")
             #expect(try await h.fromSource("alice", source.url("/photo.png")).status == 201, "the slot is free again")
@@ -309,9 +316,20 @@ import Uploads
         // The first hop allowed (as a public address would be), the redirect's is not: it is
         // refused as it connects, whatever the first hop said.
         let fetcher = SourceFetcher(limits: .init(totalTime: .seconds(3)), allowedAddresses: ["127.0.0.1"])
-        #expect(fetcher.fetch(source.url("/photo.png")) == .success(Self.png))
-        let redirected = fetcher.fetch(source.url("/to?url=" + Documents_escape("http://127.0.0.2:\(source.port)/photo.png")))
-        #expect(redirected == .failure(.addressNotAllowed("127.0.0.2")))
+        let direct = source.url("/photo.png")
+        #expect(try await BlockingThread.run { fetcher.fetch(direct) } == .success(Self.png))
+        let hop = source.url("/to?url=" + Documents_escape("http://127.0.0.2:\(source.port)/photo.png"))
+        #expect(try await BlockingThread.run { fetcher.fetch(hop) } == .failure(.addressNotAllowed("127.0.0.2")))
+    }
+
+    /// What `inbox serve` checks before it starts, and libmagic's reading of a few files.
+    @Test func libmagicReadsFilesByTheirBytes() {
+        #expect(FileType.problem == nil)
+        #expect(FileType.allowedType(of: Self.png) == "image/png")
+        #expect(FileType.allowedType(of: Self.mp4) == "video/mp4")
+        #expect(FileType.allowedType(of: [0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, 0x4A, 0x46, 0x49, 0x46, 0x00, 0x01]) == "image/jpeg")
+        #expect(FileType.allowedType(of: Array("<svg xmlns=\"http://www.w3.org/2000/svg\"></svg>".utf8)) == nil)
+        #expect(FileType.sniff(Array("just words".utf8)) == "text/plain")
     }
 
     @Test func theAddressPolicyRefusesEveryInnerRange() {
@@ -410,19 +428,7 @@ func Documents_escape(_ text: String) -> String {
 }
 
 enum SHA256Hex {
-    static func of(_ bytes: [UInt8]) -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
-        let input = Pipe()
-        let output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        try? process.run()
-        input.fileHandleForWriting.write(Data(bytes))
-        try? input.fileHandleForWriting.close()
-        process.waitUntilExit()
-        return String(String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).prefix(64))
-    }
+    static func of(_ bytes: [UInt8]) -> String { SHA256.hexDigest(bytes) }
 }
 
 extension Data {
@@ -440,13 +446,19 @@ extension Data {
 
 struct SourceDidNotStart: Error {}
 
-/// Tests/UploadSource/upload_source.py on a free port of 127.0.0.1, for as long as the test holds it.
+/// Tests/UploadSource/upload_source.py on a free port of 127.0.0.1, until `stop` (or the test
+/// runner's end).
 struct LocalSource {
     let process: Process
-    let stdin: Pipe
     let port: Int
 
     func url(_ path: String) -> String { "http://127.0.0.1:\(port)\(path)" }
+
+    /// How many requests for `path` the source has begun to answer.
+    func seen(_ path: String) async throws -> Int {
+        let (data, _) = try await URLSession.shared.data(from: URL(string: url("/seen?path=" + Documents_escape(path)))!)
+        return Int(String(decoding: data, as: UTF8.self)) ?? 0
+    }
 
     static func start() async throws -> LocalSource {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -454,9 +466,8 @@ struct LocalSource {
         let ready = FileManager.default.temporaryDirectory.appendingPathComponent("upload-source-\(UUID().uuidString)")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = [script.path, ready.path]
-        let stdin = Pipe()
-        process.standardInput = stdin
+        process.arguments = [script.path, ready.path, String(ProcessInfo.processInfo.processIdentifier)]
+        process.standardInput = FileHandle.nullDevice
         try process.run()
         let deadline = ContinuousClock.now + .seconds(10)
         while !FileManager.default.fileExists(atPath: ready.path) {
@@ -468,12 +479,12 @@ struct LocalSource {
         }
         let port = Int(try String(contentsOf: ready, encoding: .utf8)) ?? 0
         try? FileManager.default.removeItem(at: ready)
-        return LocalSource(process: process, stdin: stdin, port: port)
+        return LocalSource(process: process, port: port)
     }
 
+    /// SIGKILL, which no inherited mask blocks; then the exit is waited for (at once).
     func stop() {
-        try? stdin.fileHandleForWriting.close()
-        process.terminate()
+        kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
     }
 }
