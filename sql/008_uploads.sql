@@ -17,9 +17,20 @@ CREATE TABLE uploads (
     created_at      timestamptz NOT NULL,
     expires_at      timestamptz NOT NULL,
     attached        boolean     NOT NULL DEFAULT false,
+    -- The first conversation it was attached in (all of them: upload_attachments).
     conversation_id text,
     attached_at     timestamptz
 );
 
 CREATE INDEX uploads_unattached_expiry ON uploads (expires_at) WHERE NOT attached;
 CREATE INDEX uploads_sha256 ON uploads (sha256);
+
+-- The conversations a handle is attached in (a photo may be sent in more than one): who may read
+-- a file is looked up through these, by index, rather than by scanning every message.
+CREATE TABLE upload_attachments (
+    handle          text        NOT NULL REFERENCES uploads (handle) ON DELETE CASCADE,
+    conversation_id text        NOT NULL,
+    message_id      text,
+    attached_at     timestamptz NOT NULL,
+    PRIMARY KEY (handle, conversation_id)
+);

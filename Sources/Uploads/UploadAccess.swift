@@ -13,8 +13,12 @@ public protocol UploadAccess: Sendable {
 /// The default: a person may read a file attached to a message of a conversation they may see,
 /// from the threads read model: the messages' `attachment_handles`, the conversation's buyer,
 /// and, for its shop, the people who work there (`shop_members`, from the people projection).
-/// When a handle has been marked attached to a conversation (`UploadStore.markAttached`), only
-/// that conversation's messages are looked at (through its index); otherwise every message.
+///
+/// When the handle was attached through `UploadStore.markAttached` (as the conversation routes
+/// do), only the conversations recorded in `upload_attachments` are looked at, through their
+/// indexes. A handle on a message that came another way (an event appended by another tier) has
+/// no such record; then every message is scanned for it (there is no index on
+/// `attachment_handles`), which is slower but still answers.
 public struct ThreadsUploadAccess: UploadAccess {
     public let client: PostgresClient
 
@@ -26,15 +30,25 @@ public struct ThreadsUploadAccess: UploadAccess {
         guard UploadStore.isWellFormed(handle), !person.isEmpty else { return false }
         do {
             return try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
-                try connection.query(
+                let conversations = try connection.query(
+                    "SELECT conversation_id FROM upload_attachments WHERE handle = $1", handle
+                ).map { try $0.decode(String.self, "conversation_id") }
+                let visible = "(c.buyer_id = $2 OR EXISTS (SELECT 1 FROM shop_members s WHERE s.shop_id = c.shop_id AND s.person_id = $2))"
+                if conversations.isEmpty {
+                    return try connection.query(
+                        """
+                        SELECT EXISTS (
+                            SELECT 1 FROM messages m JOIN conversations c USING (conversation_id)
+                            WHERE m.attachment_handles @> jsonb_build_array($1::text) AND \(visible))
+                        """, handle, person
+                    ).scalar(Bool.self)
+                }
+                return try connection.query(
                     """
                     SELECT EXISTS (
-                        SELECT 1 FROM messages m JOIN conversations c USING (conversation_id)
-                        WHERE m.attachment_handles @> jsonb_build_array($1::text)
-                          AND m.conversation_id = coalesce((SELECT u.conversation_id FROM uploads u WHERE u.handle = $1), m.conversation_id)
-                          AND (c.buyer_id = $2
-                               OR EXISTS (SELECT 1 FROM shop_members s WHERE s.shop_id = c.shop_id AND s.person_id = $2)))
-                    """, handle, person
+                        SELECT 1 FROM conversations c JOIN messages m USING (conversation_id)
+                        WHERE c.conversation_id = ANY($3::text[]) AND m.attachment_handles @> jsonb_build_array($1::text) AND \(visible))
+                    """, handle, person, conversations
                 ).scalar(Bool.self)
             }
         } catch let error as PostgresError where error.sqlState == .undefinedTable {

@@ -31,20 +31,24 @@ public struct Upload: Sendable, Hashable {
 /// Uploaded files: the bytes in a folder under their SHA-256, the records in PostgreSQL's
 /// `uploads` table (sql/008_uploads.sql).
 ///
-/// For the conversation routes (issue 12): `unusableHandles` says which `attachmentHandles` of a
-/// message a person may not attach (unknown, expired, somebody else's, or attached in another
-/// conversation), so the route can answer 422 naming them; `markAttached` attaches them, after
-/// which they never expire. Both take the connection of the route's transaction, so a message
-/// and its attachments are written together:
+/// For the conversation routes (issue 12): `invalidHandles` says which `attachmentHandles` of a
+/// message a person may not attach (unknown, expired, or somebody else's), so the route can
+/// answer 422 naming them; `attach` attaches them to the message's conversation, after which they
+/// never expire and the people of that conversation may read them (`ThreadsUploadAccess`). Both
+/// take the connection of the route's transaction, so a message and its attachments are written
+/// together. Their signatures are those of the conversation routes' `AttachmentValidator`
+/// (Sources/InboxAPI/AttachmentValidator.swift on main), so wiring this store in is
+/// `extension UploadStore: AttachmentValidator {}` and passing it where `NoUploads()` is passed.
 ///
 /// ```swift
-/// let bad = try uploads.unusableHandles(handles, person: person, conversationId: id, on: connection)
+/// let bad = try uploads.invalidHandles(handles, person: person, on: connection)
 /// guard bad.isEmpty else { throw APIError(status: 422, ...) }   // name them
-/// try connection.transaction { connection in
-///     guard try uploads.markAttached(handles, person: person, conversationId: id, on: connection).isEmpty else { ... 422 }
-///     // append MessageSent in this same transaction
-/// }
+/// // append MessageSent, then in the same transaction:
+/// try uploads.attach(handles, person: person, conversationId: id, messageId: messageId, on: connection)
 /// ```
+///
+/// A handle may be attached to messages of several conversations (a photo sent twice); each
+/// conversation is recorded in `upload_attachments`.
 ///
 /// Files are written to a temporary file in the folder and renamed into place, so a file under a
 /// SHA-256 name is always whole; the same bytes uploaded twice are stored once. Storing a file and
@@ -162,19 +166,23 @@ public final class UploadStore: Sendable {
 
     // MARK: For the conversation routes
 
-    /// Of `handles`, those `person` may not attach to a message of `conversationId`: unknown
-    /// (or malformed), expired without being attached, uploaded by somebody else, or attached
-    /// already in another conversation. Empty: all may be attached. In the order given, each once.
-    public func unusableHandles(_ handles: [String], person: String, conversationId: String, on connection: PostgresConnection) throws -> [String] {
+    /// Some handles could not be attached: they expired (or were swept) between the check and
+    /// the attach. The route's transaction should fail with a 422 naming them.
+    public struct AttachFailure: Error, Sendable, CustomStringConvertible {
+        public var handles: [String]
+        public var description: String { "These handles cannot be attached (unknown, expired or somebody else's): \(handles.joined(separator: ", "))" }
+    }
+
+    /// Of `handles`, those `person` may not attach to a message: unknown (or malformed), expired
+    /// without being attached, or uploaded by somebody else. Empty: all may be attached. In the
+    /// order given, each once.
+    public func invalidHandles(_ handles: [String], person: String, on connection: PostgresConnection) throws -> [String] {
         let formed = handles.filter(Self.isWellFormed)
         var usable = Set<String>()
         if !formed.isEmpty {
             for row in try connection.query(
-                """
-                SELECT handle FROM uploads
-                WHERE handle = ANY($1::text[]) AND person_id = $2 AND (attached OR expires_at > $3)
-                  AND (conversation_id IS NULL OR conversation_id = $4)
-                """, formed, person, now(), conversationId)
+                "SELECT handle FROM uploads WHERE handle = ANY($1::text[]) AND person_id = $2 AND (attached OR expires_at > $3)",
+                formed, person, now())
             {
                 usable.insert(try row.decode(String.self, "handle"))
             }
@@ -183,27 +191,45 @@ public final class UploadStore: Sendable {
         return handles.filter { !usable.contains($0) && seen.insert($0).inserted }
     }
 
-    /// Marks `handles` of `person` attached to `conversationId`: they never expire from then on.
-    /// Returns those it could not mark (as `unusableHandles` would name them: a handle may have
-    /// expired since it was checked); empty when all are attached.
+    /// Marks `handles` of `person` attached to a message of `conversationId`: they never expire
+    /// from then on, and the conversation is recorded for `ThreadsUploadAccess`. Returns those it
+    /// could not mark (as `invalidHandles` would name them: one may have expired since it was
+    /// checked); empty when all are attached.
     @discardableResult
-    public func markAttached(_ handles: [String], person: String, conversationId: String, on connection: PostgresConnection) throws -> [String] {
-        let formed = handles.filter(Self.isWellFormed)
+    public func markAttached(
+        _ handles: [String], person: String, conversationId: String, messageId: String? = nil, on connection: PostgresConnection
+    ) throws -> [String] {
+        let formed = Array(Set(handles.filter(Self.isWellFormed))).sorted()
         var marked = Set<String>()
         if !formed.isEmpty {
+            let at = now()
             for row in try connection.query(
                 """
-                UPDATE uploads SET attached = true, conversation_id = $4, attached_at = coalesce(attached_at, $3)
+                UPDATE uploads SET attached = true, conversation_id = coalesce(conversation_id, $4), attached_at = coalesce(attached_at, $3)
                 WHERE handle = ANY($1::text[]) AND person_id = $2 AND (attached OR expires_at > $3)
-                  AND (conversation_id IS NULL OR conversation_id = $4)
                 RETURNING handle
-                """, formed, person, now(), conversationId)
+                """, formed, person, at, conversationId)
             {
                 marked.insert(try row.decode(String.self, "handle"))
+            }
+            if !marked.isEmpty {
+                _ = try connection.query(
+                    """
+                    INSERT INTO upload_attachments (handle, conversation_id, message_id, attached_at)
+                    SELECT h, $2, $3, $4 FROM unnest($1::text[]) AS h
+                    ON CONFLICT (handle, conversation_id) DO NOTHING
+                    """, marked.sorted(), conversationId, messageId, at)
             }
         }
         var seen = Set<String>()
         return handles.filter { !marked.contains($0) && seen.insert($0).inserted }
+    }
+
+    /// `markAttached` as the conversation routes' `AttachmentValidator` has it: throws
+    /// `AttachFailure` naming the handles it could not attach.
+    public func attach(_ handles: [String], person: String, conversationId: String, messageId: String, on connection: PostgresConnection) throws {
+        let failed = try markAttached(handles, person: person, conversationId: conversationId, messageId: messageId, on: connection)
+        if !failed.isEmpty { throw AttachFailure(handles: failed) }
     }
 
     // MARK: Expiry
