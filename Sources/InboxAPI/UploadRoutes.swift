@@ -34,6 +34,12 @@ public struct UploadSettings: Sendable {
         self.now = now
     }
 
+    /// The store of these settings on `client`: the one the upload routes use, and the one to
+    /// hand the conversation routes for `attachmentHandles` (docs/uploads.md).
+    public func store(client: PostgresClient) -> UploadStore {
+        UploadStore(client: client, directory: directory, now: now)
+    }
+
     /// A folder under the system's temporary folder: for tests and benchmarks that do not upload.
     /// `inbox serve` always passes its own (`INBOX_UPLOADS_DIR`, by default `<INBOX_DATA_DIR>/uploads`).
     public static var temporary: UploadSettings {
@@ -63,7 +69,7 @@ public enum UploadRoutes {
     static let sourcePointer = Attributes.pointer("sourceUrl")
 
     public static func routes(client: PostgresClient, settings: UploadSettings) -> [Route] {
-        let store = UploadStore(client: client, directory: settings.directory, now: settings.now)
+        let store = settings.store(client: client)
         let fetcher = SourceFetcher(limits: settings.fetchLimits, allowPrivate: settings.allowPrivateSources)
         let access = settings.access ?? ThreadsUploadAccess(client: client)
         let fetches = FetchSlots(limit: max(1, settings.concurrentFetches))
