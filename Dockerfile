@@ -22,7 +22,7 @@
 FROM swift:6.0-bookworm AS build
 
 # Headers and pkg-config files for the system-library targets in Package.swift
-# (CLibPQ, COpenSSL, CCurl, CMicroHTTPD).
+# (CLibPQ, COpenSSL, CCurl, CMicroHTTPD, CMagic).
 RUN export DEBIAN_FRONTEND=noninteractive \
     && apt-get -q update \
     && apt-get -q install -y \
@@ -30,6 +30,7 @@ RUN export DEBIAN_FRONTEND=noninteractive \
         libssl-dev \
         libcurl4-openssl-dev \
         libmicrohttpd-dev \
+        libmagic-dev \
         pkg-config \
     && rm -rf /var/lib/apt/lists/*
 
@@ -61,6 +62,7 @@ RUN export DEBIAN_FRONTEND=noninteractive \
         libssl3 \
         libcurl4 \
         libmicrohttpd12 \
+        libmagic1 \
         ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 

@@ -31,6 +31,9 @@ let package = Package(
         .systemLibrary(
             name: "CMicroHTTPD", path: "Sources/CLibraries/CMicroHTTPD", pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(
+            name: "CMagic", path: "Sources/CLibraries/CMagic", pkgConfig: "libmagic",
+            providers: [.apt(["libmagic-dev"])]),
         // Non-variadic entry points for the variadic C functions Swift cannot call.
         .target(
             name: "CShims", dependencies: ["CCurl", "CMicroHTTPD"],
@@ -97,11 +100,16 @@ let package = Package(
             name: "Fanout", dependencies: ["PushProtocol", "HTTP2Client", "PostgresClient", "Lifecycle", "InboxDomain", "Encodings", "Threads"],
             swiftSettings: swiftSettings),
 
+        // Uploaded files: their type read from the bytes (libmagic), multipart bodies, fetching a
+        // source URL (libcurl, public addresses only), storage by content, expiry, and who may read them.
+        .target(
+            name: "Uploads", dependencies: ["CMagic", "CCurl", "CShims", "PostgresClient", "Crypto", "Encodings"], swiftSettings: swiftSettings),
+
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
             name: "InboxAPI", dependencies: [
                 "HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Devices", "Encodings", "Lifecycle",
-                "Fanout",
+                "Fanout", "Uploads",
             ],
             swiftSettings: swiftSettings),
 
@@ -109,7 +117,7 @@ let package = Package(
             name: "inbox",
             dependencies: [
                 "EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle", "HTTPServer", "InboxAPI",
-                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol",
+                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol", "Uploads",
             ],
             swiftSettings: swiftSettings),
 
@@ -140,7 +148,10 @@ let package = Package(
             name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxAPITests",
-            dependencies: ["InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections", "Encodings", "Threads"],
+            dependencies: [
+                "InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections", "Encodings", "Threads",
+                "Uploads",
+            ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "LifecycleTests", dependencies: ["Lifecycle", "PostgresClient", "EventLog", "InboxTesting", "Threads", "Projections", "InboxDomain"],

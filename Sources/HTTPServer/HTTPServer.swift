@@ -9,8 +9,9 @@ import Threads
 /// limit, hands the request to a handler and sends back what it returns.
 ///
 /// Guarantees:
-/// - a body over `maximumBodyBytes` is answered 413 (up front when `Content-Length` says so, else
-///   as soon as it grows past the limit), never buffered whole;
+/// - a body over `maximumBodyBytes` (or over the limit `bodyLimits` gives its method and path) is
+///   answered 413 (up front when `Content-Length` says so, else as soon as it grows past the
+///   limit), never buffered whole;
 /// - headers over `maximumHeaderBytes` are refused by libmicrohttpd itself (431);
 /// - `Content-Length` given twice with different values is a 400 and the connection is closed
 ///   (RFC 9112 §6.3: the body's end is unknown); libmicrohttpd itself takes the first;
@@ -18,7 +19,8 @@ import Threads
 ///   client address; a connection over either limit is closed as soon as it is accepted;
 /// - a request must be received whole, head and body, within `requestDeadlineSeconds` of its
 ///   connection being opened or of the previous answer on it, else the connection is closed
-///   (`RequestDeadlines`), however steadily it trickles; idle connections close after
+///   (`RequestDeadlines`), however steadily it trickles (a request with a `BodyLimit` of its own
+///   may have a longer deadline from its head's arrival); idle connections close after
 ///   `idleTimeoutSeconds` (which also bounds a stalled reader of an answer);
 /// - `shutdown` stops accepting, lets the requests in flight finish (up to a grace period), then
 ///   closes every connection.
@@ -40,6 +42,9 @@ public final class HTTPServer: Sendable {
         /// own (the database): how many such requests are in progress at once.
         public var blockingThreads: Int = 16
         public var maximumBodyBytes: Int = 1 << 20
+        /// Other limits than `maximumBodyBytes` for a few requests by method and exact path (as
+        /// sent, before percent-decoding): a file upload may be larger than every other body.
+        public var bodyLimits: [BodyLimit] = []
         public var maximumHeaderBytes: Int = 64 * 1024
         public var connectionLimit: Int = 1024
         /// Connections open at once from one client address; 0: no limit (behind a proxy, every
@@ -52,8 +57,9 @@ public final class HTTPServer: Sendable {
         public init(
             host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = HTTPServer.defaultThreads, blockingThreads: Int = 16,
             maximumBodyBytes: Int = 1 << 20, maximumHeaderBytes: Int = 64 * 1024, connectionLimit: Int = 1024,
-            connectionsPerAddress: Int = 64, idleTimeoutSeconds: Int = 30, requestDeadlineSeconds: Int = 10
+            connectionsPerAddress: Int = 64, idleTimeoutSeconds: Int = 30, requestDeadlineSeconds: Int = 10, bodyLimits: [BodyLimit] = []
         ) {
+            self.bodyLimits = bodyLimits
             self.host = host
             self.port = port
             self.threads = threads
@@ -64,6 +70,24 @@ public final class HTTPServer: Sendable {
             self.connectionsPerAddress = connectionsPerAddress
             self.idleTimeoutSeconds = idleTimeoutSeconds
             self.requestDeadlineSeconds = requestDeadlineSeconds
+        }
+    }
+
+    /// The largest body of requests of one method to one exact path, instead of `maximumBodyBytes`,
+    /// and, when given, a longer deadline for such a request to arrive whole than
+    /// `requestDeadlineSeconds` (a large body needs time on a slow network), counted from the
+    /// moment its head is in.
+    public struct BodyLimit: Sendable, Hashable {
+        public var method: HTTPMethod
+        public var path: String
+        public var maximumBytes: Int
+        public var requestDeadline: Duration?
+
+        public init(method: HTTPMethod, path: String, maximumBytes: Int, requestDeadline: Duration? = nil) {
+            self.method = method
+            self.path = path
+            self.maximumBytes = maximumBytes
+            self.requestDeadline = requestDeadline
         }
     }
 
@@ -91,7 +115,7 @@ public final class HTTPServer: Sendable {
     public init(configuration: Configuration, replying handler: @escaping Handler) throws {
         self.configuration = configuration
         let core = Core(
-            handler: handler, maximumBodyBytes: configuration.maximumBodyBytes,
+            handler: handler, maximumBodyBytes: configuration.maximumBodyBytes, bodyLimits: configuration.bodyLimits,
             pool: BlockingPool(threads: max(1, configuration.blockingThreads), name: "http-blocking"),
             deadlines: configuration.requestDeadlineSeconds > 0 ? RequestDeadlines(limit: .seconds(configuration.requestDeadlineSeconds)) : nil)
         self.core = core
@@ -174,17 +198,28 @@ struct DaemonHandle: @unchecked Sendable {
 final class Core: Sendable {
     let handler: HTTPServer.Handler
     let maximumBodyBytes: Int
+    let bodyLimits: [HTTPServer.BodyLimit]
     let pool: BlockingPool
     let deadlines: RequestDeadlines?
     let inFlight = Atomic<Int>(0)
     /// Connections suspended while their request's work runs on the pool.
     let suspended = Atomic<Int>(0)
 
-    init(handler: @escaping HTTPServer.Handler, maximumBodyBytes: Int, pool: BlockingPool, deadlines: RequestDeadlines?) {
+    init(
+        handler: @escaping HTTPServer.Handler, maximumBodyBytes: Int, bodyLimits: [HTTPServer.BodyLimit], pool: BlockingPool,
+        deadlines: RequestDeadlines?
+    ) {
         self.handler = handler
         self.maximumBodyBytes = maximumBodyBytes
+        self.bodyLimits = bodyLimits
         self.pool = pool
         self.deadlines = deadlines
+    }
+
+    /// The limit of its own of a request of `method` to `url` (as sent), if it has one.
+    func bodyLimit(method: UnsafePointer<CChar>?, url: UnsafePointer<CChar>?) -> HTTPServer.BodyLimit? {
+        guard !bodyLimits.isEmpty, let method, let url else { return nil }
+        return bodyLimits.first { strcmp(method, $0.method.rawValue) == 0 && strcmp(url, $0.path) == 0 }
     }
 }
 
@@ -192,9 +227,13 @@ final class Core: Sendable {
 /// answer its work on the pool left for that thread to send once the connection is resumed.
 final class RequestState: @unchecked Sendable {
     var body: [UInt8] = []
+    /// The largest body this request may have.
+    let limit: Int
     /// The answer when the request is refused before its handler (413, 400): its body is dropped.
     var refusal: HTTPResponse?
     let answer = Mutex<HTTPResponse?>(nil)
+
+    init(limit: Int) { self.limit = limit }
 }
 
 /// A connection handed to the pool: libmicrohttpd lets any thread resume it.
@@ -207,13 +246,15 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
     let core = Unmanaged<Core>.fromOpaque(context).takeUnretainedValue()
     // First call: the headers are in; the body (if any) comes in the calls after.
     guard let rawState = stateSlot.pointee else {
-        let state = RequestState()
+        let own = core.bodyLimit(method: method, url: url)
+        let state = RequestState(limit: own?.maximumBytes ?? core.maximumBodyBytes)
+        if let deadline = own?.requestDeadline { core.deadlines?.extend(connection, until: .now + deadline) }
         core.inFlight.add(1, ordering: .relaxed)
         stateSlot.pointee = Unmanaged.passRetained(state).toOpaque()
         if contentLengths(connection).count > 1 {
             state.refusal = conflictingLengthsResponse
-        } else if let length = headerValue(connection, "Content-Length").flatMap(Int.init), length > core.maximumBodyBytes {
-            state.refusal = tooLargeResponse(core.maximumBodyBytes)
+        } else if let length = headerValue(connection, "Content-Length").flatMap(Int.init), length > state.limit {
+            state.refusal = tooLargeResponse(state.limit)
         }
         return state.refusal.map { send($0, on: connection) } ?? .YES
     }
@@ -221,8 +262,8 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
     if uploadDataSize.pointee > 0 {
         let count = uploadDataSize.pointee
         if state.refusal == nil, let uploadData {
-            if state.body.count + count > core.maximumBodyBytes {
-                state.refusal = tooLargeResponse(core.maximumBodyBytes)
+            if state.body.count + count > state.limit {
+                state.refusal = tooLargeResponse(state.limit)
                 state.body = []
             } else {
                 uploadData.withMemoryRebound(to: UInt8.self, capacity: count) { bytes in

@@ -49,6 +49,16 @@ final class RequestDeadlines: Sendable {
         watched.withLock(for: key) { $0[key] = Watched(socket: socket, deadline: .now + limit) }
     }
 
+    /// The request's head is in and it may take until `deadline` to arrive whole (a large upload),
+    /// when that is later than its deadline now.
+    func extend(_ connection: OpaquePointer, until deadline: ContinuousClock.Instant) {
+        let key = key(connection)
+        watched.withLock(for: key) { entries in
+            guard let current = entries[key]?.deadline, current < deadline else { return }
+            entries[key]?.deadline = deadline
+        }
+    }
+
     /// The request is all in and goes to the handler.
     func received(_ connection: OpaquePointer) {
         let key = key(connection)

@@ -34,6 +34,8 @@ public struct APIError: Error, Sendable {
         /// be read, not written to (`meta.reason`: `block`, `buyer_blocked`).
         public static let conversationClosed = Code("conversation_closed")
         public static let databaseUnavailable = Code("database_unavailable")
+        /// 422: a sourceUrl's file is over the upload limit (declared or sent).
+        public static let fileTooLarge = Code("file_too_large")
         /// 409: an idempotency key already used for another event (docs/api.md).
         public static let idempotencyKeyReused = Code("idempotency_key_reused")
         public static let idMismatch = Code("id_mismatch")
@@ -44,6 +46,8 @@ public struct APIError: Error, Sendable {
         public static let invalidDocument = Code("invalid_document")
         public static let invalidEvent = Code("invalid_event")
         public static let invalidField = Code("invalid_field")
+        /// 400: a multipart/form-data body without a usable boundary, or not framed by it.
+        public static let invalidMultipart = Code("invalid_multipart")
         public static let invalidParameter = Code("invalid_parameter")
         public static let invalidToken = Code("invalid_token")
         public static let locked = Code("locked")
@@ -64,6 +68,12 @@ public struct APIError: Error, Sendable {
         public static let ownShop = Code("own_shop")
         public static let readOnlyField = Code("read_only_field")
         public static let signInRequired = Code("sign_in_required")
+        /// 422: a sourceUrl that leads (directly, through DNS or a redirect) to an address that is
+        /// not public.
+        public static let sourceNotAllowed = Code("source_not_allowed")
+        /// 422: a sourceUrl that could not be fetched (unreachable, too slow, an error status, too
+        /// many redirects).
+        public static let sourceUnavailable = Code("source_unavailable")
         /// 503: the request's statement ran past the API's statement timeout.
         public static let timeout = Code("timeout")
         public static let tokenExpired = Code("token_expired")
@@ -72,6 +82,9 @@ public struct APIError: Error, Sendable {
         /// 422: an attachment handle the caller did not upload, or that expired (`meta.handles`).
         public static let unknownAttachment = Code("unknown_attachment")
         public static let unknownField = Code("unknown_field")
+        public static let unsupportedFileType = Code("unsupported_file_type")
+        /// 503: every slot for fetching a sourceUrl is taken; retry.
+        public static let uploadsBusy = Code("uploads_busy")
         public static let unsupportedMediaType = Code("unsupported_media_type")
         /// 422: the watch of a new conversation is unknown, sold, offline or deleted (`meta.status`).
         public static let watchUnavailable = Code("watch_unavailable")

@@ -69,7 +69,7 @@ public final class APIServer: Sendable {
                 if found.isAppAPI {
                     identity = try AppIdentity.parse(request.header(AppIdentity.headerName))
                     try gate?.check(identity)
-                    try Self.negotiate(request)
+                    try Self.negotiate(request, media: found.media)
                 }
                 let token = try authorize(request, for: found.access)
                 let service = found.access == .service ? try services.authenticate(request.header("Authorization")) : nil
@@ -196,18 +196,21 @@ public final class APIServer: Sendable {
 
     /// JSON:API 1.0 content negotiation: a body must be `application/vnd.api+json` without
     /// parameters (415), and a client that accepts JSON:API only with parameters, or accepts
-    /// nothing this server makes, cannot be answered (406).
-    static func negotiate(_ request: HTTPRequest) throws(APIError) {
+    /// nothing this server makes, cannot be answered (406). A route of `.jsonAPIOrMultipart`
+    /// also takes `multipart/form-data` (its parameters, the boundary, are the route's to read);
+    /// one of `.storedBytes` answers whatever type its file is, so `Accept` is not negotiated.
+    static func negotiate(_ request: HTTPRequest, media: RouteMedia = .jsonAPI) throws(APIError) {
         if !request.body.isEmpty || request.header("Content-Type") != nil {
             let type = request.header("Content-Type") ?? ""
             let parts = type.split(separator: ";").map { $0.trimmingSpaces.lowercased() }
-            guard parts.first == JSONAPI.mediaType, parts.count == 1 else {
+            let multipart = media == .jsonAPIOrMultipart && parts.first == "multipart/form-data"
+            guard multipart || (parts.first == JSONAPI.mediaType && parts.count == 1) else {
                 throw APIError(
                     status: 415, code: .unsupportedMediaType,
                     detail: "Send the body as \(JSONAPI.mediaType), without media type parameters.", source: .header("Content-Type"))
             }
         }
-        guard let accept = request.header("Accept"), !accept.trimmingSpaces.isEmpty else { return }
+        guard media != .storedBytes, let accept = request.header("Accept"), !accept.trimmingSpaces.isEmpty else { return }
         var acceptable = false
         for range in accept.split(separator: ",") {
             let parts = range.split(separator: ";").map { $0.trimmingSpaces.lowercased() }

@@ -1,9 +1,9 @@
 import PostgresClient
+import Uploads
 
-/// Decides whether a message may name attachment handles, and records that it did. The uploads
-/// tier (`POST /v1/uploads`, issue 12's Files part) hands out the handles; until its store is
-/// wired in, the conversation routes take this protocol, so the check is one call and the tests can
-/// supply their own. Both calls run on the request's connection, after the thread's checks and
+/// Decides whether a message may name attachment handles, and records that it did. `POST
+/// /v1/uploads` hands out the handles and its `UploadStore` is the validator `InboxRoutes.all`
+/// wires in; the protocol keeps the conversation routes apart from how files are stored. Both calls run on the request's connection, after the thread's checks and
 /// before (`invalidHandles`) and after (`attach`) the message is appended.
 public protocol AttachmentValidator: Sendable {
     /// The handles among `handles` that `person` may not attach (unknown, somebody else's, or
@@ -15,8 +15,11 @@ public protocol AttachmentValidator: Sendable {
     func attach(_ handles: [String], person: String, conversationId: String, messageId: String, on connection: PostgresConnection) throws
 }
 
-/// The validator while no upload store is wired in: no handle is known, so a message with
-/// attachments is refused (422 naming them) and one without is unaffected.
+/// Uploads' own store: a handle is this person's, not expired, and is recorded attached.
+extension UploadStore: AttachmentValidator {}
+
+/// A validator that knows no handle (routes built without uploads): a message with attachments is
+/// refused (422 naming them) and one without is unaffected.
 public struct NoUploads: AttachmentValidator {
     public init() {}
 

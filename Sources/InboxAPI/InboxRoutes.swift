@@ -1,5 +1,6 @@
 import EventLog
 import Foundation
+import HTTPServer
 import PostgresClient
 import Projections
 
@@ -8,14 +9,19 @@ import Projections
 public enum InboxRoutes {
     public static func all(
         client: PostgresClient, store: EventStore, migrator: Migrator, metrics: RequestMetrics = RequestMetrics(), bellCache: BellCache? = nil,
-        attachments: any AttachmentValidator = NoUploads()
+        attachments: (any AttachmentValidator)? = nil, uploads: UploadSettings = .temporary
     ) -> [Route] {
         let served = OperationsRoutes.routes(client: client, migrator: migrator) + MetricsRoutes.routes(metrics: metrics, client: client, bellCache: bellCache)
             + BellRoutes.routes(client: client, cache: bellCache) + DeviceRoutes.routes(client: client)
             + PreferenceRoutes.routes(client: client) + SavedSearchRoutes.routes(client: client)
-            + ConversationRoutes.routes(client: client, attachments: attachments) + InternalEventRoutes.routes(store: store)
+            + ConversationRoutes.routes(client: client, attachments: attachments ?? uploads.store(client: client))
+            + InternalEventRoutes.routes(store: store) + UploadRoutes.routes(client: client, settings: uploads)
         return served + [OpenAPI.route(describing: served)]
     }
+
+    /// The body limits of the API's server besides its own (`HTTPServer.Configuration.bodyLimits`):
+    /// uploads may be larger than any other body.
+    public static let bodyLimits = [UploadRoutes.bodyLimit]
 
     /// The paths of the operations listener (`INBOX_OPS_PORT`): what a load balancer and a
     /// monitoring system call, answered on a port of their own while the API's is full.

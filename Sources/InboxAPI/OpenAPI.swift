@@ -33,9 +33,9 @@ public enum OpenAPI {
                 "summary": .string(described.summary), "operationId": .string(operationId(route)), "responses": .object(responses),
             ]
             if let body = described.body {
-                operation["requestBody"] = .object([
-                    "required": .bool(true), "content": .object([JSONAPI.mediaType: .object(["schema": body])]),
-                ])
+                var content: [String: JSONValue] = [JSONAPI.mediaType: .object(["schema": body])]
+                if let multipart = described.multipartBody { content["multipart/form-data"] = .object(["schema": multipart]) }
+                operation["requestBody"] = .object(["required": .bool(true), "content": .object(content)])
             }
             switch route.access {
             case .open: operation["security"] = .array([])
@@ -69,7 +69,7 @@ public enum OpenAPI {
             "openapi": .string("3.1.0"),
             "info": .object([
                 "title": .string("Wristler inbox tier"), "version": .string("1"),
-                "description": .string("The bell, devices, notification preferences, saved searches and conversations of the Wristler app (JSON:API 1.0)."),
+                "description": .string("The bell, devices, notification preferences, saved searches, conversations and file uploads of the Wristler app (JSON:API 1.0)."),
             ]),
             "paths": .object(paths.mapValues { .object($0) }),
             "components": .object([

@@ -10,13 +10,19 @@ public struct RouteDescription: Sendable {
     public var query: [QueryParameter]
     /// The JSON Schema of the request body (`application/vnd.api+json`); nil: the route reads none.
     public var body: JSONValue?
+    /// The JSON Schema of a `multipart/form-data` body the route takes besides (a file upload).
+    public var multipartBody: JSONValue?
     /// Success answers by status.
     public var responses: [Int: SuccessResponse]
 
-    public init(_ summary: String, query: [QueryParameter] = [], body: JSONValue? = nil, responses: [Int: SuccessResponse] = [200: .document(Schema.document)]) {
+    public init(
+        _ summary: String, query: [QueryParameter] = [], body: JSONValue? = nil, multipartBody: JSONValue? = nil,
+        responses: [Int: SuccessResponse] = [200: .document(Schema.document)]
+    ) {
         self.summary = summary
         self.query = query
         self.body = body
+        self.multipartBody = multipartBody
         self.responses = responses
     }
 

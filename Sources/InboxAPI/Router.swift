@@ -24,6 +24,17 @@ public enum Access: Sendable, Hashable {
     case service
 }
 
+/// What a route reads and answers besides JSON:API documents.
+public enum RouteMedia: Sendable, Hashable {
+    /// JSON:API only: a body must be `application/vnd.api+json`, and the client must accept it.
+    case jsonAPI
+    /// A body that is a JSON:API document or `multipart/form-data` (with its `boundary`): a file upload.
+    case jsonAPIOrMultipart
+    /// Answers with stored bytes of their own type (a file): `Accept` is not negotiated; errors
+    /// are still JSON:API documents.
+    case storedBytes
+}
+
 /// One route: a method, a path pattern (`/v1/me/devices/{id}`), who may call it, and its handler.
 /// The routes list is the one table of every route's scope.
 ///
@@ -35,6 +46,8 @@ public struct Route: Sendable {
     public let pattern: String
     public let access: Access
     public let waits: Bool
+    /// The media types of its body and answers, when not JSON:API alone.
+    public let media: RouteMedia
     /// What the OpenAPI document says of the route: its query, body and answers.
     public let description: RouteDescription
     public let fromMemory: (@Sendable (RequestContext) throws -> HTTPResponse?)?
@@ -48,7 +61,8 @@ public struct Route: Sendable {
     }
 
     public init(
-        _ method: HTTPMethod, _ pattern: String, access: Access = .open, waits: Bool = true, describedAs description: RouteDescription,
+        _ method: HTTPMethod, _ pattern: String, access: Access = .open, waits: Bool = true, media: RouteMedia = .jsonAPI,
+        describedAs description: RouteDescription,
         fromMemory: (@Sendable (RequestContext) throws -> HTTPResponse?)? = nil,
         handler: @escaping @Sendable (RequestContext) throws -> HTTPResponse
     ) {
@@ -56,6 +70,7 @@ public struct Route: Sendable {
         self.pattern = pattern
         self.access = access
         self.waits = waits
+        self.media = media
         self.description = description
         self.fromMemory = fromMemory
         self.handler = handler

@@ -34,6 +34,13 @@ struct InboxConfiguration: Sendable {
     /// `INBOX_OPS_PORT`: the operations listener (`/healthz`, `/readyz`, `/metrics` on a port of
     /// their own, answered while the API's connections are all taken); nil: none.
     var opsPort: UInt16?
+    /// `INBOX_UPLOADS_DIR`: the folder uploaded files are stored in; nil: `<dataDirectory>/uploads`.
+    var uploadsDirectory: String?
+    /// `INBOX_UPLOADS_ALLOW_PRIVATE_SOURCES`: whether a `sourceUrl` may lead to loopback, private
+    /// or link-local addresses (tests, a closed network); never in production.
+    var uploadsAllowPrivateSources = false
+    /// The uploads folder in use.
+    var uploadsFolder: String { uploadsDirectory ?? (dataDirectory as NSString).appendingPathComponent("uploads") }
     /// `INBOX_BELL_CACHE_MB`: memory for bell pages kept between their changes; 0: none.
     var bellCacheMegabytes: Int = 64
     /// `INBOX_TOKEN_KEYS`: the identity tier's public keys (a JWKS file, a PEM file or a folder of
@@ -153,6 +160,15 @@ struct InboxConfiguration: Sendable {
         wholeNumber(
             "INBOX_BELL_CACHE_MB", "--bell-cache-mb", 0...65_536, default: 64,
             meaning: "memory for bell pages kept until the person's bell changes (0: none, up to 65536)") { $0.bellCacheMegabytes = $1 },
+        Setting(variable: "INBOX_UPLOADS_DIR", flag: "--uploads-dir", defaultValue: "(unset: <INBOX_DATA_DIR>/uploads)",
+                meaning: "folder uploaded files are stored in, by their SHA-256 (made when missing)") { $0.uploadsDirectory = $1 },
+        Setting(variable: "INBOX_UPLOADS_ALLOW_PRIVATE_SOURCES", flag: "--uploads-allow-private-sources", defaultValue: "0",
+                meaning: "1: a sourceUrl may lead to loopback, private and link-local addresses (tests only; 0 refuses them)") { configuration, text in
+            guard text == "0" || text == "1" else {
+                throw Invalid(description: "INBOX_UPLOADS_ALLOW_PRIVATE_SOURCES (--uploads-allow-private-sources) must be 0 or 1, not \"\(text)\".")
+            }
+            configuration.uploadsAllowPrivateSources = text == "1"
+        },
         Setting(variable: "INBOX_TOKEN_KEYS", flag: "--token-keys", defaultValue: "(unset: the development key)",
                 meaning: "the identity tier's ES256 public keys: a JWKS file, a PEM file, or a folder of <kid>.pem files") { $0.tokenKeysPath = $1 },
         Setting(variable: "INBOX_SERVICE_CREDENTIALS", flag: "--service-credentials", defaultValue: "(unset: /internal refuses every call)",

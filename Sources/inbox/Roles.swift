@@ -5,6 +5,7 @@ import InboxAPI
 import Lifecycle
 import PostgresClient
 import Projections
+import Uploads
 
 /// The long-running roles of `inbox run`, `serve` and `project`, as members of one `ServiceGroup`.
 ///
@@ -38,7 +39,12 @@ enum Roles {
             let bellCache = configuration.bellCacheMegabytes > 0 ? BellCache(capacityBytes: configuration.bellCacheMegabytes << 20) : nil
             let store = EventStore(client: requestClient, validator: database.store.validator)
             let metrics = RequestMetrics()
-            let routes = InboxRoutes.all(client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache)
+            if let problem = FileType.problem { throw UsageError(description: "Uploads cannot be typed: \(problem).") }
+            let uploads = UploadSettings(
+                directory: URL(fileURLWithPath: configuration.uploadsFolder, isDirectory: true),
+                allowPrivateSources: configuration.uploadsAllowPrivateSources)
+            let routes = InboxRoutes.all(
+                client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, uploads: uploads)
             let logRequest: @Sendable (RequestLogLine) -> Void = { line in
                 var metadata: Logger.Metadata = [
                     "method": line.method, "route": line.route, "status": String(line.status),
@@ -96,7 +102,7 @@ struct APIService: Service {
             configuration: .init(
                 host: configuration.httpHost, port: configuration.httpPort, blockingThreads: configuration.httpThreads,
                 maximumBodyBytes: configuration.httpMaximumBodyBytes, connectionsPerAddress: configuration.httpConnectionsPerAddress,
-                requestDeadlineSeconds: configuration.httpRequestDeadlineSeconds),
+                requestDeadlineSeconds: configuration.httpRequestDeadlineSeconds, bodyLimits: InboxRoutes.bodyLimits),
             replying: { request in api.reply(request) })
         let operationsServer: HTTPServer?
         do {

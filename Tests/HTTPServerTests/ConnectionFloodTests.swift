@@ -54,6 +54,33 @@ import Testing
         #expect(RawHTTPClient.statuses(health) == [200], "the operations listener: \(health)")
     }
 
+    /// A path with a deadline of its own (an upload) may take longer to arrive than the server's
+    /// deadline; another path sending at the same pace is cut off at the server's.
+    @Test func aPathWithADeadlineOfItsOwnMayArriveSlowerAndOnlyThere() throws {
+        let server = try HTTPServer(
+            configuration: .init(
+                port: 0, threads: 1, requestDeadlineSeconds: 1,
+                bodyLimits: [.init(method: .post, path: "/upload", maximumBytes: 4096, requestDeadline: .seconds(4))]),
+            handler: Self.health)
+        defer { server.shutdown(gracePeriod: .zero) }
+        func trickle(_ path: String, from source: String) -> String {
+            guard let socket = try? RawHTTPClient.connect(port: server.port, from: source) else { return "" }
+            defer { close(socket) }
+            let head = Array("POST \(path) HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\n".utf8)
+            _ = send(socket, head, head.count, Int32(MSG_NOSIGNAL))
+            for _ in 0..<8 {
+                usleep(250_000)
+                var byte: UInt8 = 97
+                _ = send(socket, &byte, 1, Int32(MSG_NOSIGNAL))
+            }
+            return RawHTTPClient.readAnswer(socket, timeout: 2)
+        }
+        let slowUpload = trickle("/upload", from: "127.0.0.3")
+        #expect(RawHTTPClient.statuses(slowUpload) == [200], "2 s for an upload with 4 s: \(slowUpload)")
+        let slowOther = trickle("/other", from: "127.0.0.4")
+        #expect(RawHTTPClient.statuses(slowOther).isEmpty, "2 s for another path with the server's 1 s: \(slowOther)")
+    }
+
     /// The deadline is for each request, counted again from each answer: a keep-alive connection
     /// that sends whole requests in time lives past it, and one that then goes quiet is closed.
     @Test func aKeepAliveConnectionGetsTheDeadlineAfreshForEachRequest() throws {

@@ -102,6 +102,29 @@ import Testing
         #expect(RawHTTPClient.statuses(after) == [200])
     }
 
+    /// A limit of its own for one method and path (an upload): larger there, the default elsewhere,
+    /// and still a 413 past its own limit, declared or not.
+    @Test func aPathWithABodyLimitOfItsOwnTakesLargerBodiesAndOnlyThere() throws {
+        let server = try Self.start(
+            .init(port: 0, threads: 2, maximumBodyBytes: 1024, bodyLimits: [.init(method: .post, path: "/upload", maximumBytes: 4096)]),
+            handler: Self.echo)
+        defer { server.shutdown() }
+        func post(_ path: String, method: String = "POST", _ count: Int) throws -> String {
+            let request = "\(method) \(path) HTTP/1.1\r\nHost: x\r\nContent-Length: \(count)\r\nConnection: close\r\n\r\n" + String(repeating: "a", count: count)
+            return try RawHTTPClient.exchange(port: server.port, Array(request.utf8))
+        }
+        let large = try post("/upload", 3000)
+        #expect(RawHTTPClient.statuses(large) == [200], "\(large)")
+        #expect(large.contains("body=3000"))
+        #expect(RawHTTPClient.statuses(try post("/upload", 5000)) == [413])
+        #expect(RawHTTPClient.statuses(try post("/upload", method: "PUT", 3000)) == [413], "another method has the default limit")
+        #expect(RawHTTPClient.statuses(try post("/upload/x", 3000)) == [413], "another path has the default limit")
+        let chunk = String(repeating: "b", count: 2048)
+        let chunked = "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            + "800\r\n\(chunk)\r\n800\r\n\(chunk)\r\n800\r\n\(chunk)\r\n0\r\n\r\n"
+        #expect(RawHTTPClient.statuses(try RawHTTPClient.exchange(port: server.port, Array(chunked.utf8))) == [413])
+    }
+
     @Test func headersOverTheLimitAreRefusedWithout5xx() throws {
         let server = try Self.start(.init(port: 0, threads: 2, maximumHeaderBytes: 8 * 1024), handler: Self.echo)
         defer { server.shutdown() }

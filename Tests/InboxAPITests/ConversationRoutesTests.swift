@@ -9,21 +9,6 @@ import Projections
 import Testing
 import Threads
 
-/// Handles as an upload store would know them: who uploaded each. Stands in for the uploads tier's
-/// store until it is merged (the lead switches the photo step to a real upload then).
-struct TestUploads: AttachmentValidator {
-    let uploadedBy: [String: String]
-    let attached = Locked<[String: String]>([:])
-
-    func invalidHandles(_ handles: [String], person: String, on connection: PostgresConnection) throws -> [String] {
-        handles.filter { uploadedBy[$0] != person }
-    }
-
-    func attach(_ handles: [String], person: String, conversationId: String, messageId: String, on connection: PostgresConnection) throws {
-        attached.withLock { for handle in handles { $0[handle] = messageId } }
-    }
-}
-
 /// The conversation routes on a real socket, against a cluster of their own (the inline driver
 /// applies a write at once only when no older transaction of the cluster is writing).
 struct ConversationAPI {
@@ -33,7 +18,7 @@ struct ConversationAPI {
     static let json = ["Content-Type": JSONAPI.mediaType, "X-Wristler-App": "ios/2.4.0"]
 
     static func with(
-        setup: [any CatalogueEvent], attachments: any AttachmentValidator = NoUploads(), threads: Int = 4,
+        setup: [any CatalogueEvent], threads: Int = 4,
         _ body: (ConversationAPI) async throws -> Void
     ) async throws {
         let cluster = try await TestCluster.make()
@@ -44,8 +29,12 @@ struct ConversationAPI {
         try await db.withProjectors { try await db.waitUntilProjected() }
         let pool = try InboxRoutes.requestPool(connection: db.configuration, size: threads * 2)
         defer { pool.close() }
+        let uploads = UploadSettings(
+            directory: FileManager.default.temporaryDirectory.appendingPathComponent("conversation-uploads-\(UUID().uuidString)", isDirectory: true))
+        defer { try? FileManager.default.removeItem(at: uploads.directory) }
         let api = APIServer(
-            routes: ConversationRoutes.routes(client: pool, attachments: attachments) + BellRoutes.routes(client: pool),
+            routes: ConversationRoutes.routes(client: pool, attachments: uploads.store(client: pool)) + BellRoutes.routes(client: pool)
+                + UploadRoutes.routes(client: pool, settings: uploads),
             gate: AppVersionGate(client: db.client, refreshInterval: .zero), verifier: AccessTokenTests.verifier)
         let server = try HTTPServer(configuration: .init(port: 0, threads: threads), replying: { api.reply($0) })
         defer { server.shutdown() }
@@ -58,6 +47,12 @@ struct ConversationAPI {
 
     func send(_ person: String, _ method: String, _ path: String, _ body: String? = nil) async throws -> APITestServer.Reply {
         try await client.send(method, path, headers: try Self.headers(person), body: body.map { Data($0.utf8) })
+    }
+
+    /// `POST /v1/uploads` of `bytes` as the one `file` part of a form.
+    func upload(_ person: String, _ bytes: [UInt8]) async throws -> APITestServer.Reply {
+        let (body, type) = UploadRoutesTests.multipart([("file", "photo.png", bytes)])
+        return try await client.send("POST", "/v1/uploads", headers: try Self.headers(person).merging(["Content-Type": type]) { $1 }, body: body)
     }
 
     /// A side's list: the threads' ids, the document's meta.unread, and each thread's attributes by id.
@@ -135,8 +130,7 @@ extension APITestServer.Reply {
     /// sue; sue also works at a second shop), checking after every step each side's list,
     /// `meta.unread`, the bell and what was queued for the fan-out.
     @Test func aWholeConversationBetweenABuyerAndAShopIsRightOnBothSidesAfterEveryStep() async throws {
-        let uploads = TestUploads(uploadedBy: ["h-alice-1": "alice", "h-bob-1": "bob"])
-        try await ConversationAPI.with(setup: Self.setup, attachments: uploads) { api in
+        try await ConversationAPI.with(setup: Self.setup) { api in
             var outbox: [String] = []
 
             // 1. Alice starts one about w1.
@@ -209,13 +203,20 @@ extension APITestServer.Reply {
             #expect(try await api.outbox() == outbox)
             try await api.expectBadges(after: "4", alice: 1, sam: 0, sue: 1, bell: 1)
 
-            // 5. Alice sends a photo (a handle she uploaded); somebody else's handle is refused naming it.
-            let foreign = try await api.send("alice", "POST", "/v1/conversations/\(c)/messages", ConversationAPI.message("", handles: ["h-alice-1", "h-bob-1"]))
+            // 5. Alice uploads a photo and sends it; a handle somebody else uploaded is refused naming it.
+            let aliceFile = try await api.upload("alice", UploadRoutesTests.png)
+            let bobFile = try await api.upload("bob", UploadRoutesTests.png)
+            let mine = try #require(aliceFile.attributes["handle"] as? String, "\(aliceFile.text)")
+            let his = try #require(bobFile.attributes["handle"] as? String, "\(bobFile.text)")
+            #expect(try await api.send("sam", "GET", "/v1/uploads/\(mine)").status == 404, "not attached yet: only its uploader reads it")
+            let foreign = try await api.send("alice", "POST", "/v1/conversations/\(c)/messages", ConversationAPI.message("", handles: [mine, his]))
             #expect(foreign.status == 422 && foreign.code == "unknown_attachment" && foreign.pointer == "/data/attributes/attachmentHandles/1", "\(foreign.text)")
-            let photo = try await api.send("alice", "POST", "/v1/conversations/\(c)/messages", ConversationAPI.message("", handles: ["h-alice-1"]))
+            let photo = try await api.send("alice", "POST", "/v1/conversations/\(c)/messages", ConversationAPI.message("", handles: [mine]))
             #expect(photo.status == 201, "\(photo.text)")
-            #expect(photo.attributes["attachmentHandles"] as? [String] == ["h-alice-1"])
-            #expect(uploads.attached.withLock { $0["h-alice-1"] } == photo.data["id"] as? String, "the store heard which message it is attached to")
+            #expect(photo.attributes["attachmentHandles"] as? [String] == [mine])
+            let photoFile = try await api.send("sam", "GET", "/v1/uploads/\(mine)")
+            #expect(photoFile.status == 200 && [UInt8](photoFile.body) == UploadRoutesTests.png, "the shop's people see the photo of their thread")
+            #expect(try await api.send("bob", "GET", "/v1/uploads/\(mine)").status == 404, "nobody else does")
             alice = try await api.list("alice")
             #expect(alice.unread == 0, "writing in a thread answers what was in it")
             #expect(try await api.list("sam", side: "seller").unread == 1)
