@@ -53,7 +53,7 @@ let package = Package(
         .target(
             name: "Crypto", dependencies: ["COpenSSL", "Encodings"], swiftSettings: swiftSettings),
         .target(
-            name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL"],
+            name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL", "CNGHTTP2", "CMagic"],
             swiftSettings: swiftSettings),
 
         // HTTP/2 client for the push fan-out to APNs and FCM: libnghttp2 over OpenSSL on one epoll
@@ -143,7 +143,7 @@ let package = Package(
             name: "EncodingsTests", dependencies: ["Encodings", "Crypto"], swiftSettings: swiftSettings),
         // Against Debian's nghttpd with a certificate made by the openssl CLI at test time.
         .testTarget(
-            name: "HTTP2ClientTests", dependencies: ["HTTP2Client"], swiftSettings: swiftSettings),
+            name: "HTTP2ClientTests", dependencies: ["HTTP2Client", "EventLog"], swiftSettings: swiftSettings),
         .testTarget(
             name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(
@@ -168,7 +168,7 @@ let package = Package(
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "PushProtocolTests", dependencies: ["PushProtocol", "InboxDomain", "Crypto"], swiftSettings: swiftSettings),
+            name: "PushProtocolTests", dependencies: ["PushProtocol", "InboxDomain", "Crypto", "EventLog"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ProjectionTests",
             dependencies: ["Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient", "Lifecycle"],

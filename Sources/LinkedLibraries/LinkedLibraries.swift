@@ -1,6 +1,8 @@
 import CCurl
 import CLibPQ
+import CMagic
 import CMicroHTTPD
+import CNGHTTP2
 import COpenSSL
 import CShims
 
@@ -30,6 +32,14 @@ public enum LinkedLibraries {
     }
 
     public static var libpqVersion: Int { Int(PQlibVersion()) }
+
+    /// libnghttp2's version: the push fan-out's HTTP/2 (docs/fanout.md, "Why libnghttp2").
+    public static var nghttp2Version: String {
+        nghttp2_version(0).map { String(cString: $0.pointee.version_str) } ?? "unknown"
+    }
+
+    /// libmagic's version (5.44 is 544): the type of an upload, read from its bytes.
+    public static var magicVersion: Int { Int(magic_version()) }
 
     public static var openSSLVersion: String { String(cString: OpenSSL_version(OPENSSL_VERSION)) }
 

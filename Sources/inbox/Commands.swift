@@ -140,6 +140,8 @@ extension Command {
         print("OpenSSL \(LinkedLibraries.openSSLVersion)")
         print("libcurl \(curl.version) (\(curl.sslBackend), HTTP/2 \(curl.supportsHTTP2 ? "yes" : "no"))")
         print("libmicrohttpd \(LinkedLibraries.microhttpdVersion)")
+        print("libnghttp2 \(LinkedLibraries.nghttp2Version)")
+        print("libmagic \(LinkedLibraries.magicVersion / 100).\(LinkedLibraries.magicVersion % 100)")
     }
 
     static let help = Command(

@@ -1,3 +1,4 @@
+import EventLog
 import Fanout
 import Foundation
 import HTTP2Client
@@ -32,18 +33,9 @@ final class PushMock: @unchecked Sendable {
     static func start(_ extraArguments: [String] = []) async throws -> PushMock {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("push-mock-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let credentials = Process()
-        credentials.executableURL = URL(fileURLWithPath: "/bin/bash")
-        credentials.arguments = [mocksDirectory.appendingPathComponent("make_credentials.sh").path, directory.path]
-        let credentialsOutput = Pipe()
-        credentials.standardOutput = credentialsOutput
-        credentials.standardError = credentialsOutput
-        try credentials.run()
-        credentials.waitUntilExit()
-        guard credentials.terminationStatus == 0 else {
-            let text = String(decoding: credentialsOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            throw Failure(description: "make_credentials.sh failed: \(text)")
-        }
+        // Output to a file, not a pipe, which a server another test starts meanwhile could inherit.
+        let (status, text) = try Subprocess.run("/bin/bash", [mocksDirectory.appendingPathComponent("make_credentials.sh").path, directory.path])
+        guard status == 0 else { throw Failure(description: "make_credentials.sh failed: \(text)") }
         let ready = directory.appendingPathComponent("ready.json")
         let log = directory.appendingPathComponent("mock.log")
         _ = FileManager.default.createFile(atPath: log.path, contents: nil)

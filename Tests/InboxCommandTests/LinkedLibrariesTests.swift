@@ -26,6 +26,12 @@ import Testing
         #expect(curl.version != "unknown")
     }
 
+    @Test func nghttp2AndLibmagicAreLinkedAndSayTheirVersions() {
+        // 1.52 is bookworm's; the engine needs nghttp2_session_mem_send, there since 1.0.
+        #expect(LinkedLibraries.nghttp2Version.hasPrefix("1."), "\(LinkedLibraries.nghttp2Version)")
+        #expect(LinkedLibraries.magicVersion >= 500, "libmagic \(LinkedLibraries.magicVersion)")
+    }
+
     @Test func theCurlShimReachesLibcurl() {
         #expect(LinkedLibraries.curlShimWorks)
     }

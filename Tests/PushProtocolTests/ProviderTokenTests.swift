@@ -1,3 +1,4 @@
+import EventLog
 import Crypto
 import Foundation
 import PushProtocol
@@ -111,17 +112,12 @@ import Testing
         try Data(data).write(to: directory.appendingPathComponent("data"))
         try Data(try Self.rsa.sign(data)).write(to: directory.appendingPathComponent("sig"))
         try Self.rsa.publicKeyPEM.write(to: directory.appendingPathComponent("pub.pem"), atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        process.currentDirectoryURL = directory
-        process.arguments = ["dgst", "-sha256", "-verify", "pub.pem", "-signature", "sig", "data"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        process.waitUntilExit()
-        let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(process.terminationStatus == 0, "\(said)")
+        // Output to a file, not a pipe, which a server another test starts meanwhile could inherit.
+        let (status, said) = try Subprocess.run(
+            "/usr/bin/openssl",
+            ["dgst", "-sha256", "-verify", directory.appendingPathComponent("pub.pem").path, "-signature",
+             directory.appendingPathComponent("sig").path, directory.appendingPathComponent("data").path])
+        #expect(status == 0, "\(said)")
         #expect(said.contains("Verified OK"))
     }
 

@@ -127,8 +127,7 @@ public enum ThreadReader {
     ) throws -> KeysetPage<ThreadSummary> {
         let limit = max(1, limit)
         if owners.isEmpty { return KeysetPage(rows: [], next: nil) }
-        let ownerMatch = owners.count == 1 ? "s.owner_id = $1" : "s.owner_id = ANY($1::text[])"
-        let sql = listSQL(ownerMatch: ownerMatch, archived: archived)
+        let sql = listSQL(owners: owners.count == 1 ? "SELECT $1::text" : "SELECT unnest($1::text[])", archived: archived)
         let rows =
             owners.count == 1
             ? try connection.query(sql, owners[0], side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
@@ -140,20 +139,29 @@ public enum ThreadReader {
         return KeysetPage(reading: read, limit: limit)
     }
 
-    /// The list query: `$1` names the owners in `ownerMatch`, `$2` the side, `$3`/`$4` the cursor,
-    /// `$5` the limit.
-    static func listSQL(ownerMatch: String, archived: Bool?) -> String {
+    /// The list query: `owners` is a query of the owners' ids (from `$1`), `$2` the side, `$3`/`$4`
+    /// the cursor, `$5` the limit. Each owner's page is read in the list index's order and cut at
+    /// the limit (a shop's hundreds of threads are never all read and sorted), the owners' pages
+    /// are merged, and only the final page is joined to its conversations.
+    static func listSQL(owners: String, archived: Bool?) -> String {
         let filter = archived.map { $0 ? "AND s.archived" : "AND NOT s.archived" } ?? ""
         return """
-            SELECT s.conversation_id, c.kind, c.buyer_id, c.shop_id, c.watch_id, s.last_activity_at, c.last_message_id,
-                c.last_message_body, c.last_message_side, c.last_message_at, s.unread, s.archived, c.no_reply_needed, c.closed_by_block,
-                (extract(epoch FROM s.last_activity_at) * 1000000)::bigint AS activity_us
-            FROM thread_sides s JOIN conversations c USING (conversation_id)
-            WHERE \(ownerMatch) AND s.side = $2 \(filter)
-              AND ($3::bigint IS NULL
-                   OR (s.last_activity_at, s.conversation_id) < (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::text))
-            ORDER BY s.last_activity_at DESC, s.conversation_id DESC
-            LIMIT $5
+            WITH page AS (
+                SELECT p.* FROM (\(owners)) AS o(owner_id)
+                CROSS JOIN LATERAL (
+                    SELECT s.conversation_id, s.last_activity_at, s.unread, s.archived FROM thread_sides s
+                    WHERE s.owner_id = o.owner_id AND s.side = $2 \(filter)
+                      AND ($3::bigint IS NULL
+                           OR (s.last_activity_at, s.conversation_id) < (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::text))
+                    ORDER BY s.last_activity_at DESC, s.conversation_id DESC
+                    LIMIT $5) AS p
+                ORDER BY p.last_activity_at DESC, p.conversation_id DESC
+                LIMIT $5)
+            SELECT page.conversation_id, c.kind, c.buyer_id, c.shop_id, c.watch_id, page.last_activity_at, c.last_message_id,
+                c.last_message_body, c.last_message_side, c.last_message_at, page.unread, page.archived, c.no_reply_needed, c.closed_by_block,
+                (extract(epoch FROM page.last_activity_at) * 1000000)::bigint AS activity_us
+            FROM page JOIN conversations c USING (conversation_id)
+            ORDER BY page.last_activity_at DESC, page.conversation_id DESC
             """
     }
 
@@ -166,9 +174,10 @@ public enum ThreadReader {
     ) throws -> (page: KeysetPage<ThreadSummary>, unreadCount: Int) {
         let limit = max(1, limit)
         let owners = side == .buyer ? "= $1" : "IN (SELECT shop_id FROM shop_members WHERE person_id = $1)"
+        let ownerList = side == .buyer ? "SELECT $1::text" : "SELECT shop_id FROM shop_members WHERE person_id = $1"
         let results = try connection.pipeline([
             PostgresStatement(
-                listSQL(ownerMatch: "s.owner_id \(owners)", archived: archived), person, side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1)),
+                listSQL(owners: ownerList, archived: archived), person, side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1)),
             PostgresStatement(
                 "SELECT coalesce(sum(unread_count), 0)::bigint FROM unread_conversations WHERE owner_id \(owners) AND side = $2", person,
                 side.rawValue),

@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 
 // Test support, meant to be copied: a throwaway certificate authority and a server certificate for
@@ -62,18 +63,11 @@ func runTool(_ name: String, _ arguments: [String]) throws -> String {
     guard let path = findExecutable(name) else {
         throw TestSetupError("\(name) is not installed (PATH: \(ProcessInfo.processInfo.environment["PATH"] ?? ""))")
     }
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = output
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    let text = String(decoding: data, as: UTF8.self)
-    guard process.terminationStatus == 0 else {
-        throw TestSetupError("\(name) \(arguments.joined(separator: " ")) exited \(process.terminationStatus): \(text)")
+    // Output to a file, not a pipe: a server another test starts at the same moment can inherit a
+    // pipe's write end, and reading to its end then waits for that server (seen: a hung run).
+    let (status, text) = try Subprocess.run(path, arguments)
+    guard status == 0 else {
+        throw TestSetupError("\(name) \(arguments.joined(separator: " ")) exited \(status): \(text)")
     }
     return text
 }
