@@ -49,6 +49,24 @@ public final class EventStore: Sendable {
         try AppendRequest(events: events, expectedVersions: expectedVersions, validator: validator).run(on: connection)
     }
 
+    /// An append checked and encoded on the caller's thread, to be run later on another
+    /// connection (the inline driver's group commit runs many in one transaction). Throws what
+    /// `append` throws for an invalid event, before any SQL.
+    public struct PreparedAppend: Sendable {
+        let request: AppendRequest
+        public var events: [NewEvent] { request.events }
+
+        public init(_ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], validator: EventValidator? = nil) throws {
+            request = try AppendRequest(events: events, expectedVersions: expectedVersions, validator: validator)
+        }
+
+        /// Runs the append on `connection`, inside its open transaction if there is one (behind a
+        /// savepoint, so a refused append leaves the transaction usable).
+        public func run(on connection: PostgresConnection) throws -> [AppendedEvent] {
+            try request.run(on: connection)
+        }
+    }
+
     // MARK: Read
 
     /// Up to `limit` events after `checkpoint`, gap-safe: only transactions that can no longer be

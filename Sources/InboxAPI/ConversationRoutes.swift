@@ -310,13 +310,13 @@ public enum ConversationRoutes {
         do {
             appended = try inline.append(
                 [try NewEvent(started, metadata: metadata), try NewEvent(sent, metadata: metadata)],
-                expectedVersions: [started.streamId: .noStream], on: connection)
+                expectedVersions: [started.streamId: .noStream], on: connection,
+                also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: sent.messageId, attachments: attachments))
         } catch EventLogError.wrongExpectedVersion {
             // Another request of this buyer started it a moment ago: write in that one.
             let message = try send(input, in: id, side: .buyer, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
             return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), message, false)
         }
-        try attachments.attach(input.attachmentHandles, person: person, conversationId: id, messageId: sent.messageId, on: connection)
         let message = input.message(sent, recorded: appended[1].event)
         return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), message, true)
     }
@@ -351,9 +351,21 @@ public enum ConversationRoutes {
     ) throws -> ThreadMessage {
         try requireAttachable(input.attachmentHandles, person: person, attachments: attachments, on: connection)
         let event = input.event(conversation: id, side: side, person: person)
-        let appended = try inline.append([try NewEvent(event, metadata: metadata)], on: connection)
-        try attachments.attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, on: connection)
+        let appended = try inline.append(
+            [try NewEvent(event, metadata: metadata)], on: connection,
+            also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, attachments: attachments))
         return input.message(event, recorded: appended[0].event)
+    }
+
+    /// Records the message's attachments in the append's own transaction (and savepoint), so the
+    /// message is never in the log without them; nil when there are none.
+    static func attach(
+        _ handles: [String], person: String, conversationId: String, messageId: String, attachments: any AttachmentValidator
+    ) -> (@Sendable (PostgresConnection) throws -> Void)? {
+        if handles.isEmpty { return nil }
+        return { connection in
+            try attachments.attach(handles, person: person, conversationId: conversationId, messageId: messageId, on: connection)
+        }
     }
 
     static func requireAttachable(_ handles: [String], person: String, attachments: any AttachmentValidator, on connection: PostgresConnection) throws {

@@ -1,0 +1,188 @@
+import EventLog
+import Foundation
+import PostgresClient
+
+/// Group commit for the inline driver: appends that arrive while another is committing join one
+/// transaction, so a burst of writers pays one WAL flush (and one pass over each projection's
+/// checkpoint row) between them instead of one each.
+///
+/// No thread of its own: the first caller to arrive while no group is running leads, on the
+/// connection it already holds. It takes the queued requests (itself first, oldest first, at most
+/// `maximumRequests` of them and `maximumEvents` events; only requests for the same database),
+/// runs `BEGIN`, each request's append (behind a savepoint: a refused append, a wrong expected
+/// version say, rolls back that request alone and keeps its error), projects everything the group
+/// appended with `InlineProjections.project` (its per-projection savepoints and deferral rules
+/// unchanged), and `COMMIT`s once. The others wait on a condition until their group has committed,
+/// then return their own events, or their own error; when the `COMMIT` fails, every request the
+/// group had accepted gets that error (nothing of the group is in the log, nothing was
+/// acknowledged). Requests that arrive meanwhile queue; the oldest leads the next group.
+///
+/// A waiting request holds its own connection idle and outside any transaction (callers inside
+/// a transaction of their own do not come here), so it holds no lock the leader could wait for.
+public final class InlineGroupCommit: @unchecked Sendable {
+    // Everything below `condition` is read and written only while holding it.
+    private let condition = NSCondition()
+    private var queue: [Ticket] = []
+    private var running = false
+    private var statistics = Statistics()
+
+    /// The most requests one transaction takes.
+    public let maximumRequests: Int
+    /// The most events one transaction takes (a request with more than this still runs, alone).
+    public let maximumEvents: Int
+
+    public init(maximumRequests: Int = 100, maximumEvents: Int = 2_000) {
+        self.maximumRequests = max(1, maximumRequests)
+        self.maximumEvents = max(1, maximumEvents)
+    }
+
+    /// How many groups have committed (or failed) and how many requests they held.
+    public struct Statistics: Sendable, Hashable {
+        public var groups = 0
+        public var requests = 0
+        public var largestGroup = 0
+    }
+
+    public var counts: Statistics {
+        condition.lock()
+        defer { condition.unlock() }
+        return statistics
+    }
+
+    /// One request: what to append, what else to write in its savepoint, and (once its group is
+    /// done) what came of it.
+    final class Ticket: @unchecked Sendable {
+        let append: EventStore.PreparedAppend
+        let also: (@Sendable (PostgresConnection) throws -> Void)?
+        let database: PostgresConfiguration
+        /// Set by the leader, under the committer's condition, once the group is done.
+        var result: Result<(appended: [AppendedEvent], outcome: InlineProjections.Outcome), any Error>?
+
+        init(append: EventStore.PreparedAppend, also: (@Sendable (PostgresConnection) throws -> Void)?, database: PostgresConfiguration) {
+            self.append = append
+            self.also = also
+            self.database = database
+        }
+    }
+
+    /// Runs `append` (and `also` after it, in the same savepoint) in the next group transaction,
+    /// and returns when that transaction has committed.
+    func run(
+        _ append: EventStore.PreparedAppend, also: (@Sendable (PostgresConnection) throws -> Void)?, projections: InlineProjections,
+        on connection: PostgresConnection
+    ) throws -> (appended: [AppendedEvent], outcome: InlineProjections.Outcome) {
+        let ticket = Ticket(append: append, also: also, database: connection.configuration)
+        condition.lock()
+        queue.append(ticket)
+        while true {
+            if let result = ticket.result {
+                condition.unlock()
+                return try result.get()
+            }
+            if !running, queue.first === ticket {
+                running = true
+                let group = takeGroup()
+                condition.unlock()
+                let results = Self.commit(group, projections: projections, on: connection)
+                condition.lock()
+                for (member, result) in zip(group, results) { member.result = result }
+                running = false
+                statistics.groups += 1
+                statistics.requests += group.count
+                statistics.largestGroup = max(statistics.largestGroup, group.count)
+                condition.broadcast()
+                continue
+            }
+            condition.wait()
+        }
+    }
+
+    /// The head of the queue and the requests for its database after it, within the bounds; taken
+    /// off the queue. Holding `condition`.
+    private func takeGroup() -> [Ticket] {
+        let head = queue.removeFirst()
+        var group = [head]
+        var events = head.append.events.count
+        var index = 0
+        while index < queue.count, group.count < maximumRequests {
+            let next = queue[index]
+            guard next.database == head.database else {
+                index += 1
+                continue
+            }
+            if events + next.append.events.count > maximumEvents { break }
+            events += next.append.events.count
+            group.append(queue.remove(at: index))
+        }
+        return group
+    }
+
+    typealias Answer = Result<(appended: [AppendedEvent], outcome: InlineProjections.Outcome), any Error>
+
+    /// One transaction for `group`; an answer for each of its requests, in order.
+    static func commit(_ group: [Ticket], projections: InlineProjections, on connection: PostgresConnection) -> [Answer] {
+        var answers: [Answer?] = Array(repeating: nil, count: group.count)
+        var appendedByRequest: [[AppendedEvent]] = Array(repeating: [], count: group.count)
+        func failAll(_ error: any Error) -> [Answer] {
+            if connection.isOpen && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
+            return answers.map { $0 ?? .failure(error) }
+        }
+        do {
+            try connection.execute("BEGIN")
+        } catch {
+            return failAll(error)
+        }
+        var records: [RecordedEvent] = []
+        for (index, ticket) in group.enumerated() {
+            do {
+                if let also = ticket.also {
+                    try connection.execute("SAVEPOINT inbox_group_request")
+                    do {
+                        let appended = try ticket.append.run(on: connection)
+                        try also(connection)
+                        try connection.execute("RELEASE SAVEPOINT inbox_group_request")
+                        appendedByRequest[index] = appended
+                    } catch let error as PostgresError where error.isConnectionError {
+                        throw error
+                    } catch {
+                        try connection.execute("ROLLBACK TO SAVEPOINT inbox_group_request")
+                        try connection.execute("RELEASE SAVEPOINT inbox_group_request")
+                        answers[index] = .failure(error)
+                        continue
+                    }
+                } else {
+                    do {
+                        // The append runs behind a savepoint of its own and rolls back to it when refused.
+                        appendedByRequest[index] = try ticket.append.run(on: connection)
+                    } catch let error as PostgresError where error.isConnectionError {
+                        throw error
+                    } catch {
+                        answers[index] = .failure(error)
+                    }
+                }
+                // Whatever went wrong must not have left the transaction failed for the others.
+                if connection.isTransactionFailed {
+                    throw PostgresError(.clientFailure, "An append of the group left its transaction failed.")
+                }
+                records += appendedByRequest[index].filter(\.wasAppended).map(\.event)
+            } catch {
+                return failAll(error)
+            }
+        }
+        let outcome: InlineProjections.Outcome
+        do {
+            outcome = try projections.project(records, on: connection)
+            if connection.isTransactionFailed {
+                throw PostgresError(.clientFailure, "The inline projections left the group's transaction failed.")
+            }
+            try connection.execute("COMMIT")
+        } catch {
+            return failAll(error)
+        }
+        return group.indices.map { index in
+            if let answer = answers[index] { return answer }
+            let appended = appendedByRequest[index]
+            return .success((appended, projections.outcome(outcome, for: appended)))
+        }
+    }
+}
