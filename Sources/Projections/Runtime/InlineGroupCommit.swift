@@ -49,6 +49,13 @@ public final class InlineGroupCommit: @unchecked Sendable {
         return statistics
     }
 
+    /// Whether a group is being committed, and how many requests wait for the next one.
+    public var state: (running: Bool, queued: Int) {
+        condition.lock()
+        defer { condition.unlock() }
+        return (running, queue.count)
+    }
+
     /// One request: what to append, what else to write in its savepoint, and (once its group is
     /// done) what came of it.
     final class Ticket: @unchecked Sendable {

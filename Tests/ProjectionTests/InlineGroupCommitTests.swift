@@ -1,0 +1,233 @@
+import EventLog
+import Foundation
+import InboxDomain
+import InboxTesting
+import PostgresClient
+@testable import Projections
+import Testing
+
+/// Group commit of the inline driver: concurrent appends share a transaction, and each still gets
+/// exactly its own events, or its own error.
+@Suite struct InlineGroupCommitTests {
+    struct Refused: Error, Equatable {}
+
+    /// Waits (a few seconds at most) until `condition` holds.
+    static func waitFor(_ what: String, _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !condition() {
+            if ContinuousClock.now > deadline { Issue.record("timed out waiting for \(what)"); throw Refused() }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
+    /// Starts an append on a thread and connection of its own; the task returns its result.
+    static func appendOnThread(
+        _ db: TestDatabase, _ inline: InlineProjections, _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:],
+        also: (@Sendable (PostgresConnection) throws -> Void)? = nil
+    ) -> Task<Result<[AppendedEvent], any Error>, Never> {
+        Task {
+            do {
+                return .success(
+                    try await BlockingThread.run {
+                        let connection = try db.connect()
+                        defer { connection.close() }
+                        return try inline.append(events, expectedVersions: expectedVersions, on: connection, also: also)
+                    })
+            } catch {
+                return .failure(error)
+            }
+        }
+    }
+
+    /// A leader held inside its group (its `also` waits for an advisory lock the test holds), so
+    /// the requests started meanwhile queue and form the next group, deterministically.
+    static func withLeaderHeld(
+        _ db: TestDatabase, _ inline: InlineProjections, key: Int64, queue: () -> Int,
+        _ body: () async throws -> Void
+    ) async throws -> Result<[AppendedEvent], any Error> {
+        let holder = try db.connect()
+        defer { holder.close() }
+        try holder.query("SELECT pg_advisory_lock($1)", key)
+        let leader = appendOnThread(
+            db, inline, [try NewEvent(PasswordChanged(personId: "leader-\(key)"))],
+            also: { connection in _ = try connection.query("SELECT pg_advisory_xact_lock($1)", key) })
+        let committer = try #require(inline.groupCommit)
+        try await waitFor("the leader to run") { committer.state.running }
+        try await body()
+        try await waitFor("the requests to queue") { committer.state.queued == queue() }
+        try holder.query("SELECT pg_advisory_unlock($1)", key)
+        return await leader.value
+    }
+
+    static func count(_ db: TestDatabase, stream: String) async throws -> Int {
+        try await db.client.withConnection { connection in
+            try connection.query("SELECT count(*)::int FROM events WHERE stream_id = $1", stream).scalar(Int.self)
+        }
+    }
+
+    @Test func concurrentAppendsEachGetTheirOwnEventsOnceAndShareTransactions() async throws {
+        try await withTestDatabase { db in
+            let threads = 32
+            let perThread = 50
+            var versions: [Int64] = []
+            for thread in 0..<threads {
+                let appended = try await db.store.append(
+                    try NewEvent(ConversationStarted(conversationId: "c\(thread)", buyerId: "b\(thread)", shopId: "shop", watchId: "w\(thread)")))
+                versions.append(appended.event.streamVersion)
+            }
+            // The live tables exist and have what came before, so the inline driver can apply.
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            let inline = InlineProjections()
+            let starting = versions
+            let results = try await withThrowingTaskGroup(of: [(String, AppendedEvent, Bool)].self) { group in
+                for thread in 0..<threads {
+                    group.addTask {
+                        try await BlockingThread.run {
+                            let connection = try db.connect()
+                            defer { connection.close() }
+                            let stream = Streams.conversation("c\(thread)")
+                            var version = starting[thread]
+                            var mine: [(String, AppendedEvent, Bool)] = []
+                            for index in 0..<perThread {
+                                let id = "m\(thread)-\(index)"
+                                let event = try NewEvent(
+                                    MessageSent(conversationId: "c\(thread)", messageId: id, authorSide: .buyer, authorId: "b\(thread)", body: "n\(index)"))
+                                let (appended, outcome) = try inline.appendReporting(
+                                    [event], expectedVersions: [stream: .exactly(version)], on: connection)
+                                guard appended.count == 1 else { throw Refused() }
+                                version = appended[0].event.streamVersion
+                                // Read-your-writes on the writer's own connection.
+                                let inLog = try connection.query("SELECT count(*)::int FROM events WHERE position = $1", appended[0].event.position)
+                                    .scalar(Int.self)
+                                var readable = inLog == 1
+                                if outcome.applied.contains("threads") {
+                                    let projected = try connection.query("SELECT count(*)::int FROM messages WHERE message_id = $1", id).scalar(Int.self)
+                                    readable = readable && projected == 1
+                                }
+                                mine.append((id, appended[0], readable))
+                            }
+                            return mine
+                        }
+                    }
+                }
+                var all: [(String, AppendedEvent, Bool)] = []
+                for try await mine in group { all += mine }
+                return all
+            }
+            #expect(results.count == threads * perThread)
+            // Each got exactly its own event back: its message id, in its stream, newly appended.
+            for (id, appended, readable) in results {
+                #expect(appended.wasAppended)
+                #expect(appended.event.payloadJSON.contains("\"\(id)\""), "\(id): \(appended.event.payloadJSON)")
+                #expect(appended.event.streamId == Streams.conversation("c" + id.dropFirst().prefix { $0 != "-" }))
+                #expect(readable, "\(id) not readable by its writer")
+            }
+            #expect(Set(results.map(\.1.event.position)).count == results.count)
+            let inLog = try await db.scalar("SELECT count(*)::int FROM events WHERE type = 'message_sent'", Int.self)
+            #expect(inLog == threads * perThread)
+            let distinct = try await db.scalar("SELECT count(DISTINCT payload->>'messageId')::int FROM events WHERE type = 'message_sent'", Int.self)
+            #expect(distinct == threads * perThread)
+            // Appends did share transactions.
+            let counts = try #require(inline.groupCommit).counts
+            #expect(counts.requests == threads * perThread)
+            #expect(counts.groups < counts.requests, "\(counts)")
+            #expect(counts.largestGroup > 1)
+            let transactions = try await db.scalar("SELECT count(DISTINCT transaction_id)::int FROM events WHERE type = 'message_sent'", Int.self)
+            #expect(transactions == counts.groups)
+            // Whatever was applied inline or left to the projector, the read models end up exact.
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == threads * perThread)
+            #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
+        }
+    }
+
+    @Test func aRefusedRequestGetsItsOwnErrorWhileTheRestOfItsGroupCommits() async throws {
+        try await withTestDatabase { db in
+            try await db.append(PasswordChanged(personId: "taken"))
+            let inline = InlineProjections()
+            // Refused by the checks before it ever joins a group.
+            #expect(throws: EventLogError.self) {
+                let connection = try db.connect()
+                defer { connection.close() }
+                try inline.append([NewEvent(streamId: "", type: "password_changed", payloadJSON: #"{"personId":"x"}"#, metadata: EventMetadata())], on: connection)
+            }
+            var fine: Task<Result<[AppendedEvent], any Error>, Never>?
+            var conflicting: Task<Result<[AppendedEvent], any Error>, Never>?
+            var failing: Task<Result<[AppendedEvent], any Error>, Never>?
+            var started = 0
+            let leader = try await Self.withLeaderHeld(db, inline, key: 7_101, queue: { 3 }) {
+                fine = Self.appendOnThread(db, inline, [try NewEvent(PasswordChanged(personId: "fine"))])
+                conflicting = Self.appendOnThread(
+                    db, inline, [try NewEvent(PasswordChanged(personId: "taken"))], expectedVersions: [Streams.security("taken"): .noStream])
+                failing = Self.appendOnThread(db, inline, [try NewEvent(PasswordChanged(personId: "undone"))], also: { _ in throw Refused() })
+                started = 3
+            }
+            #expect(started == 3)
+            _ = try leader.get()
+            let fineTask = try #require(fine)
+            let fineEvents = try await fineTask.value.get()
+            #expect(fineEvents.count == 1 && fineEvents[0].event.streamId == Streams.security("fine"))
+            let conflictingTask = try #require(conflicting)
+            switch await conflictingTask.value {
+            case .success: Issue.record("an append with a wrong expected version succeeded")
+            case .failure(let error):
+                guard case EventLogError.wrongExpectedVersion(let stream, _, _) = error else { Issue.record("\(error)"); break }
+                #expect(stream == Streams.security("taken"))
+            }
+            let failingTask = try #require(failing)
+            switch await failingTask.value {
+            case .success: Issue.record("an append whose savepoint work threw succeeded")
+            case .failure(let error): #expect(error as? Refused == Refused())
+            }
+            // One group of the leader, one of the three queued behind it.
+            let counts = try #require(inline.groupCommit).counts
+            #expect(counts.groups == 2 && counts.requests == 4 && counts.largestGroup == 3, "\(counts)")
+            #expect(try await Self.count(db, stream: Streams.security("fine")) == 1)
+            #expect(try await Self.count(db, stream: Streams.security("taken")) == 1)
+            #expect(try await Self.count(db, stream: Streams.security("undone")) == 0)
+            #expect(try await Self.count(db, stream: Streams.security("leader-7101")) == 1)
+        }
+    }
+
+    @Test func aFailedCommitFailsTheWholeGroupAndAppendsNothing() async throws {
+        try await withTestDatabase { db in
+            // A deferred constraint trigger: the row is accepted, the COMMIT is refused.
+            try await db.client.withConnection { connection in
+                _ = try connection.execute(
+                    """
+                    CREATE TABLE group_commit_poison (x int);
+                    CREATE FUNCTION group_commit_refuse() RETURNS trigger LANGUAGE plpgsql AS
+                        $$ BEGIN RAISE EXCEPTION 'poisoned group'; END $$;
+                    CREATE CONSTRAINT TRIGGER group_commit_refuse AFTER INSERT ON group_commit_poison
+                        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION group_commit_refuse();
+                    """)
+                return ()
+            }
+            let inline = InlineProjections()
+            var innocent: Task<Result<[AppendedEvent], any Error>, Never>?
+            var poisoning: Task<Result<[AppendedEvent], any Error>, Never>?
+            let leader = try await Self.withLeaderHeld(db, inline, key: 7_102, queue: { 2 }) {
+                innocent = Self.appendOnThread(db, inline, [try NewEvent(PasswordChanged(personId: "innocent"))])
+                try await Self.waitFor("the first to queue") { inline.groupCommit?.state.queued == 1 }
+                poisoning = Self.appendOnThread(
+                    db, inline, [try NewEvent(PasswordChanged(personId: "poisoning"))],
+                    also: { connection in _ = try connection.execute("INSERT INTO group_commit_poison VALUES (1)") })
+            }
+            _ = try leader.get()
+            for task in [innocent, poisoning] {
+                let task = try #require(task)
+                switch await task.value {
+                case .success(let appended): Issue.record("acknowledged, though its group did not commit: \(appended)")
+                case .failure(let error): #expect("\(error)".contains("poisoned group"), "\(error)")
+                }
+            }
+            #expect(try #require(inline.groupCommit).counts.largestGroup == 2)
+            #expect(try await Self.count(db, stream: Streams.security("innocent")) == 0)
+            #expect(try await Self.count(db, stream: Streams.security("poisoning")) == 0)
+            // The next group commits as usual.
+            let after = try await Self.appendOnThread(db, inline, [try NewEvent(PasswordChanged(personId: "after"))]).value.get()
+            #expect(after.count == 1)
+            #expect(try await Self.count(db, stream: Streams.security("after")) == 1)
+        }
+    }
+}
