@@ -204,15 +204,22 @@ public enum ConversationRoutes {
                 let input = try MessageInput(try Attributes(data, allowed: messageAttributes))
                 let person = context.person
                 let metadata = context.eventMetadata
-                let written = try client.withConnectionBlocking { connection -> (ThreadMessage, ConversationSide)? in
+                let checked = try client.withConnectionBlocking { connection -> ConversationSide? in
                     guard Self.isPlausible(id), let access = try ThreadReader.access(to: id, person: person, on: connection),
                         let side = access.side(of: person)
                     else { return nil }
                     try requireOpen(access)
-                    let message = try send(input, in: id, side: side, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
-                    return (message, side)
+                    try requireAttachable(input.attachmentHandles, person: person, attachments: attachments, on: connection)
+                    return side
                 }
-                guard let (message, side) = written else { throw notFound(id) }
+                guard let side = checked else { throw notFound(id) }
+                // The checks' connection is back in the pool: waiting for its group commit, the
+                // append holds none, so a commit is shared by as many posts as wait for it.
+                let event = input.event(conversation: id, side: side, person: person)
+                let appended = try inline.append(
+                    [try NewEvent(event, metadata: metadata)], using: client,
+                    also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, attachments: attachments))
+                let message = input.message(event, recorded: appended[0].event)
                 return Documents.response(status: 201, ["data": messageResource(message, viewer: person, side: side)])
             },
         ]

@@ -92,8 +92,11 @@ import Testing
                                 let id = "m\(thread)-\(index)"
                                 let event = try NewEvent(
                                     MessageSent(conversationId: "c\(thread)", messageId: id, authorSide: .buyer, authorId: "b\(thread)", body: "n\(index)"))
-                                let (appended, outcome) = try inline.appendReporting(
-                                    [event], expectedVersions: [stream: .exactly(version)], on: connection)
+                                // Half the writers wait on a connection of their own, half holding none.
+                                let (appended, outcome) =
+                                    thread % 2 == 0
+                                    ? try inline.appendReporting([event], expectedVersions: [stream: .exactly(version)], on: connection)
+                                    : try inline.appendReporting([event], expectedVersions: [stream: .exactly(version)], using: db.client)
                                 guard appended.count == 1 else { throw Refused() }
                                 version = appended[0].event.streamVersion
                                 // Read-your-writes on the writer's own connection.
@@ -144,6 +147,8 @@ import Testing
     @Test func aRefusedRequestGetsItsOwnErrorWhileTheRestOfItsGroupCommits() async throws {
         try await withTestDatabase { db in
             try await db.append(PasswordChanged(personId: "taken"))
+            let keyed = try NewEvent(PasswordChanged(personId: "keyed"), idempotencyKey: "k-keyed")
+            _ = try await db.store.append([keyed])
             let inline = InlineProjections()
             // Refused by the checks before it ever joins a group.
             #expect(throws: EventLogError.self) {
@@ -154,15 +159,26 @@ import Testing
             var fine: Task<Result<[AppendedEvent], any Error>, Never>?
             var conflicting: Task<Result<[AppendedEvent], any Error>, Never>?
             var failing: Task<Result<[AppendedEvent], any Error>, Never>?
+            var repeated: Task<Result<[AppendedEvent], any Error>, Never>?
+            var reusing: Task<Result<[AppendedEvent], any Error>, Never>?
+            var fineToo: Task<Result<[AppendedEvent], any Error>, Never>?
             var started = 0
-            let leader = try await Self.withLeaderHeld(db, inline, key: 7_101, queue: { 3 }) {
+            let leader = try await Self.withLeaderHeld(db, inline, key: 7_101, queue: { 6 }) {
                 fine = Self.appendOnThread(db, inline, [try NewEvent(PasswordChanged(personId: "fine"))])
                 conflicting = Self.appendOnThread(
                     db, inline, [try NewEvent(PasswordChanged(personId: "taken"))], expectedVersions: [Streams.security("taken"): .noStream])
                 failing = Self.appendOnThread(db, inline, [try NewEvent(PasswordChanged(personId: "undone"))], also: { _ in throw Refused() })
-                started = 3
+                try await Self.waitFor("three to queue") { inline.groupCommit?.state.queued == 3 }
+                // Three plain requests in a row, tried as one statement: one repeats an event by
+                // its key (the original comes back), one reuses a key for another event (refused).
+                repeated = Self.appendOnThread(db, inline, [keyed])
+                try await Self.waitFor("four to queue") { inline.groupCommit?.state.queued == 4 }
+                reusing = Self.appendOnThread(db, inline, [try NewEvent(PasswordChanged(personId: "other"), idempotencyKey: "k-keyed")])
+                try await Self.waitFor("five to queue") { inline.groupCommit?.state.queued == 5 }
+                fineToo = Self.appendOnThread(db, inline, [try NewEvent(PasswordChanged(personId: "fine-too"))])
+                started = 6
             }
-            #expect(started == 3)
+            #expect(started == 6)
             _ = try leader.get()
             let fineTask = try #require(fine)
             let fineEvents = try await fineTask.value.get()
@@ -179,9 +195,26 @@ import Testing
             case .success: Issue.record("an append whose savepoint work threw succeeded")
             case .failure(let error): #expect(error as? Refused == Refused())
             }
-            // One group of the leader, one of the three queued behind it.
+            let repeatedTask = try #require(repeated)
+            let original = try await repeatedTask.value.get()
+            #expect(original.count == 1 && !original[0].wasAppended && original[0].event.idempotencyKey == "k-keyed")
+            let reusingTask = try #require(reusing)
+            switch await reusingTask.value {
+            case .success: Issue.record("a reused idempotency key was accepted")
+            case .failure(let error):
+                guard case EventLogError.idempotencyKeyReused(_, let key) = error else { Issue.record("\(error)"); break }
+                #expect(key == "k-keyed")
+            }
+            let fineTooTask = try #require(fineToo)
+            let fineTooEvents = try await fineTooTask.value.get()
+            #expect(fineTooEvents.count == 1 && fineTooEvents[0].wasAppended && fineTooEvents[0].event.streamId == Streams.security("fine-too"))
+            #expect(fineTooEvents[0].event.transactionId == fineEvents[0].event.transactionId, "one transaction for the group")
+            // One group of the leader, one of the six queued behind it.
             let counts = try #require(inline.groupCommit).counts
-            #expect(counts.groups == 2 && counts.requests == 4 && counts.largestGroup == 3, "\(counts)")
+            #expect(counts.groups == 2 && counts.requests == 7 && counts.largestGroup == 6, "\(counts)")
+            #expect(try await Self.count(db, stream: Streams.security("keyed")) == 1)
+            #expect(try await Self.count(db, stream: Streams.security("other")) == 0)
+            #expect(try await Self.count(db, stream: Streams.security("fine-too")) == 1)
             #expect(try await Self.count(db, stream: Streams.security("fine")) == 1)
             #expect(try await Self.count(db, stream: Streams.security("taken")) == 1)
             #expect(try await Self.count(db, stream: Streams.security("undone")) == 0)

@@ -17,8 +17,10 @@ import PostgresClient
 /// group had accepted gets that error (nothing of the group is in the log, nothing was
 /// acknowledged). Requests that arrive meanwhile queue; the oldest leads the next group.
 ///
-/// A waiting request holds its own connection idle and outside any transaction (callers inside
-/// a transaction of their own do not come here), so it holds no lock the leader could wait for.
+/// A waiting request holds no connection (`InlineProjections.append(_:using:)`: the leader takes
+/// one from the pool for its group), or its own connection idle and outside any transaction
+/// (callers inside a transaction of their own do not come here), so it holds no lock the leader
+/// could wait for.
 public final class InlineGroupCommit: @unchecked Sendable {
     // Everything below `condition` is read and written only while holding it.
     private let condition = NSCondition()
@@ -72,13 +74,27 @@ public final class InlineGroupCommit: @unchecked Sendable {
         }
     }
 
+    /// Where a leader runs its group: on the connection its caller holds, or on one it takes from
+    /// the pool for the group (its followers then wait holding no connection at all).
+    enum Leader {
+        case held(PostgresConnection)
+        case pooled(PostgresClient)
+
+        var database: PostgresConfiguration {
+            switch self {
+            case .held(let connection): connection.configuration
+            case .pooled(let client): client.configuration.connection
+            }
+        }
+    }
+
     /// Runs `append` (and `also` after it, in the same savepoint) in the next group transaction,
     /// and returns when that transaction has committed.
     func run(
         _ append: EventStore.PreparedAppend, also: (@Sendable (PostgresConnection) throws -> Void)?, projections: InlineProjections,
-        on connection: PostgresConnection
+        leader: Leader
     ) throws -> (appended: [AppendedEvent], outcome: InlineProjections.Outcome) {
-        let ticket = Ticket(append: append, also: also, database: connection.configuration)
+        let ticket = Ticket(append: append, also: also, database: leader.database)
         condition.lock()
         queue.append(ticket)
         while true {
@@ -90,7 +106,17 @@ public final class InlineGroupCommit: @unchecked Sendable {
                 running = true
                 let group = takeGroup()
                 condition.unlock()
-                let results = Self.commit(group, projections: projections, on: connection)
+                let results: [Answer]
+                switch leader {
+                case .held(let connection):
+                    results = Self.commit(group, projections: projections, on: connection)
+                case .pooled(let client):
+                    do {
+                        results = try client.withConnectionBlocking { connection in Self.commit(group, projections: projections, on: connection) }
+                    } catch {
+                        results = group.map { _ in .failure(error) }
+                    }
+                }
                 condition.lock()
                 for (member, result) in zip(group, results) { member.result = result }
                 running = false
@@ -140,7 +166,36 @@ public final class InlineGroupCommit: @unchecked Sendable {
             return failAll(error)
         }
         var records: [RecordedEvent] = []
+        // Runs of plain requests (no expected versions, no work of their own) go in one statement
+        // each; when it is refused (an idempotency key reused, say), its requests run one by one.
+        var joinedAppends: [Int: [AppendedEvent]] = [:]
+        var start = 0
+        while start < group.count {
+            var end = start
+            while end < group.count, group[end].also == nil, group[end].append.isJoinable { end += 1 }
+            if end - start >= 2 {
+                let parts = group[start..<end].map(\.append)
+                do {
+                    if let joined = try EventStore.PreparedAppend.joined(parts) {
+                        let appended = try joined.run(on: connection)
+                        for (offset, own) in EventStore.PreparedAppend.split(appended, into: parts).enumerated() {
+                            joinedAppends[start + offset] = own
+                        }
+                    }
+                } catch let error as PostgresError where error.isConnectionError {
+                    return failAll(error)
+                } catch {
+                    if connection.isTransactionFailed { return failAll(error) }
+                }
+            }
+            start = max(end, start + 1)
+        }
         for (index, ticket) in group.enumerated() {
+            if let appended = joinedAppends[index] {
+                appendedByRequest[index] = appended
+                records += appended.filter(\.wasAppended).map(\.event)
+                continue
+            }
             do {
                 if let also = ticket.also {
                     try connection.execute("SAVEPOINT inbox_group_request")

@@ -67,7 +67,7 @@ public struct InlineProjections: Sendable {
     ) throws -> (appended: [AppendedEvent], outcome: Outcome) {
         let prepared = try EventStore.PreparedAppend(events, expectedVersions: expectedVersions, validator: validator)
         if let groupCommit, !events.isEmpty, !connection.isInTransaction {
-            return try groupCommit.run(prepared, also: also, projections: self, on: connection)
+            return try groupCommit.run(prepared, also: also, projections: self, leader: .held(connection))
         }
         return try connection.transaction { connection in
             let appended = try prepared.run(on: connection)
@@ -75,6 +75,32 @@ public struct InlineProjections: Sendable {
             let outcome = try project(appended.filter(\.wasAppended).map(\.event), on: connection)
             return (appended, outcome)
         }
+    }
+
+    /// `append` on a connection of `client`'s pool, held only as long as needed: with
+    /// `groupCommit`, a request that waits for its group holds none (the group's leader takes one
+    /// for the group), so as many requests can share a transaction as there are threads waiting,
+    /// not connections.
+    @discardableResult
+    public func append(
+        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], using client: PostgresClient,
+        also: (@Sendable (PostgresConnection) throws -> Void)? = nil
+    ) throws -> [AppendedEvent] {
+        try appendReporting(events, expectedVersions: expectedVersions, using: client, also: also).appended
+    }
+
+    /// `append(_:using:)`, saying which projections include the events when it returns.
+    public func appendReporting(
+        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], using client: PostgresClient,
+        also: (@Sendable (PostgresConnection) throws -> Void)? = nil
+    ) throws -> (appended: [AppendedEvent], outcome: Outcome) {
+        guard let groupCommit, !events.isEmpty else {
+            return try client.withConnectionBlocking { connection in
+                try appendReporting(events, expectedVersions: expectedVersions, on: connection, also: also)
+            }
+        }
+        let prepared = try EventStore.PreparedAppend(events, expectedVersions: expectedVersions, validator: validator)
+        return try groupCommit.run(prepared, also: also, projections: self, leader: .pooled(client))
     }
 
     /// The part of a group's outcome that concerns `appended`: the projections whose event types
