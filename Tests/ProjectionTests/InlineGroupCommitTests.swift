@@ -144,6 +144,53 @@ import Testing
         }
     }
 
+    /// Writers that wait holding a connection of the pool and writers that wait holding none share
+    /// one committer: a leader that needs a connection from the pool must not wait for one while
+    /// every connection is held by a request waiting for that leader's group.
+    @Test func writersHoldingPooledConnectionsAndWritersHoldingNoneDoNotWaitForEachOther() async throws {
+        try await withTestDatabase { db in
+            let pool = try PostgresClient(configuration: .init(connection: db.configuration, maximumConnections: 2))
+            defer { pool.close() }
+            let inline = InlineProjections()
+            let writers = 8
+            let each = 25
+            // Threads of their own, not awaited: if they stall, the test fails instead of hanging.
+            final class Progress: @unchecked Sendable {
+                let lock = NSLock()
+                var done = 0
+                var errors: [String] = []
+            }
+            let progress = Progress()
+            for writer in 0..<writers {
+                Thread {
+                    for index in 0..<each {
+                        do {
+                            let event = try NewEvent(PasswordChanged(personId: "w\(writer)-\(index)"))
+                            if writer % 2 == 0 {
+                                try pool.withConnectionBlocking { connection in _ = try inline.append([event], on: connection) }
+                            } else {
+                                try inline.append([event], using: pool)
+                            }
+                        } catch {
+                            progress.lock.withLock { progress.errors.append("\(error)") }
+                        }
+                        progress.lock.withLock { progress.done += 1 }
+                    }
+                }.start()
+            }
+            let deadline = ContinuousClock.now + .seconds(60)
+            var finished = 0
+            while ContinuousClock.now < deadline {
+                finished = progress.lock.withLock { progress.done }
+                if finished == writers * each { break }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(progress.lock.withLock { progress.errors }.isEmpty)
+            try #require(finished == writers * each, "the writers stalled: \(finished) of \(writers * each) appends returned in 60 s")
+            #expect(try await db.scalar("SELECT count(*)::int FROM events WHERE type = 'password_changed'", Int.self) == writers * each)
+        }
+    }
+
     @Test func aRefusedRequestGetsItsOwnErrorWhileTheRestOfItsGroupCommits() async throws {
         try await withTestDatabase { db in
             try await db.append(PasswordChanged(personId: "taken"))

@@ -26,6 +26,8 @@ public final class InlineGroupCommit: @unchecked Sendable {
     private let condition = NSCondition()
     private var queue: [Ticket] = []
     private var running = false
+    /// A waiting request is taking a connection from the pool to lead with.
+    private var acquiring = false
     private var statistics = Statistics()
 
     /// The most requests one transaction takes.
@@ -64,6 +66,8 @@ public final class InlineGroupCommit: @unchecked Sendable {
         let append: EventStore.PreparedAppend
         let also: (@Sendable (PostgresConnection) throws -> Void)?
         let database: PostgresConfiguration
+        /// Whether its caller holds a connection while it waits (and so may lead). Under the condition.
+        var holdsConnection = false
         /// Set by the leader, under the committer's condition, once the group is done.
         var result: Result<(appended: [AppendedEvent], outcome: InlineProjections.Outcome), any Error>?
 
@@ -97,26 +101,64 @@ public final class InlineGroupCommit: @unchecked Sendable {
         let ticket = Ticket(append: append, also: also, database: leader.database)
         condition.lock()
         queue.append(ticket)
+        switch leader {
+        case .held(let connection):
+            return try wait(ticket, projections: projections, on: connection)
+        case .pooled(let client):
+            // Only a request that holds a connection leads. One waiting request at a time (the
+            // oldest) takes one from the pool, and only while no request holding a connection is
+            // queued: those lead without waiting for the pool, whose connections they may hold.
+            while true {
+                if let result = ticket.result {
+                    condition.unlock()
+                    return try result.get()
+                }
+                if !running, !acquiring, !queue.contains(where: \.holdsConnection), queue.first === ticket {
+                    acquiring = true
+                    condition.unlock()
+                    var entered = false
+                    do {
+                        return try client.withConnectionBlocking { connection in
+                            condition.lock()
+                            entered = true
+                            acquiring = false
+                            condition.broadcast()
+                            return try wait(ticket, projections: projections, on: connection)
+                        }
+                    } catch let error where !entered {
+                        condition.lock()
+                        acquiring = false
+                        condition.broadcast()
+                        if let index = queue.firstIndex(where: { $0 === ticket }) {
+                            queue.remove(at: index)
+                            condition.unlock()
+                            throw error
+                        }
+                        // Taken into a group meanwhile: its answer comes from there.
+                        continue
+                    }
+                }
+                condition.wait()
+            }
+        }
+    }
+
+    /// Waits for `ticket`'s group, leading one on `connection` whenever none is running. Holding
+    /// `condition` on entry; released on return.
+    private func wait(
+        _ ticket: Ticket, projections: InlineProjections, on connection: PostgresConnection
+    ) throws -> (appended: [AppendedEvent], outcome: InlineProjections.Outcome) {
+        ticket.holdsConnection = true
         while true {
             if let result = ticket.result {
                 condition.unlock()
                 return try result.get()
             }
-            if !running, queue.first === ticket {
+            if !running {
                 running = true
-                let group = takeGroup()
+                let group = takeGroup(leader: ticket)
                 condition.unlock()
-                let results: [Answer]
-                switch leader {
-                case .held(let connection):
-                    results = Self.commit(group, projections: projections, on: connection)
-                case .pooled(let client):
-                    do {
-                        results = try client.withConnectionBlocking { connection in Self.commit(group, projections: projections, on: connection) }
-                    } catch {
-                        results = group.map { _ in .failure(error) }
-                    }
-                }
+                let results = Self.commit(group, projections: projections, on: connection)
                 condition.lock()
                 for (member, result) in zip(group, results) { member.result = result }
                 running = false
@@ -130,16 +172,16 @@ public final class InlineGroupCommit: @unchecked Sendable {
         }
     }
 
-    /// The head of the queue and the requests for its database after it, within the bounds; taken
-    /// off the queue. Holding `condition`.
-    private func takeGroup() -> [Ticket] {
-        let head = queue.removeFirst()
-        var group = [head]
-        var events = head.append.events.count
+    /// `leader` and the oldest queued requests for its database, within the bounds; taken off the
+    /// queue. Holding `condition`.
+    private func takeGroup(leader: Ticket) -> [Ticket] {
+        queue.removeAll { $0 === leader }
+        var group = [leader]
+        var events = leader.append.events.count
         var index = 0
         while index < queue.count, group.count < maximumRequests {
             let next = queue[index]
-            guard next.database == head.database else {
+            guard next.database == leader.database else {
                 index += 1
                 continue
             }
