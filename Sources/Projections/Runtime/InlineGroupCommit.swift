@@ -6,8 +6,10 @@ import PostgresClient
 /// transaction, so a burst of writers pays one WAL flush (and one pass over each projection's
 /// checkpoint row) between them instead of one each.
 ///
-/// No thread of its own: the first caller to arrive while no group is running leads, on the
-/// connection it already holds. It takes the queued requests (itself first, oldest first, at most
+/// No thread of its own: a caller that holds a connection leads when no group is running, on that
+/// connection (a caller holding none, `append(_:using:)`, first takes one from the pool: the oldest
+/// of them, one at a time, and only while no caller holding a connection waits, since those may hold
+/// the pool's last connections). It takes the queued requests (itself first, then oldest first, at most
 /// `maximumRequests` of them and `maximumEvents` events; only requests for the same database),
 /// runs `BEGIN`, each request's append (behind a savepoint: a refused append, a wrong expected
 /// version say, rolls back that request alone and keeps its error), projects everything the group
@@ -15,7 +17,10 @@ import PostgresClient
 /// unchanged), and `COMMIT`s once. The others wait on a condition until their group has committed,
 /// then return their own events, or their own error; when the `COMMIT` fails, every request the
 /// group had accepted gets that error (nothing of the group is in the log, nothing was
-/// acknowledged). Requests that arrive meanwhile queue; the oldest leads the next group.
+/// acknowledged). Requests that arrive meanwhile queue for the next group.
+///
+/// Do not call `append(_:using: client)` while holding a connection of `client`'s pool: with every
+/// connection held that way, no one could lead.
 ///
 /// A waiting request holds no connection (`InlineProjections.append(_:using:)`: the leader takes
 /// one from the pool for its group), or its own connection idle and outside any transaction
