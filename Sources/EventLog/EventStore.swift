@@ -49,6 +49,53 @@ public final class EventStore: Sendable {
         try AppendRequest(events: events, expectedVersions: expectedVersions, validator: validator).run(on: connection)
     }
 
+    /// An append checked and encoded on the caller's thread, to be run later on another
+    /// connection (the inline driver's group commit runs many in one transaction). Throws what
+    /// `append` throws for an invalid event, before any SQL.
+    public struct PreparedAppend: Sendable {
+        let request: AppendRequest
+        public var events: [NewEvent] { request.events }
+
+        public init(_ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], validator: EventValidator? = nil) throws {
+            request = try AppendRequest(events: events, expectedVersions: expectedVersions, validator: validator)
+        }
+
+        private init(request: AppendRequest) { self.request = request }
+
+        /// Runs the append on `connection`, inside its open transaction if there is one (behind a
+        /// savepoint, so a refused append leaves the transaction usable).
+        public func run(on connection: PostgresConnection) throws -> [AppendedEvent] {
+            try request.run(on: connection)
+        }
+
+        /// Whether this append may be joined with others into one statement: no expected
+        /// versions, no idempotency key twice.
+        public var isJoinable: Bool { request.fitsFastPath }
+
+        /// `parts`, in order, as one append (one statement), or nil when they cannot be joined: one
+        /// of them holds expected versions, or an idempotency key appears twice. The events were
+        /// checked when each part was prepared. `split` gives each part its own events back.
+        public static func joined(_ parts: [PreparedAppend]) throws -> PreparedAppend? {
+            guard parts.allSatisfy(\.isJoinable) else { return nil }
+            var keys = Set<String>()
+            for part in parts {
+                for key in part.events.compactMap(\.idempotencyKey) where !keys.insert(key).inserted { return nil }
+            }
+            return PreparedAppend(request: try AppendRequest(events: parts.flatMap(\.events), expectedVersions: [:], validator: nil))
+        }
+
+        /// The events of a joined append, cut back into its parts' (in the order of `parts`).
+        public static func split(_ appended: [AppendedEvent], into parts: [PreparedAppend]) -> [[AppendedEvent]] {
+            var result: [[AppendedEvent]] = []
+            var start = 0
+            for part in parts {
+                result.append(Array(appended[start..<start + part.events.count]))
+                start += part.events.count
+            }
+            return result
+        }
+    }
+
     // MARK: Read
 
     /// Up to `limit` events after `checkpoint`, gap-safe: only transactions that can no longer be

@@ -204,15 +204,22 @@ public enum ConversationRoutes {
                 let input = try MessageInput(try Attributes(data, allowed: messageAttributes))
                 let person = context.person
                 let metadata = context.eventMetadata
-                let written = try client.withConnectionBlocking { connection -> (ThreadMessage, ConversationSide)? in
+                let checked = try client.withConnectionBlocking { connection -> ConversationSide? in
                     guard Self.isPlausible(id), let access = try ThreadReader.access(to: id, person: person, on: connection),
                         let side = access.side(of: person)
                     else { return nil }
                     try requireOpen(access)
-                    let message = try send(input, in: id, side: side, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
-                    return (message, side)
+                    try requireAttachable(input.attachmentHandles, person: person, attachments: attachments, on: connection)
+                    return side
                 }
-                guard let (message, side) = written else { throw notFound(id) }
+                guard let side = checked else { throw notFound(id) }
+                // The checks' connection is back in the pool: waiting for its group commit, the
+                // append holds none, so a commit is shared by as many posts as wait for it.
+                let event = input.event(conversation: id, side: side, person: person)
+                let appended = try inline.append(
+                    [try NewEvent(event, metadata: metadata)], using: client,
+                    also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, attachments: attachments))
+                let message = input.message(event, recorded: appended[0].event)
                 return Documents.response(status: 201, ["data": messageResource(message, viewer: person, side: side)])
             },
         ]
@@ -310,13 +317,13 @@ public enum ConversationRoutes {
         do {
             appended = try inline.append(
                 [try NewEvent(started, metadata: metadata), try NewEvent(sent, metadata: metadata)],
-                expectedVersions: [started.streamId: .noStream], on: connection)
+                expectedVersions: [started.streamId: .noStream], on: connection,
+                also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: sent.messageId, attachments: attachments))
         } catch EventLogError.wrongExpectedVersion {
             // Another request of this buyer started it a moment ago: write in that one.
             let message = try send(input, in: id, side: .buyer, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
             return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), message, false)
         }
-        try attachments.attach(input.attachmentHandles, person: person, conversationId: id, messageId: sent.messageId, on: connection)
         let message = input.message(sent, recorded: appended[1].event)
         return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), message, true)
     }
@@ -351,9 +358,21 @@ public enum ConversationRoutes {
     ) throws -> ThreadMessage {
         try requireAttachable(input.attachmentHandles, person: person, attachments: attachments, on: connection)
         let event = input.event(conversation: id, side: side, person: person)
-        let appended = try inline.append([try NewEvent(event, metadata: metadata)], on: connection)
-        try attachments.attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, on: connection)
+        let appended = try inline.append(
+            [try NewEvent(event, metadata: metadata)], on: connection,
+            also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, attachments: attachments))
         return input.message(event, recorded: appended[0].event)
+    }
+
+    /// Records the message's attachments in the append's own transaction (and savepoint), so the
+    /// message is never in the log without them; nil when there are none.
+    static func attach(
+        _ handles: [String], person: String, conversationId: String, messageId: String, attachments: any AttachmentValidator
+    ) -> (@Sendable (PostgresConnection) throws -> Void)? {
+        if handles.isEmpty { return nil }
+        return { connection in
+            try attachments.attach(handles, person: person, conversationId: conversationId, messageId: messageId, on: connection)
+        }
     }
 
     static func requireAttachable(_ handles: [String], person: String, attachments: any AttachmentValidator, on connection: PostgresConnection) throws {

@@ -68,6 +68,13 @@ public final class PostgresConnection {
         return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE
     }
 
+    /// Whether the open transaction has failed: a statement in it raised an error that no
+    /// `ROLLBACK TO SAVEPOINT` undid. A `COMMIT` now would end it as a rollback, without an error.
+    public var isTransactionFailed: Bool {
+        guard let handle else { return false }
+        return PQtransactionStatus(handle) == PQTRANS_INERROR
+    }
+
     /// The server's process id for this session (used to cancel or terminate it).
     public var backendPID: Int32 {
         guard let handle else { return 0 }

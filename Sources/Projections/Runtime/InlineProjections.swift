@@ -20,14 +20,19 @@ public struct InlineProjections: Sendable {
     public let validator: EventValidator?
     /// How many events committed before this transaction an inline apply brings in first.
     public let catchUpLimit: Int
+    /// Joins concurrent appends of this driver (and its copies) into one transaction; nil runs each
+    /// append in a transaction of its own. See `InlineGroupCommit`.
+    public let groupCommit: InlineGroupCommit?
 
     public init(
         projections: [any Projection] = InboxProjections.all,
-        validator: EventValidator? = EventValidator(registry: InboxCatalogue.registry), catchUpLimit: Int = 500
+        validator: EventValidator? = EventValidator(registry: InboxCatalogue.registry), catchUpLimit: Int = 500,
+        groupCommit: InlineGroupCommit? = InlineGroupCommit()
     ) {
         self.projections = projections
         self.validator = validator
         self.catchUpLimit = catchUpLimit
+        self.groupCommit = groupCommit
     }
 
     /// What happened to each projection the events concern.
@@ -40,22 +45,71 @@ public struct InlineProjections: Sendable {
     }
 
     /// Appends `events` and projects the new ones inline, in one transaction on `connection`.
+    /// `also` runs on the connection right after the append, in its transaction (and savepoint):
+    /// when it throws, the append is undone and the error is this call's.
     @discardableResult
     public func append(
-        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], on connection: PostgresConnection
+        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], on connection: PostgresConnection,
+        also: (@Sendable (PostgresConnection) throws -> Void)? = nil
     ) throws -> [AppendedEvent] {
-        try appendReporting(events, expectedVersions: expectedVersions, on: connection).appended
+        try appendReporting(events, expectedVersions: expectedVersions, on: connection, also: also).appended
     }
 
     /// `append`, saying which projections include the events when it returns.
+    ///
+    /// Outside a transaction, with `groupCommit` set, the append joins the appends of other threads
+    /// that arrive meanwhile in one transaction (one WAL flush for all of them); it returns when
+    /// that transaction has committed, with this call's own events, or this call's own error.
+    /// Inside a transaction of the caller's, everything runs in that transaction, as before.
     public func appendReporting(
-        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], on connection: PostgresConnection
+        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], on connection: PostgresConnection,
+        also: (@Sendable (PostgresConnection) throws -> Void)? = nil
     ) throws -> (appended: [AppendedEvent], outcome: Outcome) {
-        try connection.transaction { connection in
-            let appended = try EventStore.append(events, expectedVersions: expectedVersions, validator: validator, on: connection)
+        let prepared = try EventStore.PreparedAppend(events, expectedVersions: expectedVersions, validator: validator)
+        if let groupCommit, !events.isEmpty, !connection.isInTransaction {
+            return try groupCommit.run(prepared, also: also, projections: self, leader: .held(connection))
+        }
+        return try connection.transaction { connection in
+            let appended = try prepared.run(on: connection)
+            try also?(connection)
             let outcome = try project(appended.filter(\.wasAppended).map(\.event), on: connection)
             return (appended, outcome)
         }
+    }
+
+    /// `append` on a connection of `client`'s pool, held only as long as needed: with
+    /// `groupCommit`, a request that waits for its group holds none (the group's leader takes one
+    /// for the group), so as many requests can share a transaction as there are threads waiting,
+    /// not connections.
+    @discardableResult
+    public func append(
+        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], using client: PostgresClient,
+        also: (@Sendable (PostgresConnection) throws -> Void)? = nil
+    ) throws -> [AppendedEvent] {
+        try appendReporting(events, expectedVersions: expectedVersions, using: client, also: also).appended
+    }
+
+    /// `append(_:using:)`, saying which projections include the events when it returns.
+    public func appendReporting(
+        _ events: [NewEvent], expectedVersions: [String: ExpectedVersion] = [:], using client: PostgresClient,
+        also: (@Sendable (PostgresConnection) throws -> Void)? = nil
+    ) throws -> (appended: [AppendedEvent], outcome: Outcome) {
+        guard let groupCommit, !events.isEmpty else {
+            return try client.withConnectionBlocking { connection in
+                try appendReporting(events, expectedVersions: expectedVersions, on: connection, also: also)
+            }
+        }
+        let prepared = try EventStore.PreparedAppend(events, expectedVersions: expectedVersions, validator: validator)
+        return try groupCommit.run(prepared, also: also, projections: self, leader: .pooled(client))
+    }
+
+    /// The part of a group's outcome that concerns `appended`: the projections whose event types
+    /// its new events have, as `project` would have reported for them alone.
+    func outcome(_ group: Outcome, for appended: [AppendedEvent]) -> Outcome {
+        let types = Set(appended.filter(\.wasAppended).map(\.event.type))
+        if types.isEmpty { return Outcome() }
+        let concerned = Set(projections.filter { !$0.eventTypes.isDisjoint(with: types) }.map(\.name))
+        return Outcome(applied: group.applied.filter(concerned.contains), deferred: group.deferred.filter(concerned.contains))
     }
 
     /// Applies events this open transaction has just appended.
