@@ -34,6 +34,9 @@ public struct APIError: Error, Sendable {
         /// be read, not written to (`meta.reason`: `block`, `buyer_blocked`).
         public static let conversationClosed = Code("conversation_closed")
         public static let databaseUnavailable = Code("database_unavailable")
+        /// Two writes met in the database (a deadlock or a serialization failure): PostgreSQL
+        /// undid one; it can be sent again as it was.
+        public static let writeConflict = Code("write_conflict")
         /// 422: a sourceUrl's file is over the upload limit (declared or sent).
         public static let fileTooLarge = Code("file_too_large")
         /// 409: an idempotency key already used for another event (docs/api.md).

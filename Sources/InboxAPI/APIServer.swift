@@ -104,6 +104,12 @@ public final class APIServer: Sendable {
                 status: 503, code: .timeout, detail: "The request took too long and was stopped; it can be retried.",
                 headers: [("Retry-After", "1")]
             ).response
+        case let error as PostgresError where error.isTransient:
+            // A deadlock or serialization failure: nothing of the request was kept.
+            return APIError(
+                status: 503, code: .writeConflict, detail: "The request met another write at the same moment and was undone; it can be retried.",
+                headers: [("Retry-After", "1")]
+            ).response
         case let error as PostgresError where error.isConnectionError:
             return APIError(
                 status: 503, code: .databaseUnavailable, detail: "The database cannot be reached; the request can be retried.",

@@ -204,4 +204,25 @@ import Threads
             #expect(ContinuousClock.now - started < .seconds(4))
         }
     }
+
+    /// A deadlock PostgreSQL broke (here raised by the server with its SQLSTATE) undid the write:
+    /// a 503 to send again, not a 500.
+    @Test func aWritePostgreSQLUndidForADeadlockIsA503ToRetry() async throws {
+        try await withTestDatabase { db in
+            let client = db.client
+            let route = Route(.post, "/v1/test/deadlock", describedAs: RouteDescription("A test route.")) { _ in
+                _ = try client.withConnectionBlocking { connection in
+                    try connection.execute("DO $$ BEGIN RAISE EXCEPTION 'deadlock detected' USING ERRCODE = '40P01'; END $$")
+                }
+                return HTTPResponse(status: 204)
+            }
+            let api = APIServer(routes: [route], gate: nil)
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
+            defer { server.shutdown() }
+            let reply = try await APITestServer(server: server, db: db).send("POST", "/v1/test/deadlock")
+            #expect(reply.status == 503)
+            #expect(reply.firstError["code"] as? String == "write_conflict")
+            #expect(reply.header("Retry-After") == "1")
+        }
+    }
 }
