@@ -60,7 +60,7 @@ let package = Package(
         // thread for HTTP/2 (https, h2c), libcurl's multi interface for plain HTTP/1.1. The only
         // module that touches nghttp2, curl or SSL pointers.
         .target(
-            name: "HTTP2Client", dependencies: ["CNGHTTP2", "COpenSSL", "CCurl", "CShims", "Threads"], swiftSettings: swiftSettings),
+            name: "HTTP2Client", dependencies: ["CNGHTTP2", "COpenSSL", "CCurl", "CShims", "Threads", "Encodings"], swiftSettings: swiftSettings),
 
         // HTTP/1.1 on libmicrohttpd: requests in, responses out; no routing, no JSON:API.
         .target(

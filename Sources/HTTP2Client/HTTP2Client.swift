@@ -43,6 +43,7 @@
 /// fails whatever is queued or in flight with `.shutdown` and frees every handle.
 import CCurl
 import CShims
+import Encodings
 import Foundation
 import Synchronization
 import Threads
@@ -642,8 +643,8 @@ private final class Loop: @unchecked Sendable {
         set(CURLOPT_NOSIGNAL, 1)
         set(CURLOPT_HTTP_VERSION, version)
         set(CURLOPT_PIPEWAIT, 1)
-        set(CURLOPT_TIMEOUT_MS, max(1, milliseconds(timeout)))
-        set(CURLOPT_CONNECTTIMEOUT_MS, max(1, milliseconds(configuration.connectTimeout)))
+        set(CURLOPT_TIMEOUT_MS, max(1, Int(timeout.wholeMilliseconds)))
+        set(CURLOPT_CONNECTTIMEOUT_MS, max(1, Int(configuration.connectTimeout.wholeMilliseconds)))
         if let caFile = configuration.caFile { set(CURLOPT_CAINFO, string: caFile) }
         set(CURLOPT_ERRORBUFFER, pointer: UnsafeMutableRawPointer(transfer.errorBuffer))
         let state = Unmanaged.passUnretained(transfer).toOpaque()
@@ -794,11 +795,6 @@ private final class Loop: @unchecked Sendable {
         idle = []  // deinit cleans up each easy handle
         curl_multi_cleanup(multi)
     }
-}
-
-private func milliseconds(_ duration: Duration) -> Int {
-    let (seconds, attoseconds) = duration.components
-    return Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
 }
 
 /// CURLOPT_WRITEFUNCTION: appends to the transfer's body up to its bound; past it, stops the

@@ -1,5 +1,6 @@
 import CCurl
 import CShims
+import Encodings
 import Foundation
 
 /// Fetches a `sourceUrl` with libcurl's easy interface, blocking the calling thread (a route's
@@ -94,8 +95,8 @@ public struct SourceFetcher: Sendable {
             set(CURLOPT_REDIR_PROTOCOLS_STR, string: "http,https")
             set(CURLOPT_FOLLOWLOCATION, 1)
             set(CURLOPT_MAXREDIRS, limits.redirects)
-            set(CURLOPT_TIMEOUT_MS, milliseconds(limits.totalTime))
-            set(CURLOPT_CONNECTTIMEOUT_MS, milliseconds(limits.connectTime))
+            set(CURLOPT_TIMEOUT_MS, Int(limits.totalTime.wholeMilliseconds))
+            set(CURLOPT_CONNECTTIMEOUT_MS, Int(limits.connectTime.wholeMilliseconds))
             _ = wristler_curl_easy_setopt_off_t(handle, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(limits.maximumBytes))
             set(CURLOPT_NOSIGNAL, 1)
             // No proxy from http_proxy and the like: the address checked must be the source's.
@@ -139,11 +140,6 @@ final class FetchTransfer {
         self.allowPrivate = allowPrivate
         self.allowedAddresses = allowedAddresses
     }
-}
-
-private func milliseconds(_ duration: Duration) -> Int {
-    let (seconds, attoseconds) = duration.components
-    return Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
 }
 
 /// CURLOPT_WRITEFUNCTION: appends up to the limit; past it, stops the transfer (returning less
