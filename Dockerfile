@@ -22,13 +22,14 @@
 FROM swift:6.0-bookworm AS build
 
 # Headers and pkg-config files for the system-library targets in Package.swift
-# (CLibPQ, COpenSSL, CCurl, CMicroHTTPD, CMagic).
+# (CLibPQ, COpenSSL, CCurl, CNGHTTP2, CMicroHTTPD, CMagic).
 RUN export DEBIAN_FRONTEND=noninteractive \
     && apt-get -q update \
     && apt-get -q install -y \
         libpq-dev \
         libssl-dev \
         libcurl4-openssl-dev \
+        libnghttp2-dev \
         libmicrohttpd-dev \
         libmagic-dev \
         pkg-config \
@@ -61,6 +62,7 @@ RUN export DEBIAN_FRONTEND=noninteractive \
         libpq5 \
         libssl3 \
         libcurl4 \
+        libnghttp2-14 \
         libmicrohttpd12 \
         libmagic1 \
         ca-certificates \
