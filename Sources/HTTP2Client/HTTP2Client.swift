@@ -342,25 +342,13 @@ final class CurlEngine: Sendable {
     /// Ends the loop thread and frees every handle; what is queued or in flight fails with
     /// `.shutdown`. Returns once the thread is gone. Safe to call more than once, from any thread.
     func shutdown() {
-        let wake = inbox.withLock { inbox -> Bool in
-            if inbox.stopping { return false }
-            inbox.stopping = true
-            return true
-        }
-        if wake { _ = curl_multi_wakeup(multi.pointer) }
+        if inbox.withLock({ $0.stop() }) { _ = curl_multi_wakeup(multi.pointer) }
         finished.wait()
     }
 
     /// Queues `items` and wakes the loop unless a wake-up is already on its way; false once stopping.
     func hand(_ items: [Pending]) -> Bool {
-        let wake = inbox.withLock { inbox -> Bool? in
-            if inbox.stopping { return nil }
-            inbox.pending.append(contentsOf: items)
-            if inbox.wakeupSent { return false }
-            inbox.wakeupSent = true
-            return true
-        }
-        guard let wake else { return false }
+        guard let wake = inbox.withLock({ $0.add(items) }) else { return false }
         if wake { _ = curl_multi_wakeup(multi.pointer) }
         return true
     }
@@ -384,11 +372,43 @@ final class Counters: Sendable {
 }
 
 /// Requests waiting for the loop, under the client's lock.
+/// Requests waiting for an engine's loop thread (under the engine's lock): the hand-over both
+/// engines share, each with its own way to wake its loop.
 struct Inbox {
     var pending: [Pending] = []
     /// A wake-up was sent since the loop last took `pending`.
     var wakeupSent = false
     var stopping = false
+
+    /// Queues `items`: nil once stopping, else whether the caller must wake the loop (no wake-up
+    /// is on its way yet).
+    mutating func add(_ items: [Pending]) -> Bool? {
+        if stopping { return nil }
+        pending.append(contentsOf: items)
+        if wakeupSent { return false }
+        wakeupSent = true
+        return true
+    }
+
+    /// Marks the engine stopping: whether the caller must wake the loop (the first call only).
+    mutating func stop() -> Bool {
+        if stopping { return false }
+        stopping = true
+        return true
+    }
+
+    /// What the loop takes each turn: the queued requests into `taken`, and whether to stop.
+    mutating func take(into taken: inout [Pending]) -> Bool {
+        swap(&taken, &pending)
+        wakeupSent = false
+        return stopping
+    }
+
+    /// Whatever is still queued, at tear-down.
+    mutating func drain() -> [Pending] {
+        defer { pending = [] }
+        return pending
+    }
 }
 
 struct Pending: Sendable {
@@ -534,11 +554,7 @@ private final class Loop: @unchecked Sendable {
         var taken: [Pending] = []
         var running: Int32 = 0
         while true {
-            let stopping = inbox.withLock { inbox -> Bool in
-                swap(&taken, &inbox.pending)
-                inbox.wakeupSent = false
-                return inbox.stopping
-            }
+            let stopping = inbox.withLock { $0.take(into: &taken) }
             if stopping {
                 for item in taken { item.completion.finish(.failure(.shutDown)) }
                 break
@@ -787,10 +803,7 @@ private final class Loop: @unchecked Sendable {
         active = []
         for item in backlog[backlogHead...] { item.completion.finish(.failure(.shutDown)) }
         backlog = []
-        let late = inbox.withLock { inbox -> [Pending] in
-            defer { inbox.pending = [] }
-            return inbox.pending
-        }
+        let late = inbox.withLock { $0.drain() }
         for item in late { item.completion.finish(.failure(.shutDown)) }
         idle = []  // deinit cleans up each easy handle
         curl_multi_cleanup(multi)

@@ -65,25 +65,13 @@ final class NGHTTP2Engine: Sendable {
     var connectionsOpened: Int { counters.connectionsOpened.load(ordering: .relaxed) }
 
     func shutdown() {
-        let wake = inbox.withLock { inbox -> Bool in
-            if inbox.stopping { return false }
-            inbox.stopping = true
-            return true
-        }
-        if wake { signal() }
+        if inbox.withLock({ $0.stop() }) { signal() }
         finished.wait()
     }
 
     /// Queues `items` and wakes the loop unless a wake-up is already on its way; false once stopping.
     func hand(_ items: [Pending]) -> Bool {
-        let wake = inbox.withLock { inbox -> Bool? in
-            if inbox.stopping { return nil }
-            inbox.pending.append(contentsOf: items)
-            if inbox.wakeupSent { return false }
-            inbox.wakeupSent = true
-            return true
-        }
-        guard let wake else { return false }
+        guard let wake = inbox.withLock({ $0.add(items) }) else { return false }
         if wake { signal() }
         return true
     }
@@ -306,11 +294,7 @@ private final class H2Loop: @unchecked Sendable {
 
         var taken: [Pending] = []
         while true {
-            let stopping = inbox.withLock { inbox -> Bool in
-                swap(&taken, &inbox.pending)
-                inbox.wakeupSent = false
-                return inbox.stopping
-            }
+            let stopping = inbox.withLock { $0.take(into: &taken) }
             if stopping {
                 for item in taken { item.completion.finish(.failure(.shutDown)) }
                 break
@@ -1144,10 +1128,7 @@ private final class H2Loop: @unchecked Sendable {
         }
         hosts = [:]
         lastHost = nil
-        let late = inbox.withLock { inbox -> [Pending] in
-            defer { inbox.pending = [] }
-            return inbox.pending
-        }
+        let late = inbox.withLock { $0.drain() }
         for item in late { item.completion.finish(.failure(.shutDown)) }
         if let tls { SSL_CTX_free(tls) }
         tls = nil
