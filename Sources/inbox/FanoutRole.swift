@@ -73,7 +73,9 @@ extension Roles {
         if let caFile = configuration.pushCAFile, !FileManager.default.isReadableFile(atPath: caFile) {
             throw UsageError(description: "INBOX_PUSH_CA_FILE (--push-ca-file): cannot read \(caFile).")
         }
-        return try HTTP2Client(configuration: HTTP2Client.Configuration(caFile: configuration.pushCAFile))
+        // Apple's and Google's answers are a few hundred bytes (an error's JSON at most): 64 KiB a
+        // stream keeps up to 2 connections x 1,000 streams of a misbehaving endpoint within 128 MiB.
+        return try HTTP2Client(configuration: HTTP2Client.Configuration(caFile: configuration.pushCAFile, maxResponseBytes: 64 << 10))
     }
 
     /// `inbox status`'s lines about the fan-out.
