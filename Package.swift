@@ -105,6 +105,11 @@ let package = Package(
         .target(
             name: "Uploads", dependencies: ["CMagic", "CCurl", "CShims", "PostgresClient", "Crypto", "Encodings"], swiftSettings: swiftSettings),
 
+        // E-mail transport: RFC 5322 composition, SMTP through libcurl (STARTTLS or SMTPS), a folder
+        // of .eml files when no relay is set, and signed one-click unsubscribe links.
+        .target(
+            name: "Mail", dependencies: ["CCurl", "CShims", "COpenSSL", "Crypto", "Encodings", "Threads"], swiftSettings: swiftSettings),
+
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
             name: "InboxAPI", dependencies: [
@@ -165,6 +170,9 @@ let package = Package(
                 "Lifecycle", "InboxAPI", "HTTPServer", "Crypto",
             ],
             swiftSettings: swiftSettings),
+        // Against Debian's aiosmtpd (Tests/MailMocks) with a certificate made by the openssl CLI at test time.
+        .testTarget(
+            name: "MailTests", dependencies: ["Mail", "EventLog", "Encodings"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(
