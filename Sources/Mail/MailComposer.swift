@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// Writes a `MailMessage` as RFC 5322 bytes.
@@ -10,8 +11,10 @@ import Foundation
 /// preferred one); the boundary cannot occur in a quoted-printable
 /// body (it holds `=_`, which quoted-printable never writes).
 public enum MailComposer {
-    public static func compose(_ message: MailMessage, boundary: String? = nil) -> [UInt8] {
-        let boundary = boundary ?? "=_wristler_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased())"
+    public static func compose(_ message: MailMessage) -> [UInt8] {
+        // Derived from the Message-ID, so the same message is always the same bytes (a retry sends
+        // what the first try sent).
+        let boundary = "=_wristler_\(SHA256.hexDigest("boundary \(message.messageID)").prefix(32))"
         var out: [UInt8] = []
         out.reserveCapacity(message.textBody.utf8.count * 2 + message.htmlBody.utf8.count * 2 + 2048)
         func line(_ text: String) {
@@ -77,13 +80,19 @@ public enum MailComposer {
     private static func words(_ text: String) -> [String] { text.split(separator: " ", omittingEmptySubsequences: true).map(String.init) }
 
     /// Joins `pieces` with spaces, breaking the line (CRLF and a space) before a piece that would
-    /// take it past 78 octets. Each piece must fit on a line of its own.
+    /// take it past 78 octets. Each piece must fit on a line of its own. The header's own
+    /// `Name: ` is `headerLength` octets and ends in a space, which becomes the folding space
+    /// when the first piece must go to the next line.
     static func fold(_ pieces: [String], headerLength: Int) -> String {
         var result = ""
         var length = headerLength
         for (index, piece) in pieces.enumerated() {
             let size = piece.utf8.count
-            if index > 0 {
+            if index == 0 && length + size > 78 && length > 1 {
+                // After a long header name: the first piece goes on a line of its own.
+                result += "\r\n "
+                length = 1
+            } else if index > 0 {
                 if length + 1 + size > 78 {
                     result += "\r\n "
                     length = 1
@@ -117,8 +126,9 @@ enum EncodedWord {
     /// characters so each word decodes on its own. A decoder joins adjacent words without the
     /// folding white space between them.
     static func encode(_ text: String) -> [String] {
-        // 75 - "=?UTF-8?B?".count - "?=".count = 63 characters of base64: 45 bytes of UTF-8.
-        let limit = 45
+        // 39 bytes of UTF-8 are 52 characters of base64, a word of 64 characters: it fits beside
+        // "Subject: " or "From: " within 78, and under RFC 2047's 75 everywhere.
+        let limit = 39
         var words: [String] = []
         var chunk: [UInt8] = []
         for character in text {

@@ -123,7 +123,7 @@ public final class SMTPTransport: MailTransport {
         recipients = nil
         let failure = errorBuffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         let outcome = Self.classify(
-            code, reply: reply, replyText: transfer.lastReplyText, curlText: failure.isEmpty ? String(cString: curl_easy_strerror(code)) : failure)
+            succeeded: code == CURLE_OK, reply: reply, replyText: transfer.replyText(code: reply), curlText: failure.isEmpty ? String(cString: curl_easy_strerror(code)) : failure)
         if outcome == .sent {
             let kept = idle.withLock { handles in
                 guard handles.count < Self.maximumIdleHandles else { return false }
@@ -141,9 +141,10 @@ public final class SMTPTransport: MailTransport {
     /// wants them: a configuration problem, not a problem of the mail, so it is kept and retried.
     static let configurationReplies: Set<Int> = [530, 534, 535, 538]
 
-    /// The outcome of a transfer that ended with `code` after the reply `reply` (0: none).
-    static func classify(_ code: CURLcode, reply: Int, replyText: String?, curlText: String) -> MailOutcome {
-        if code == CURLE_OK { return .sent }
+    /// The outcome of a transfer that ended after the reply `reply` (0: none); `curlText` is
+    /// libcurl's own account of the failure.
+    static func classify(succeeded: Bool, reply: Int, replyText: String?, curlText: String) -> MailOutcome {
+        if succeeded { return .sent }
         let text = replyText.flatMap { $0.isEmpty ? nil : $0 } ?? curlText
         switch reply {
         case 400..<500: return .temporary(code: reply, text: text)
@@ -163,22 +164,31 @@ public final class SMTPTransport: MailTransport {
 final class SMTPTransfer {
     let message: [UInt8]
     var offset = 0
-    /// The lines of the latest reply, without their codes (a multi-line reply has several).
-    var replyLines: [String] = []
-    var replyComplete = true
+    /// Every reply of the relay: its code and text (the lines of a multi-line reply joined).
+    var replies: [(code: Int, text: String)] = []
+    private var replyComplete = true
 
     init(message: [UInt8]) { self.message = message }
 
-    var lastReplyText: String? { replyLines.isEmpty ? nil : replyLines.joined(separator: " ") }
+    /// The text of the last reply with `code`: after a refusal libcurl still says QUIT, so the
+    /// last reply of all is the relay's 221.
+    func replyText(code: Int) -> String? { replies.last { $0.code == code }?.text }
 
-    /// Keeps the text of the newest reply: `250-...` lines continue it, `250 ...` ends it.
+    /// Keeps each reply: `250-...` lines continue it, `250 ...` ends it.
     func record(_ line: String) {
         let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
         let bytes = Array(trimmed.utf8)
-        guard bytes.count >= 3, bytes[0..<3].allSatisfy({ (48...57).contains($0) }) else { return }
-        if replyComplete { replyLines = [] }
-        replyLines.append(String(trimmed.dropFirst(4)).trimmingCharacters(in: .whitespaces))
+        guard bytes.count >= 3, bytes[0..<3].allSatisfy({ (48...57).contains($0) }), let code = Int(String(decoding: bytes[0..<3], as: UTF8.self))
+        else { return }
+        let text = String(trimmed.dropFirst(4)).trimmingCharacters(in: .whitespaces)
+        if replyComplete || replies.isEmpty {
+            replies.append((code, text))
+        } else {
+            replies[replies.count - 1].text += " " + text
+        }
         replyComplete = bytes.count == 3 || bytes[3] != UInt8(ascii: "-")
+        // A long session (many EHLO lines) must not grow without bound.
+        if replies.count > 64 { replies.removeFirst(replies.count - 64) }
     }
 }
 

@@ -87,6 +87,9 @@ public struct UnsubscribeLink: Sendable {
             guard parts.count == 2, let version = Int(parts[0]), let secret = Base64URL.decode(parts[1]) else {
                 throw MailError(.invalidSetting, "\(name) must be a list of <version>:<base64url secret> separated by commas, such as 2:..., 1:...; an entry is not.")
             }
+            guard !keys.contains(where: { $0.version == version }) else {
+                throw MailError(.invalidSetting, "\(name) gives key version \(version) twice.")
+            }
             do {
                 keys.append(try Key(version: version, secret: secret))
             } catch let error as MailError {
