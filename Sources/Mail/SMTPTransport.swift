@@ -20,7 +20,7 @@ import Threads
 /// authenticating again). A handle is closed after any failure, so a confused connection is never
 /// reused.
 public final class SMTPTransport: MailTransport {
-    public struct Settings: Sendable, Equatable {
+    public struct Settings: Sendable, Equatable, CustomStringConvertible {
         /// `smtp://host[:port][/ehlo-name]` (STARTTLS; port 587 for submission) or
         /// `smtps://host[:port]` (implicit TLS, port 465).
         public var url: String
@@ -45,6 +45,12 @@ public final class SMTPTransport: MailTransport {
             self.allowPlain = allowPlain
             self.connectTimeout = connectTimeout
             self.totalTimeout = totalTimeout
+        }
+
+        /// For logs: the password is never written out.
+        public var description: String {
+            "\(url)\(username.map { " as \($0)" } ?? "")\(password == nil ? "" : " (password set)")\(caFile.map { ", CA file \($0)" } ?? "")"
+                + "\(allowPlain ? ", plain allowed" : ""), connect timeout \(connectTimeout), timeout \(totalTimeout)"
         }
     }
 
@@ -79,7 +85,7 @@ public final class SMTPTransport: MailTransport {
             return .temporary(code: 0, text: "libcurl cannot start")
         }
         let transfer = SMTPTransfer(message: message.rendered())
-        var recipients: UnsafeMutablePointer<curl_slist>? = curl_slist_append(nil, message.to.address)
+        let recipients: UnsafeMutablePointer<curl_slist>? = curl_slist_append(nil, message.to.address)
         defer { curl_slist_free_all(recipients) }
         var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
         let context = Unmanaged.passUnretained(transfer).toOpaque()
@@ -120,7 +126,6 @@ public final class SMTPTransport: MailTransport {
         }
         var reply = 0
         _ = wristler_curl_easy_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &reply)
-        recipients = nil
         let failure = errorBuffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         let outcome = Self.classify(
             succeeded: code == CURLE_OK, reply: reply, replyText: transfer.replyText(code: reply), curlText: failure.isEmpty ? String(cString: curl_easy_strerror(code)) : failure)

@@ -9,7 +9,7 @@ connections. Modes:
   --user/--password           AUTH LOGIN and PLAIN required (only over TLS)
 Answers by recipient: an address starting with "temp" gets 451 4.3.0, "perm" gets 550 5.1.1.
 Every accepted message is written to --folder as NNNN.eml (the bytes as received) with
-NNNN.json beside it: {"mail_from", "rcpt_tos", "tls", "auth"}.
+NNNN.json beside it: {"mail_from", "rcpt_tos", "tls", "auth", "peer"}.
 Stops when --stop-file appears or the --parent-pid process is gone (a test runner that died).
 """
 
@@ -59,6 +59,8 @@ class Recorder:
                 # session.ssl is set by STARTTLS only; implicit TLS shows on the transport.
                 "tls": session.ssl is not None or server.transport.get_extra_info("ssl_object") is not None,
                 "auth": session.authenticated,
+                # The client's address and port: two mails with the same one came over one connection.
+                "peer": "%s:%s" % tuple(session.peer[:2]),
             }, f)
         os.rename(base + ".json.tmp", base + ".json")
         os.rename(base + ".eml.tmp", base + ".eml")

@@ -42,6 +42,7 @@ import Testing
         #expect(smtp.send(second) == .sent)
         let both = try mock.received()
         #expect(both.count == 2)
+        #expect(both[0].peer == both[1].peer && !both[0].peer.isEmpty, "the second mail reused the first one's connection: \(both.map(\.peer))")
         #expect(try ParsedMail.parse(both.last!.bytes).subject == "Votre montre a été vendue")
     }
 
@@ -133,6 +134,33 @@ import Testing
             return
         }
         #expect(!text.isEmpty)
+    }
+
+    @Test func aRelayThatNeverAnswersIsTemporaryWithinTheTimeout() throws {
+        // A socket that listens but never accepts: the connection opens, no greeting ever comes.
+        let silent = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(silent) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(silent, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(silent, $0, &length) } }
+        #expect(listen(silent, 4) == 0)
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let smtp = try SMTPTransport(settings: .init(url: "smtp://127.0.0.1:\(port)", connectTimeout: .seconds(1), totalTimeout: .seconds(1)))
+        let start = ContinuousClock.now
+        let outcome = smtp.send(try .sample())
+        #expect(ContinuousClock.now - start < .seconds(5))
+        guard case .temporary(code: 0, _) = outcome else {
+            Issue.record("a relay that never answers gave \(outcome)")
+            return
+        }
+    }
+
+    @Test func settingsNeverShowThePassword() {
+        let settings = SMTPTransport.Settings(url: "smtps://relay:465", username: "inbox", password: "hunter2-secret")
+        #expect(!"\(settings)".contains("hunter2") && "\(settings)".contains("password set"))
     }
 
     @Test func manyThreadsCanSendThroughOneTransport() async throws {

@@ -81,6 +81,8 @@ final class SMTPMock: @unchecked Sendable {
         var recipients: [String]
         var tls: Bool
         var authenticated: Bool
+        /// The client's address and port as the server saw them: the same for mails on one connection.
+        var peer: String
     }
 
     let directory: URL
@@ -160,7 +162,7 @@ final class SMTPMock: @unchecked Sendable {
             return Received(
                 bytes: Array(try Data(contentsOf: base.appendingPathExtension("eml"))), mailFrom: envelope["mail_from"] as? String ?? "",
                 recipients: envelope["rcpt_tos"] as? [String] ?? [], tls: envelope["tls"] as? Bool ?? false,
-                authenticated: envelope["auth"] as? Bool ?? false)
+                authenticated: envelope["auth"] as? Bool ?? false, peer: envelope["peer"] as? String ?? "")
         }
     }
 
