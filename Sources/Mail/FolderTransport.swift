@@ -40,7 +40,7 @@ public struct FolderTransport: MailTransport {
             guard rename(temporary, final) == 0 else {
                 let reason = String(cString: strerror(errno))
                 unlink(temporary)
-                throw MailError(.invalidSetting, "cannot rename \(temporary) to \(final): \(reason)")
+                throw FolderFailure(description: "cannot rename \(temporary) to \(final): \(reason)")
             }
             let directory = open(folder, O_RDONLY | O_DIRECTORY)
             if directory >= 0 {
@@ -55,7 +55,7 @@ public struct FolderTransport: MailTransport {
 
     private func write(_ bytes: [UInt8], to path: String) throws {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o640)
-        guard descriptor >= 0 else { throw MailError(.invalidSetting, "cannot create \(path): \(String(cString: strerror(errno)))") }
+        guard descriptor >= 0 else { throw FolderFailure(description: "cannot create \(path): \(String(cString: strerror(errno)))") }
         var failure: String?
         bytes.withUnsafeBytes { buffer in
             var offset = 0
@@ -73,7 +73,12 @@ public struct FolderTransport: MailTransport {
         close(descriptor)
         if let failure {
             unlink(path)
-            throw MailError(.invalidSetting, "cannot write \(path): \(failure)")
+            throw FolderFailure(description: "cannot write \(path): \(failure)")
         }
     }
+}
+
+/// Why a file could not be written; it becomes the text of a temporary outcome.
+private struct FolderFailure: Error, CustomStringConvertible {
+    var description: String
 }

@@ -104,10 +104,11 @@ public struct MailHeader: Sendable, Hashable {
     public let name: String
     public let value: String
 
-    /// Written by the composer itself and so refused here: setting them twice would make the mail ambiguous.
+    /// Refused here: the ones the composer writes itself (twice would make the mail ambiguous),
+    /// and the ones that would name other recipients or senders than the message's own fields.
     static let reserved: Set<String> = [
         "from", "to", "cc", "bcc", "subject", "date", "message-id", "mime-version", "content-type",
-        "content-transfer-encoding", "list-unsubscribe", "list-unsubscribe-post", "sender", "reply-to-all",
+        "content-transfer-encoding", "list-unsubscribe", "list-unsubscribe-post", "sender", "resent-to", "resent-cc", "resent-bcc",
     ]
 
     public init(_ name: String, _ value: String) throws {
