@@ -84,10 +84,11 @@ public enum ConversationRoutes {
                 ]
                 var links: [String: JSONValue] = ["self": Documents.link(path, parameters + [("page[cursor]", cursor?.token)])]
                 if let next = page.next { links["next"] = Documents.link(path, parameters + [("page[cursor]", next.token)]) }
-                return Documents.response([
-                    "data": .array(page.rows.map { resource($0, side: side) }), "links": .object(links),
-                    "meta": .object(["unread": .integer(Int64(unread))]),
-                ])
+                var document = DocumentWriter()
+                document.member("data", each: page.rows) { resource($0, side: side, to: &$1) }
+                document.member("links", .object(links))
+                document.member("meta", .object(["unread": .integer(Int64(unread))]))
+                return document.response()
             },
             Route(
                 .post, path, access: .signedIn(scope: .messagesWrite),
@@ -107,9 +108,7 @@ public enum ConversationRoutes {
                 let (thread, message, created) = try client.withConnectionBlocking { connection in
                     try start(watch: watchId, input: input, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
                 }
-                return Documents.response(
-                    status: created ? 201 : 200,
-                    ["data": resource(thread, side: .buyer), "included": .array([messageResource(message, viewer: person, side: .buyer)])])
+                return response(status: created ? 201 : 200, thread, side: .buyer, including: (message, viewer: person))
             },
             Route(.get, path + "/{id}", access: .signedIn(scope: .messagesRead), describedAs: RouteDescription("One conversation, as the caller's side sees it.")) {
                 context in
@@ -121,7 +120,7 @@ public enum ConversationRoutes {
                     return (thread, side)
                 }
                 guard let (thread, side) = found else { throw notFound(id) }
-                return Documents.response(["data": resource(thread, side: side)])
+                return response(thread, side: side)
             },
             Route(
                 .patch, path + "/{id}", access: .signedIn(scope: .messagesWrite),
@@ -168,7 +167,7 @@ public enum ConversationRoutes {
                     return (try ThreadReader.conversation(id, side: side, on: connection) ?? thread, side)
                 }
                 guard let (thread, side) = result else { throw notFound(id) }
-                return Documents.response(["data": resource(thread, side: side)])
+                return response(thread, side: side)
             },
             Route(
                 .get, path + "/{id}/messages", access: .signedIn(scope: .messagesRead),
@@ -190,7 +189,10 @@ public enum ConversationRoutes {
                 let path = "\(path)/\(Documents.escape(id))/messages"
                 var links: [String: JSONValue] = ["self": Documents.link(path, [("page[limit]", String(limit)), ("page[cursor]", cursor?.token)])]
                 if let next = page.next { links["next"] = Documents.link(path, [("page[limit]", String(limit)), ("page[cursor]", next.token)]) }
-                return Documents.response(["data": .array(page.rows.map { messageResource($0, viewer: person, side: side) }), "links": .object(links)])
+                var document = DocumentWriter()
+                document.member("data", each: page.rows) { messageResource($0, viewer: person, side: side, to: &$1) }
+                document.member("links", .object(links))
+                return document.response()
             },
             Route(
                 .post, path + "/{id}/messages", access: .signedIn(scope: .messagesWrite),
@@ -220,7 +222,9 @@ public enum ConversationRoutes {
                     [try NewEvent(event, metadata: metadata)], using: client,
                     also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, attachments: attachments))
                 let message = input.message(event, recorded: appended[0].event)
-                return Documents.response(status: 201, ["data": messageResource(message, viewer: person, side: side)])
+                var document = DocumentWriter()
+                document.member("data") { messageResource(message, viewer: person, side: side, to: &$0) }
+                return document.response(status: 201)
             },
         ]
     }
@@ -392,44 +396,76 @@ public enum ConversationRoutes {
 
     // MARK: - Documents
 
-    static func resource(_ thread: ThreadSummary, side: ConversationSide) -> JSONValue {
-        var attributes: [String: JSONValue] = [
-            "side": .string(side.rawValue), "kind": .string(thread.kind), "watchId": thread.watchId.map(JSONValue.string) ?? .null,
-            "shopId": thread.shopId.map(JSONValue.string) ?? .null, "unread": .bool(thread.unread), "archived": .bool(thread.archived),
-            "closed": .bool(thread.closed), "lastActivityAt": Documents.timestamp(thread.lastActivityAt),
-        ]
-        switch side {
-        case .buyer:
-            // Wristler's aftercare thread is with Wristler, even when its order had a shop.
-            attributes["otherParty"] = .object(
-                thread.kind == ConversationKind.watch.rawValue
-                    ? ["type": .string("shops"), "id": thread.shopId.map(JSONValue.string) ?? .null] : ["type": .string("wristler"), "id": .null])
-        case .seller:
-            attributes["otherParty"] = .object(["type": .string("people"), "id": .string(thread.buyerId)])
-            attributes["noReplyNeeded"] = .bool(thread.noReplyNeeded)
+    static func resource(_ thread: ThreadSummary, side: ConversationSide, to text: inout JSONText) {
+        // Members in the order of their names, as every document is written (DocumentWriter).
+        ObjectWriter.write(&text) { resource, text in
+            resource.object("attributes", &text) { attributes, text in
+                attributes.bool("archived", thread.archived, &text)
+                attributes.bool("closed", thread.closed, &text)
+                attributes.string("kind", thread.kind, &text)
+                attributes.string("lastActivityAt", Documents.timestampText(thread.lastActivityAt), &text)
+                if let id = thread.lastMessageId {
+                    attributes.object("lastMessage", &text) { message, text in
+                        message.string("authorSide", thread.lastMessageSide ?? "", &text)
+                        message.string("body", thread.lastMessageBody ?? "", &text)
+                        message.string("id", id, &text)
+                        message.string("sentAt", thread.lastMessageAt.map(Documents.timestampText), &text)
+                    }
+                } else {
+                    attributes.value("lastMessage", .null, &text)
+                }
+                if side == .seller { attributes.bool("noReplyNeeded", thread.noReplyNeeded, &text) }
+                attributes.object("otherParty", &text) { party, text in
+                    switch side {
+                    case .buyer:
+                        // Wristler's aftercare thread is with Wristler, even when its order had a shop.
+                        let withShop = thread.kind == ConversationKind.watch.rawValue
+                        party.string("id", withShop ? thread.shopId : nil, &text)
+                        party.string("type", withShop ? "shops" : "wristler", &text)
+                    case .seller:
+                        party.string("id", thread.buyerId, &text)
+                        party.string("type", "people", &text)
+                    }
+                }
+                attributes.string("shopId", thread.shopId, &text)
+                attributes.string("side", side.rawValue, &text)
+                attributes.bool("unread", thread.unread, &text)
+                attributes.string("watchId", thread.watchId, &text)
+            }
+            resource.string("id", thread.conversationId, &text)
+            resource.string("type", type, &text)
         }
-        if let id = thread.lastMessageId {
-            attributes["lastMessage"] = .object([
-                "id": .string(id), "body": .string(thread.lastMessageBody ?? ""), "authorSide": .string(thread.lastMessageSide ?? ""),
-                "sentAt": thread.lastMessageAt.map(Documents.timestamp) ?? .null,
-            ])
-        } else {
-            attributes["lastMessage"] = .null
-        }
-        return .object(["type": .string(type), "id": .string(thread.conversationId), "attributes": .object(attributes)])
     }
 
     /// A message as `viewer` on `side` sees it: `mine` when they wrote it; who on the shop's side
     /// wrote it only for the shop's side.
-    static func messageResource(_ message: ThreadMessage, viewer: String, side: ConversationSide) -> JSONValue {
-        var attributes: [String: JSONValue] = [
-            "body": .string(message.body), "authorSide": .string(message.authorSide), "mine": .bool(message.authorId == viewer),
-            "attachmentHandles": .array(message.attachmentHandles.map(JSONValue.string)),
-            "offer": message.offer.map { .object(["amount": .integer($0.amount), "currency": .string($0.currency)]) } ?? .null,
-            "sentAt": Documents.timestamp(message.sentAt),
-        ]
-        if side == .seller || message.authorId == viewer { attributes["authorId"] = .string(message.authorId) }
-        return .object(["type": .string(messageType), "id": .string(message.id), "attributes": .object(attributes)])
+    static func messageResource(_ message: ThreadMessage, viewer: String, side: ConversationSide, to text: inout JSONText) {
+        ObjectWriter.write(&text) { resource, text in
+            resource.object("attributes", &text) { attributes, text in
+                attributes.value("attachmentHandles", .array(message.attachmentHandles.map(JSONValue.string)), &text)
+                if side == .seller || message.authorId == viewer { attributes.string("authorId", message.authorId, &text) }
+                attributes.string("authorSide", message.authorSide, &text)
+                attributes.string("body", message.body, &text)
+                attributes.bool("mine", message.authorId == viewer, &text)
+                attributes.value(
+                    "offer", message.offer.map { .object(["amount": .integer($0.amount), "currency": .string($0.currency)]) } ?? .null, &text)
+                attributes.string("sentAt", Documents.timestampText(message.sentAt), &text)
+            }
+            resource.string("id", message.id, &text)
+            resource.string("type", messageType, &text)
+        }
+    }
+
+    /// A document whose `data` is one conversation.
+    static func response(status: Int = 200, _ thread: ThreadSummary, side: ConversationSide, including message: (ThreadMessage, viewer: String)? = nil)
+        -> HTTPResponse
+    {
+        var document = DocumentWriter()
+        document.member("data") { resource(thread, side: side, to: &$0) }
+        if let (message, viewer) = message {
+            document.member("included", each: [message]) { messageResource($0, viewer: viewer, side: side, to: &$1) }
+        }
+        return document.response(status: status)
     }
 }
 

@@ -105,9 +105,12 @@ extension RequestContext {
 enum Documents {
     static func response(status: Int = 200, _ document: [String: JSONValue]) -> HTTPResponse {
         var document = document
-        document["jsonapi"] = .object(["version": .string("1.0")])
+        document["jsonapi"] = version
         return JSONAPI.response(status: status, .object(document))
     }
+
+    /// The `jsonapi` member of every document.
+    static let version: JSONValue = .object(["version": .string("1.0")])
 
     static let noContent = HTTPResponse(status: 204)
 

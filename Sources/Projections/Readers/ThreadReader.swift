@@ -127,42 +127,54 @@ public enum ThreadReader {
     ) throws -> KeysetPage<ThreadSummary> {
         let limit = max(1, limit)
         if owners.isEmpty { return KeysetPage(rows: [], next: nil) }
-        let sql = listSQL(owners: owners.count == 1 ? "SELECT $1::text" : "SELECT unnest($1::text[])", archived: archived)
+        let sql = listSQL(
+            owners: owners.count == 1 ? "SELECT $1::text" : "SELECT unnest($1::text[])", archived: archived, after: cursor != nil)
+        let rest = listParameters(side: side, after: cursor, limit: limit)
         let rows =
             owners.count == 1
-            ? try connection.query(sql, owners[0], side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
-            : try connection.query(sql, owners, side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1))
+            ? try connection.query(sql, binds: [PostgresBind(owners[0])] + rest)
+            : try connection.query(sql, binds: [PostgresBind(owners)] + rest)
         let read = try rows.map { row -> (row: ThreadSummary, key: Int64, id: String) in
             let thread = try summary(row)
-            return (thread, try row.decode(Int64.self, "activity_us"), thread.conversationId)
+            return (thread, try row.decode(Int64.self, at: 14), thread.conversationId)
         }
         return KeysetPage(reading: read, limit: limit)
     }
 
-    /// The list query: `owners` is a query of the owners' ids (from `$1`), `$2` the side, `$3`/`$4`
-    /// the cursor, `$5` the limit. Each owner's page is read in the list index's order and cut at
-    /// the limit (a shop's hundreds of threads are never all read and sorted), the owners' pages
-    /// are merged, and only the final page is joined to its conversations.
-    static func listSQL(owners: String, archived: Bool?) -> String {
+    /// The list query: `owners` is a query of the owners' ids (from `$1`), `$2` the side, then
+    /// with a cursor `$3`/`$4` its key and id and `$5` the limit, without one `$3` the limit. Each
+    /// owner's page is read in the list index's order and cut at the limit (a shop's hundreds of
+    /// threads are never all read and sorted), the owners' pages are merged, and only the final
+    /// page is joined to its conversations. The first page has a statement of its own: with
+    /// `$3 IS NULL OR ...` in one statement, PostgreSQL's generic plan could use the index for
+    /// neither the cursor nor the order.
+    static func listSQL(owners: String, archived: Bool?, after cursor: Bool) -> String {
         let filter = archived.map { $0 ? "AND s.archived" : "AND NOT s.archived" } ?? ""
+        let seek =
+            cursor ? "AND (s.last_activity_at, s.conversation_id) < (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::text)" : ""
+        let limit = cursor ? "$5" : "$3"
         return """
             WITH page AS (
                 SELECT p.* FROM (\(owners)) AS o(owner_id)
                 CROSS JOIN LATERAL (
                     SELECT s.conversation_id, s.last_activity_at, s.unread, s.archived FROM thread_sides s
-                    WHERE s.owner_id = o.owner_id AND s.side = $2 \(filter)
-                      AND ($3::bigint IS NULL
-                           OR (s.last_activity_at, s.conversation_id) < (timestamptz 'epoch' + $3::bigint * interval '1 microsecond', $4::text))
+                    WHERE s.owner_id = o.owner_id AND s.side = $2 \(filter) \(seek)
                     ORDER BY s.last_activity_at DESC, s.conversation_id DESC
-                    LIMIT $5) AS p
+                    LIMIT \(limit)) AS p
                 ORDER BY p.last_activity_at DESC, p.conversation_id DESC
-                LIMIT $5)
+                LIMIT \(limit))
             SELECT page.conversation_id, c.kind, c.buyer_id, c.shop_id, c.watch_id, page.last_activity_at, c.last_message_id,
                 c.last_message_body, c.last_message_side, c.last_message_at, page.unread, page.archived, c.no_reply_needed, c.closed_by_block,
                 (extract(epoch FROM page.last_activity_at) * 1000000)::bigint AS activity_us
             FROM page JOIN conversations c USING (conversation_id)
             ORDER BY page.last_activity_at DESC, page.conversation_id DESC
             """
+    }
+
+    /// `listSQL`'s parameters after the owners.
+    static func listParameters(side: ConversationSide, after cursor: KeysetCursor?, limit: Int) -> [PostgresBind] {
+        guard let cursor else { return [PostgresBind(side.rawValue), PostgresBind(Int64(limit + 1))] }
+        return [PostgresBind(side.rawValue), PostgresBind(cursor.key), PostgresBind(cursor.id), PostgresBind(Int64(limit + 1))]
     }
 
     /// A page of a person's list on one side and that side's badge, in one round trip (pipeline
@@ -177,28 +189,31 @@ public enum ThreadReader {
         let ownerList = side == .buyer ? "SELECT $1::text" : "SELECT shop_id FROM shop_members WHERE person_id = $1"
         let results = try connection.pipeline([
             PostgresStatement(
-                listSQL(owners: ownerList, archived: archived), person, side.rawValue, cursor?.key, cursor?.id, Int64(limit + 1)),
+                listSQL(owners: ownerList, archived: archived, after: cursor != nil),
+                binds: [PostgresBind(person)] + listParameters(side: side, after: cursor, limit: limit)),
             PostgresStatement(
                 "SELECT coalesce(sum(unread_count), 0)::bigint FROM unread_conversations WHERE owner_id \(owners) AND side = $2", person,
                 side.rawValue),
         ])
         let read = try results[0].map { row -> (row: ThreadSummary, key: Int64, id: String) in
             let thread = try summary(row)
-            return (thread, try row.decode(Int64.self, "activity_us"), thread.conversationId)
+            return (thread, try row.decode(Int64.self, at: 14), thread.conversationId)
         }
         return (KeysetPage(reading: read, limit: limit), Int(try results[1].scalar(Int64.self)))
     }
 
+    /// A summary from the first fourteen columns of a row, in the order `listSQL` and
+    /// `conversation(_:side:on:)` select them (by position: a page decodes hundreds of values, and
+    /// finding each by its name was a tenth of a list request).
     static func summary(_ row: PostgresRow) throws -> ThreadSummary {
         ThreadSummary(
-            conversationId: try row.decode(String.self, "conversation_id"), kind: try row.decode(String.self, "kind"),
-            buyerId: try row.decode(String.self, "buyer_id"), shopId: try row.decode(String?.self, "shop_id"),
-            watchId: try row.decode(String?.self, "watch_id"), lastActivityAt: try row.decode(Date.self, "last_activity_at"),
-            lastMessageId: try row.decode(String?.self, "last_message_id"),
-            lastMessageBody: try row.decode(String?.self, "last_message_body"),
-            lastMessageSide: try row.decode(String?.self, "last_message_side"), lastMessageAt: try row.decode(Date?.self, "last_message_at"),
-            unread: try row.decode(Bool.self, "unread"), archived: try row.decode(Bool.self, "archived"),
-            noReplyNeeded: try row.decode(Bool.self, "no_reply_needed"), closed: try row.decode(Bool.self, "closed_by_block"))
+            conversationId: try row.decode(String.self, at: 0), kind: try row.decode(String.self, at: 1),
+            buyerId: try row.decode(String.self, at: 2), shopId: try row.decode(String?.self, at: 3),
+            watchId: try row.decode(String?.self, at: 4), lastActivityAt: try row.decode(Date.self, at: 5),
+            lastMessageId: try row.decode(String?.self, at: 6), lastMessageBody: try row.decode(String?.self, at: 7),
+            lastMessageSide: try row.decode(String?.self, at: 8), lastMessageAt: try row.decode(Date?.self, at: 9),
+            unread: try row.decode(Bool.self, at: 10), archived: try row.decode(Bool.self, at: 11),
+            noReplyNeeded: try row.decode(Bool.self, at: 12), closed: try row.decode(Bool.self, at: 13))
     }
 
     /// One conversation as `side` sees it; nil when it is unknown or has no such side.
