@@ -158,7 +158,8 @@ public final class EventStore: Sendable {
 }
 
 extension RecordedEvent {
-    init(row: PostgresRow) throws {
+    /// An event from a row of `events` (or of `read_events_after`).
+    public init(row: PostgresRow) throws {
         self.init(
             position: try row.decode(Int64.self, "position"),
             transactionId: try row.decode(UInt64.self, "transaction_id"),
@@ -330,7 +331,7 @@ struct AppendRequest: Sendable {
         var attempt = 1
         while true {
             do {
-                if savepoint { try connection.execute("SAVEPOINT inbox_append") }
+                if savepoint { connection.executeWithNext("SAVEPOINT inbox_append") }
                 let appended: [AppendedEvent]
                 if fastPath {
                     appended = try decodeNew(try connection.query("SELECT * FROM append_new_events($1::jsonb)", PostgresRawJSON(eventsJSON)))
@@ -340,7 +341,7 @@ struct AppendRequest: Sendable {
                             "SELECT * FROM append_events($1::jsonb, $2::jsonb)", PostgresRawJSON(eventsJSON),
                             PostgresRawJSON(expectedJSON)))
                 }
-                if savepoint { try connection.execute("RELEASE SAVEPOINT inbox_append") }
+                if savepoint { connection.executeWithNext("RELEASE SAVEPOINT inbox_append") }
                 return appended
             } catch let error as PostgresError {
                 if savepoint, connection.isOpen { _ = try? connection.execute("ROLLBACK TO SAVEPOINT inbox_append") }

@@ -10,6 +10,9 @@ public final class PostgresRows: Sequence {
     private let columnIndex: [String: Int]
     /// Rows changed by INSERT/UPDATE/DELETE/COPY (`PQcmdTuples`), nil for other statements.
     public let affectedRows: Int?
+    /// The statement's command tag (`PQcmdStatus`): `INSERT 0 1`, `COMMIT`, or `ROLLBACK` for a
+    /// `COMMIT` that ended a failed transaction.
+    public let commandTag: String
 
     /// Takes ownership of `result`, or throws the server's error (with its SQLSTATE) if it is one.
     init(checking result: OpaquePointer?, connection: PostgresConnection, sql: String) throws {
@@ -40,6 +43,7 @@ public final class PostgresRows: Sequence {
         columnIndex = index
         let tuples = String(cString: PQcmdTuples(result))
         affectedRows = Int(tuples)
+        commandTag = PQcmdStatus(result).map { String(cString: $0) } ?? ""
     }
 
     deinit { if let result { PQclear(result) } }

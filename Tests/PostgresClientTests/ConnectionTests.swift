@@ -182,3 +182,52 @@ import Testing
         }
     }
 }
+
+@Suite struct HeldBackStatementTests {
+    @Test func heldBackStatementsRunInFrontOfTheNextAndLeaveItsResultAlone() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE marks (id int PRIMARY KEY)")
+        try await db.client.withConnection { connection in
+            connection.executeWithNext("BEGIN")
+            // A held BEGIN already counts: an append inside asks this to pick its savepoint.
+            #expect(connection.isInTransaction)
+            connection.executeWithNext("SAVEPOINT a")
+            // The query's own rows come back, not the held statements' empty results.
+            let inserted = try connection.query("INSERT INTO marks VALUES ($1) RETURNING id", Int32(1))
+            #expect(try inserted.scalar(Int32.self) == 1)
+            connection.executeWithNext("RELEASE SAVEPOINT a")
+            connection.executeWithNext("SAVEPOINT b")
+            let piped = try connection.pipeline([PostgresStatement("SELECT count(*) FROM marks"), PostgresStatement("SELECT 7")])
+            #expect(piped.count == 2)
+            #expect(try piped[0].scalar(Int64.self) == 1)
+            #expect(try piped[1].scalar(Int32.self) == 7)
+            connection.executeWithNext("RELEASE SAVEPOINT b")
+            let committed = try connection.execute("COMMIT")
+            #expect(committed.commandTag == "COMMIT")
+            #expect(!connection.isInTransaction)
+        }
+        #expect(try await db.client.query("SELECT count(*) FROM marks") { try $0.decode(Int64.self, at: 0) } == [1])
+    }
+
+    @Test func aHeldStatementThatFailsFailsTheNextWhichDoesNotRun() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE marks (id int PRIMARY KEY)")
+        try await db.client.withConnection { connection in
+            try connection.execute("BEGIN")
+            connection.executeWithNext("RELEASE SAVEPOINT never_made")
+            let refused = #expect(throws: PostgresError.self) { try connection.query("INSERT INTO marks VALUES ($1)", Int32(1)) }
+            #expect(refused?.description.contains("never_made") == true)
+            #expect(connection.isTransactionFailed)
+            // A COMMIT of the failed transaction says so in its tag.
+            #expect(try connection.execute("COMMIT").commandTag == "ROLLBACK")
+            // Asking about the transaction sends what is held: a failing one leaves it failed.
+            try connection.execute("BEGIN")
+            connection.executeWithNext("RELEASE SAVEPOINT never_made")
+            #expect(connection.isTransactionFailed)
+            try connection.execute("ROLLBACK")
+        }
+        #expect(try await db.client.query("SELECT count(*) FROM marks") { try $0.decode(Int64.self, at: 0) } == [0])
+    }
+}

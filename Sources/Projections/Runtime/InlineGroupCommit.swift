@@ -207,11 +207,8 @@ public final class InlineGroupCommit: @unchecked Sendable {
             if connection.isOpen && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
             return answers.map { $0 ?? .failure(error) }
         }
-        do {
-            try connection.execute("BEGIN")
-        } catch {
-            return failAll(error)
-        }
+        // BEGIN goes with the group's first append, in one round trip.
+        connection.executeWithNext("BEGIN")
         var records: [RecordedEvent] = []
         // Runs of plain requests (no expected versions, no work of their own) go in one statement
         // each; when it is refused (an idempotency key reused, say), its requests run one by one.
@@ -281,10 +278,11 @@ public final class InlineGroupCommit: @unchecked Sendable {
         let outcome: InlineProjections.Outcome
         do {
             outcome = try projections.project(records, on: connection)
-            if connection.isTransactionFailed {
-                throw PostgresError(.clientFailure, "The inline projections left the group's transaction failed.")
+            // A COMMIT of a failed transaction rolls it back and says so only in its tag (asking
+            // first would cost a round trip of its own).
+            if try connection.execute("COMMIT").commandTag != "COMMIT" {
+                throw PostgresError(.clientFailure, "The inline projections left the group's transaction failed; it was rolled back.")
             }
-            try connection.execute("COMMIT")
         } catch {
             return failAll(error)
         }

@@ -122,10 +122,12 @@ public struct InlineProjections: Sendable {
         for projection in projections.sorted(by: { $0.name < $1.name }) {
             let types = projection.eventTypes
             guard own.records.contains(where: { types.contains($0.type) }) else { continue }
-            try connection.execute("SAVEPOINT inline_projection")
+            // The savepoint and its release go with the statements after them, in one round trip
+            // (PostgresConnection.executeWithNext); the rollbacks go at once.
+            connection.executeWithNext("SAVEPOINT inline_projection")
             do {
                 if try applyInOrder(own, ending: last, to: projection, on: connection) {
-                    try connection.execute("RELEASE SAVEPOINT inline_projection")
+                    connection.executeWithNext("RELEASE SAVEPOINT inline_projection")
                     outcome.applied.append(projection.name)
                 } else {
                     try connection.execute("ROLLBACK TO SAVEPOINT inline_projection")
@@ -148,17 +150,14 @@ public struct InlineProjections: Sendable {
     private func applyInOrder(
         _ own: DecodedBatch, ending last: Checkpoint, to projection: any Projection, on connection: PostgresConnection
     ) throws -> Bool {
-        guard let live = try ProjectionState.read(projection.name, on: connection, lock: true), live.version == projection.version else {
-            return false
-        }
-        let isNext = try connection.query("SELECT pg_snapshot_xmin(pg_current_snapshot()) = pg_current_xact_id()").scalar(Bool.self)
-        guard isNext else { return false }
+        // The checkpoint row locked, whether this transaction is next in the log, and everything
+        // committed before it (its own events are not readable to itself: their transaction id is
+        // the snapshot's xmin): one round trip.
+        let (state, isNext, pending) = try ProjectionState.readLockedNextAndPending(projection.name, limit: catchUpLimit + 1, on: connection)
+        guard let live = state, live.version == projection.version, isNext else { return false }
         let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .inline)
         var checkpoint = live.checkpoint
         var applied = 0
-        // Everything committed before this transaction (its own events are not readable to itself:
-        // their transaction id is the snapshot's xmin).
-        let pending = try EventStore.read(after: checkpoint, limit: catchUpLimit + 1, on: connection)
         if pending.count > catchUpLimit { return false }
         for batch in [DecodedBatch(pending), own] where !batch.records.isEmpty {
             let result = try ProjectionBatchApplier.apply(batch, to: projection, in: context)

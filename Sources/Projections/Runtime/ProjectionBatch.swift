@@ -65,10 +65,11 @@ enum ProjectionBatchApplier {
         let relevant = batch.events.filter { types.contains($0.record.type) }
         if relevant.isEmpty { return outcome }
         let connection = context.connection
-        try connection.execute("SAVEPOINT projection_batch")
+        // Both go with the statements after them (PostgresConnection.executeWithNext).
+        connection.executeWithNext("SAVEPOINT projection_batch")
         do {
             try projection.apply(relevant, in: context)
-            try connection.execute("RELEASE SAVEPOINT projection_batch")
+            connection.executeWithNext("RELEASE SAVEPOINT projection_batch")
             outcome.applied = relevant.count
             return outcome
         } catch {

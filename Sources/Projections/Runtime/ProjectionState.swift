@@ -32,11 +32,35 @@ enum ProjectionState {
     /// The checkpoint row, locked for the rest of the transaction when `lock` is set (a batch does
     /// this first: it waits for a swap or another writer and then sees their result).
     static func read(_ name: String, on connection: PostgresConnection, lock: Bool) throws -> ProjectionPosition? {
-        let rows = try connection.query(
-            """
-            SELECT version, transaction_id::text::bigint AS transaction_id, position, events_applied
-            FROM projection_checkpoints WHERE projection = $1
-            """ + (lock ? " FOR UPDATE" : ""), name)
+        try position(try connection.query(readSQL + (lock ? " FOR UPDATE" : ""), name))
+    }
+
+    /// For an inline apply, in one round trip (a pipeline, each statement with a snapshot taken
+    /// after the one before it finished, so after the lock is held): the projection's row,
+    /// locked; whether this transaction is next in the log (no older one still writing: the
+    /// snapshot's xmin is its own id); and the first `limit` events committed after the
+    /// checkpoint, read from the row itself (`EventStore.read(after:limit:on:)`'s statement).
+    static func readLockedNextAndPending(
+        _ name: String, limit: Int, on connection: PostgresConnection
+    ) throws -> (ProjectionPosition?, isNext: Bool, pending: [RecordedEvent]) {
+        let results = try connection.pipeline([
+            PostgresStatement(readSQL + " FOR UPDATE", name),
+            PostgresStatement("SELECT pg_snapshot_xmin(pg_current_snapshot()) = pg_current_xact_id()"),
+            PostgresStatement(
+                """
+                SELECT e.* FROM projection_checkpoints c CROSS JOIN LATERAL read_events_after(c.transaction_id, c.position, $2) AS e
+                WHERE c.projection = $1 ORDER BY e.transaction_id, e.position
+                """, name, Int32(clamping: limit)),
+        ])
+        return (try position(results[0]), try results[1].scalar(Bool.self), try results[2].map(RecordedEvent.init(row:)))
+    }
+
+    private static let readSQL = """
+        SELECT version, transaction_id::text::bigint AS transaction_id, position, events_applied
+        FROM projection_checkpoints WHERE projection = $1
+        """
+
+    private static func position(_ rows: PostgresRows) throws -> ProjectionPosition? {
         guard let row = rows.first else { return nil }
         return ProjectionPosition(
             version: Int(try row.decode(Int32.self, "version")),
