@@ -39,8 +39,10 @@ public final class HTTPServer: Sendable {
         /// libmicrohttpd's worker threads: event loops that read requests and write answers.
         public var threads: Int = HTTPServer.defaultThreads
         /// Threads that run the work requests hand back as `HTTPReply.later`, each waiting for its
-        /// own (the database): how many such requests are in progress at once.
-        public var blockingThreads: Int = 16
+        /// own (the database): how many such requests are in progress at once. 64, not fewer:
+        /// writers that wait together share a commit (`InlineGroupCommit`), and with 16 threads
+        /// message posts stopped at about 1,400/s for want of waiters (docs/benchmarks.md).
+        public var blockingThreads: Int = 64
         public var maximumBodyBytes: Int = 1 << 20
         /// Other limits than `maximumBodyBytes` for a few requests by method and exact path (as
         /// sent, before percent-decoding): a file upload may be larger than every other body.
@@ -55,7 +57,7 @@ public final class HTTPServer: Sendable {
         public var requestDeadlineSeconds: Int = 10
 
         public init(
-            host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = HTTPServer.defaultThreads, blockingThreads: Int = 16,
+            host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = HTTPServer.defaultThreads, blockingThreads: Int = 64,
             maximumBodyBytes: Int = 1 << 20, maximumHeaderBytes: Int = 64 * 1024, connectionLimit: Int = 1024,
             connectionsPerAddress: Int = 64, idleTimeoutSeconds: Int = 30, requestDeadlineSeconds: Int = 10, bodyLimits: [BodyLimit] = []
         ) {

@@ -24,7 +24,7 @@ struct InboxConfiguration: Sendable {
     var httpPort: UInt16 = 8080
     /// `INBOX_HTTP_THREADS`: the threads that run requests waiting on the database (the event
     /// loops that read and write the connections are one per core).
-    var httpThreads: Int = 16
+    var httpThreads: Int = 64
     /// `INBOX_HTTP_MAX_BODY_BYTES`: the largest request body accepted (larger: 413).
     var httpMaximumBodyBytes: Int = 1 << 20
     /// `INBOX_HTTP_CONNECTIONS_PER_ADDRESS`: connections one client address may hold; 0: no limit.
@@ -142,7 +142,7 @@ struct InboxConfiguration: Sendable {
             meaning: "TCP port of the operations listener on the API's host: /healthz, /readyz and /metrics only, answered while the API's connections are all taken (0: any free port, printed at start)"
         ) { $0.opsPort = $1 },
         wholeNumber(
-            "INBOX_HTTP_THREADS", "--http-threads", 1...256, default: 16,
+            "INBOX_HTTP_THREADS", "--http-threads", 1...256, default: 64,
             meaning: "threads running requests that wait on the database, one request each (1-256)") { $0.httpThreads = $1 },
         wholeNumber(
             "INBOX_HTTP_MAX_BODY_BYTES", "--http-max-body-bytes", 1024...104_857_600, default: 1_048_576,
