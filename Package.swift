@@ -108,13 +108,13 @@ let package = Package(
         // E-mail transport: RFC 5322 composition, SMTP through libcurl (STARTTLS or SMTPS), a folder
         // of .eml files when no relay is set, and signed one-click unsubscribe links.
         .target(
-            name: "Mail", dependencies: ["CCurl", "CShims", "COpenSSL", "Crypto", "Encodings", "Threads"], swiftSettings: swiftSettings),
+            name: "Mail", dependencies: ["CCurl", "CShims", "COpenSSL", "Crypto", "Encodings", "Threads", "PostgresClient", "InboxDomain"], swiftSettings: swiftSettings),
 
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
             name: "InboxAPI", dependencies: [
                 "HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Devices", "Encodings", "Lifecycle",
-                "Fanout", "Uploads",
+                "Fanout", "Uploads", "Mail",
             ],
             swiftSettings: swiftSettings),
 
@@ -155,7 +155,7 @@ let package = Package(
             name: "InboxAPITests",
             dependencies: [
                 "InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections", "Encodings", "Threads",
-                "Uploads",
+                "Uploads", "Mail",
             ],
             swiftSettings: swiftSettings),
         .testTarget(

@@ -15,7 +15,7 @@ public enum InboxRoutes {
             + BellRoutes.routes(client: client, cache: bellCache) + DeviceRoutes.routes(client: client)
             + PreferenceRoutes.routes(client: client) + SavedSearchRoutes.routes(client: client)
             + ConversationRoutes.routes(client: client, attachments: attachments ?? uploads.store(client: client))
-            + InternalEventRoutes.routes(store: store) + UploadRoutes.routes(client: client, settings: uploads)
+            + InternalEventRoutes.routes(store: store) + ContactRoutes.routes(client: client) + UploadRoutes.routes(client: client, settings: uploads)
         return served + [OpenAPI.route(describing: served)]
     }
 
