@@ -50,7 +50,9 @@ import Testing
             // And what it finds: the buyer's last messages of the last 14 days (even i with i % 400 < 14:
             // 1,750), less those about a sold watch (i % 4 == 0: 750 left) and those reminded of
             // already (i % 40 == 2, which here means i % 400 == 2: 500 left).
+            let started = ContinuousClock.now
             let outcome = try await db.check(at: now)
+            print("one check over 100,000 threads and 2,000 shops: \(ContinuousClock.now - started), \(outcome.reminders.count) shops reminded")
             #expect(outcome.messages == 500, "\(outcome.messages) reminded, \(outcome.shopsHeldBack) shops held back")
         }
     }
