@@ -19,6 +19,6 @@ extension Roles {
     /// `inbox status`'s line about the schedule.
     static func scheduleStatus(database: Database) async throws -> [String] {
         let totals = try await database.client.withConnection { try ShopReminders.totals(on: $0) }
-        return ["shop reminders: \(totals.reminders) sent to \(totals.shops) shops, about \(totals.messages) waiting messages"]
+        return ["shop reminders: \(totals.reminders) sent to \(totals.shops) shops, covering \(totals.messages) waiting messages"]
     }
 }

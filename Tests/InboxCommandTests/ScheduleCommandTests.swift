@@ -49,7 +49,7 @@ import Testing
             #expect(recipients == ["s1", "s2"], "s1 once, by the first holder; s2 by the second")
 
             let status = try await InboxCLI.run(["status"], environment: InboxCLI.databaseEnvironment(db.url))
-            #expect(status.stdoutLines.contains("shop reminders: 2 sent to 2 shops, about 2 waiting messages"), "stdout: \(status.stdout)")
+            #expect(status.stdoutLines.contains("shop reminders: 2 sent to 2 shops, covering 2 waiting messages"), "stdout: \(status.stdout)")
         }
     }
 
