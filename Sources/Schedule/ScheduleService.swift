@@ -59,12 +59,16 @@ public struct ScheduleService: Service {
 struct ScheduleWork: LoopWork {
     struct State: Sendable {
         var checkedIndex = false
+        var waitingForProjections = false
     }
 
     let reminders: ShopReminders
     let interval: Duration
     let now: @Sendable () -> Date
     let logger: Logger
+
+    /// How soon a check that found the read models behind is tried again.
+    static let retryWhileBehind: Duration = .seconds(15)
 
     func begin(_ state: inout State, on session: LeasedSession) async throws {
         guard !state.checkedIndex else { return }
@@ -83,6 +87,16 @@ struct ScheduleWork: LoopWork {
         let at = now()
         let reminders = reminders
         let outcome = try await session.run { connection in try reminders.check(now: at, on: connection) }
+        if !outcome.projectionsBehind.isEmpty {
+            if !state.waitingForProjections {
+                logger.warning(
+                    "the read models are behind the log: the reminder check waits for them",
+                    metadata: ["projections": outcome.projectionsBehind.joined(separator: ",")])
+            }
+            state.waitingForProjections = true
+            return .wait(min(interval, Self.retryWhileBehind))
+        }
+        state.waitingForProjections = false
         if !outcome.reminders.isEmpty {
             logger.info(
                 "reminded shops of buyers waiting for an answer",

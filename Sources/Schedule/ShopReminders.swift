@@ -34,10 +34,15 @@ public struct ShopReminders: Sendable {
         public var gap: Duration
         /// How old a buyer's message may be and still count (INBOX_SHOP_REMINDER_WINDOW_DAYS).
         public var window: Duration
+        /// How long the threads and people projections may leave an event unapplied before a
+        /// check waits for them rather than remind from what they do not know yet (the shop's
+        /// answer, an archive, a block).
+        public var maximumLag: Duration
 
-        public init(gap: Duration = .seconds(7200), window: Duration = .seconds(14 * 86_400)) {
+        public init(gap: Duration = .seconds(7200), window: Duration = .seconds(14 * 86_400), maximumLag: Duration = .seconds(60)) {
             self.gap = gap
             self.window = window
+            self.maximumLag = maximumLag
         }
     }
 
@@ -64,12 +69,17 @@ public struct ShopReminders: Sendable {
         /// Shops with messages waiting that were reminded less than the gap ago: their messages
         /// stay waiting for their next push.
         public var shopsHeldBack: Int = 0
+        /// The projections the check depends on that left an event unapplied for longer than
+        /// `maximumLag`: the check did nothing, and should be tried again soon.
+        public var projectionsBehind: [String] = []
 
         public var messages: Int { reminders.reduce(0) { $0 + $1.messages.count } }
     }
 
     /// The event of the outbox rows (`PushTexts` has its words), in category `shop`.
     public static let event = "shop_unanswered"
+    /// The projections whose tables the check reads.
+    public static let projections = ["people", "threads"]
     /// Serializes checks of every node (the second key is `hashtext('shop_reminders')`). Not the
     /// schedule's lease: a check on any session must wait for one in flight, wherever it runs.
     static let lockClass: Int32 = 0x1B10
@@ -98,6 +108,17 @@ public struct ShopReminders: Sendable {
             // The read is a prepared statement; planned for this check's times, it takes the index
             // for a window of days, where a generic plan guesses a third of the table.
             try connection.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            // After a restart or an outage the projectors may still be catching up: what the shop
+            // did meanwhile (answered, archived) is in the log but not yet in the tables.
+            let behind = try connection.query(
+                """
+                SELECT c.projection FROM projection_checkpoints c
+                WHERE c.projection = ANY($1) AND EXISTS (
+                    SELECT 1 FROM events e WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position) AND e.recorded_at < $2)
+                ORDER BY c.projection
+                """, Self.projections, now.addingTimeInterval(-settings.maximumLag.inSeconds)
+            ).map { try $0.decode(String.self, at: 0) }
+            if !behind.isEmpty { return Outcome(projectionsBehind: behind) }
             let rows = try connection.query(Self.waitingQuery, since, gapStart)
             var waiting: [String: [WaitingMessage]] = [:]
             var shopsHeldBack: Set<String> = []

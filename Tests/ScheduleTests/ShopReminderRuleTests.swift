@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 import InboxDomain
 import InboxTesting
@@ -237,6 +238,21 @@ struct ReminderCase: Sendable, CustomTestStringConvertible {
             #expect(try await db.scalar("SELECT count(*)::int FROM shop_reminded_messages", Int.self) == 0)
             #expect(try await db.check(at: sent.addingTimeInterval(20 * day)).reminders.isEmpty)
             #expect(try await db.reminderRows().count == 1)
+        }
+    }
+
+    @Test func aCheckWaitsForTheReadModelsWhenTheyLeaveAnEventUnappliedForMoreThanAMinute() async throws {
+        try await withTestDatabase { db in
+            let thread = ShopThread("behind")
+            try await db.appendAndProject([thread.start(), thread.buyerWrites(1)])
+            // The shop answers while no projector runs.
+            let answer = try await db.store.append([try NewEvent(catalogueEvent: thread.shopWrites(2))])[0].event
+            let stale = try await db.check(at: answer.recordedAt.addingTimeInterval(61))
+            #expect(stale.projectionsBehind == ["people", "threads"] && stale.reminders.isEmpty, "the answer is in the log only")
+            #expect(try await db.reminderRows().isEmpty)
+            try await db.project()
+            let caughtUp = try await db.check(at: answer.recordedAt.addingTimeInterval(61))
+            #expect(caughtUp.projectionsBehind.isEmpty && caughtUp.reminders.isEmpty, "answered: nothing waits")
         }
     }
 
