@@ -26,6 +26,9 @@ import PostgresClient
 ///   left. These tables are state, not read models: a replay leaves them alone. The outbox row's
 ///   `notification_id` is derived from the shop and its newest reminded message, and the outbox
 ///   refuses a second row with it, which is a second guard.
+/// - **Not from stale read models**: while the threads or people projection leaves an event
+///   unapplied for longer than `maximumLag`, a check does nothing and says so
+///   (`Outcome.projectionsBehind`), since the shop's answer may be among those events.
 /// - **Cost follows the waiting threads**: the read goes through the partial index
 ///   `conversations_waiting` (the buyer's last message, by time) and looks each candidate up by key.
 public struct ShopReminders: Sendable {

@@ -8,7 +8,7 @@ import Testing
 /// The check costs in proportion to the waiting threads: the plan reads `conversations` through
 /// `conversations_waiting` and looks everything else up by key, and the index is there however the
 /// live tables came to be.
-@Suite struct CheckPlanTests {
+@Suite(.serialized) struct CheckPlanTests {
     @Test func theCheckReadsTheWaitingThreadsThroughTheirIndexAndLooksTheRestUpByKey() async throws {
         try await withTestDatabase { db in
             try await db.project()

@@ -9,7 +9,7 @@ import Testing
 
 /// A reminder is a shop's news like any other: the fan-out decides it for everybody who works at
 /// the shop, per their `shop` switch, with `side: "seller"` and `sellerId`, in each phone's language.
-@Suite struct FanoutOfRemindersTests {
+@Suite(.serialized) struct FanoutOfRemindersTests {
     @Test func theFanOutDecidesTheReminderForEveryoneWhoWorksAtTheShop() async throws {
         try await withTestDatabase { db in
             let registry = DeviceRegistry(client: db.client)

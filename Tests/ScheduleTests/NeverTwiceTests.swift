@@ -9,7 +9,7 @@ import Synchronization
 import Testing
 
 /// Nothing is reminded twice: not by two checks at once, two schedule nodes, a restart or a replay.
-@Suite struct NeverTwiceTests {
+@Suite(.serialized) struct NeverTwiceTests {
     @Test func twoChecksAtOnceOnTwoConnectionsRemindOnce() async throws {
         try await withTestDatabase { db in
             let thread = ShopThread("race")

@@ -6,13 +6,11 @@ import Schedule
 import Testing
 
 /// One state of a thread, built through the log, and whether its shop is reminded of it.
-struct ReminderCase: Sendable, CustomTestStringConvertible {
+struct ReminderCase: Sendable {
     let name: String
     let reminds: Bool
     /// The thread's events, in log order; the thread is `ShopThread(name)`.
     let events: @Sendable (ShopThread) -> [any CatalogueEvent]
-
-    var testDescription: String { "\(name): \(reminds ? "reminds" : "does not remind")" }
 
     static let all: [ReminderCase] = [
         ReminderCase(name: "the buyer's last message, unread", reminds: true) { t in [t.start(), t.buyerWrites(1)] },
@@ -100,25 +98,33 @@ struct ReminderCase: Sendable, CustomTestStringConvertible {
 }
 
 /// The seed's rules, each positive and negative, on threads built through the log and projected.
-@Suite struct ShopReminderRuleTests {
-    @Test(arguments: ReminderCase.all)
-    func eachRuleDecidesWhetherTheThreadReminds(_ rule: ReminderCase) async throws {
+/// One at a time: each test has a database and four projectors, and the suite must not take the
+/// test server's connections from the other suites that run meanwhile.
+@Suite(.serialized) struct ShopReminderRuleTests {
+    /// Every case in one database, each thread with a shop of its own, in one check: the shops
+    /// reminded are exactly those of the cases that remind, each of its thread's last message.
+    @Test func eachRuleDecidesWhetherItsThreadReminds() async throws {
         try await withTestDatabase { db in
-            let thread = ShopThread("rule")
-            let events = rule.events(thread)
-            try await db.appendAndProject(events)
-            let lastBuyerMessage = events.compactMap { ($0 as? MessageSent).flatMap { $0.authorSide == .buyer ? $0.messageId : nil } }.last!
-            let now = wholeSecond(after: try await db.sentAt(lastBuyerMessage)).addingTimeInterval(60)
-            let outcome = try await db.check(at: now)
-            if rule.reminds {
-                #expect(outcome.remindedMessages == [thread.shopId: [lastBuyerMessage]], "\(rule.name)")
-                #expect(try await db.reminderRows().count == 1, "\(rule.name)")
-            } else {
-                #expect(outcome.reminders.isEmpty, "\(rule.name)")
-                #expect(try await db.reminderRows().isEmpty, "\(rule.name)")
+            var expected: [String: [String]] = [:]
+            var names: [String: String] = [:]
+            var events: [any CatalogueEvent] = []
+            for (index, rule) in ReminderCase.all.enumerated() {
+                let thread = ShopThread("case\(index)")
+                let caseEvents = rule.events(thread)
+                events += caseEvents
+                names[thread.shopId] = rule.name
+                let lastBuyerMessage = caseEvents.compactMap { ($0 as? MessageSent).flatMap { $0.authorSide == .buyer ? $0.messageId : nil } }.last!
+                if rule.reminds { expected[thread.shopId] = [lastBuyerMessage] }
             }
-            // Whatever the first check did, a second one reminds of nothing.
-            #expect(try await db.check(at: now.addingTimeInterval(3 * hour)).reminders.isEmpty, "\(rule.name)")
+            try await db.appendAndProject(events)
+            let now = wholeSecond(after: Date()).addingTimeInterval(60)
+            let reminded = try await db.check(at: now).remindedMessages
+            for shop in Set(expected.keys).union(reminded.keys).sorted() {
+                #expect(reminded[shop] == expected[shop], "\(names[shop] ?? shop): expected \(expected[shop] ?? []), reminded \(reminded[shop] ?? [])")
+            }
+            #expect(try await db.reminderRows().count == expected.count)
+            // A second check reminds of nothing, whatever the first did.
+            #expect(try await db.check(at: now.addingTimeInterval(3 * hour)).reminders.isEmpty)
         }
     }
 
