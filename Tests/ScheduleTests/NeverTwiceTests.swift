@@ -112,7 +112,7 @@ import Testing
         }
     }
 
-    @Test func aStoppedScheduleStopsWithinASecondOfItsWait() async throws {
+    @Test func aStoppedScheduleStopsInTheMiddleOfItsWait() async throws {
         try await withTestDatabase { db in
             try await db.project()
             let clock = TestClock()
@@ -122,7 +122,9 @@ import Testing
             let started = ContinuousClock.now
             task.cancel()
             _ = await task.result
-            #expect(ContinuousClock.now - started < .seconds(1))
+            // Its wait is on the test clock, which never moves here: only the cancellation ends it.
+            // (Generous: this suite is not timed on its own; PromptShutdownProcessTests is, for `inbox run`.)
+            #expect(ContinuousClock.now - started < .seconds(5))
         }
     }
 
