@@ -110,6 +110,11 @@ let package = Package(
         .target(
             name: "Mail", dependencies: ["CCurl", "CShims", "COpenSSL", "Crypto", "Encodings", "Threads", "PostgresClient", "InboxDomain"], swiftSettings: swiftSettings),
 
+        // Time-driven work: the shop_unanswered reminder (ShopReminders) and the role that checks it on
+        // one node at a time (ScheduleService). Reads the live read models, writes the push outbox.
+        .target(
+            name: "Schedule", dependencies: ["PostgresClient", "Lifecycle", "Crypto", "Encodings"], swiftSettings: swiftSettings),
+
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
             name: "InboxAPI", dependencies: [
@@ -122,7 +127,7 @@ let package = Package(
             name: "inbox",
             dependencies: [
                 "EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle", "HTTPServer", "InboxAPI",
-                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol", "Uploads",
+                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol", "Uploads", "Schedule",
             ],
             swiftSettings: swiftSettings),
 
@@ -173,6 +178,13 @@ let package = Package(
         // Against Debian's aiosmtpd (Tests/MailMocks) with a certificate made by the openssl CLI at test time.
         .testTarget(
             name: "MailTests", dependencies: ["Mail", "EventLog", "Encodings"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ScheduleTests",
+            dependencies: [
+                "Schedule", "InboxTesting", "EventLog", "Projections", "InboxDomain", "PostgresClient", "Lifecycle", "Fanout", "Devices",
+                "PushProtocol",
+            ],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(

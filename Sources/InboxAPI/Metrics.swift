@@ -137,7 +137,21 @@ public enum MetricsRoutes {
         lines += ["# HELP inbox_projection_lag_seconds Age of the oldest event the projection has not applied (0 when caught up).", "# TYPE inbox_projection_lag_seconds gauge"] + lags
         lines += ["# HELP inbox_projection_dead_letters Events parked because they could not be applied.", "# TYPE inbox_projection_dead_letters gauge"] + parked
         lines += try pushMetrics(on: connection)
+        lines += try shopReminderMetrics(on: connection)
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The schedule's `shop_unanswered` reminders (docs/schedule.md), summed over every node: one
+    /// row per shop, so a sum of a few thousand rows at most. None before sql/012 is applied.
+    static func shopReminderMetrics(on connection: PostgresConnection) throws -> [String] {
+        guard try connection.query("SELECT to_regclass('shop_reminders') IS NOT NULL").scalar(Bool.self) else { return [] }
+        let row = try connection.query("SELECT coalesce(sum(reminders), 0)::bigint, coalesce(sum(messages), 0)::bigint FROM shop_reminders")[0]
+        return [
+            "# HELP inbox_shop_reminders_total shop_unanswered reminders written to the push outbox (one per shop and check at most).",
+            "# TYPE inbox_shop_reminders_total counter", "inbox_shop_reminders_total \(try row.decode(Int64.self, at: 0))",
+            "# HELP inbox_shop_reminder_messages_total Waiting buyer messages the shop_unanswered reminders were about.",
+            "# TYPE inbox_shop_reminder_messages_total counter", "inbox_shop_reminder_messages_total \(try row.decode(Int64.self, at: 1))",
+        ]
     }
 
     /// The fan-out's outbox, what became of its pushes (summed over every node), and the age of

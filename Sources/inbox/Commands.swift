@@ -22,13 +22,13 @@ struct Command: Sendable {
 }
 
 extension Command {
-    static let all: [Command] = [run, serve, project, fanout, migrate, replay, events, status, token, version, help]
+    static let all: [Command] = [run, serve, project, fanout, schedule, migrate, replay, events, status, token, version, help]
 
     static func named(_ name: String) -> Command? { all.first { $0.name == name } }
 
     static let run = Command(
         name: "run", synopsis: "run",
-        summary: "Migrates, then runs the tier: the projectors, the push fan-out and the API (with its bell cache listener), until "
+        summary: "Migrates, then runs the tier: the projectors, the push fan-out, the schedule and the API (with its bell cache listener), until "
             + "SIGTERM or SIGINT stops them in order. The default command."
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "run")
@@ -38,8 +38,9 @@ extension Command {
             defer { pool.close() }
             FileHandle.standardOutput.write(Data(gettingStarted(configuration).utf8))
             let fanout = try Roles.fanout(database: database, configuration: configuration, log: log)
+            let schedule = Roles.schedule(database: database, configuration: configuration, log: log)
             try await Roles.run(
-                Roles.projectors(InboxProjections.all, database: database, configuration: configuration, log: log) + [fanout] + api,
+                Roles.projectors(InboxProjections.all, database: database, configuration: configuration, log: log) + [fanout, schedule] + api,
                 database: database, log: log)
         }
     }
@@ -55,6 +56,19 @@ extension Command {
             try await InboxProjections.prepareLiveTables(client: database.client)
             let fanout = try Roles.fanout(database: database, configuration: configuration, log: log)
             try await Roles.run([fanout], database: database, log: log)
+        }
+    }
+
+    static let schedule = Command(
+        name: "schedule", synopsis: "schedule",
+        summary: "Reminds shops of buyers waiting for an answer (shop_unanswered) every INBOX_SCHEDULE_INTERVAL_SECONDS, until "
+            + "SIGTERM or SIGINT. One node at a time checks; the others wait for its lease. Nothing is reminded twice."
+    ) { arguments, configuration, log in
+        try expectNoArguments(arguments, command: "schedule")
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            // The schedule can start before any projector has made the read models' tables.
+            try await InboxProjections.prepareLiveTables(client: database.client)
+            try await Roles.run([Roles.schedule(database: database, configuration: configuration, log: log)], database: database, log: log)
         }
     }
 
@@ -115,7 +129,7 @@ extension Command {
 
     static let status = Command(
         name: "status", synopsis: "status",
-        summary: "Prints the migrations, the head of the event log, and where each projection stands."
+        summary: "Prints the migrations, the head of the event log, where each projection stands, the push outbox and the shop reminders."
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "status")
         try await withDatabase(configuration, log: log, migrate: false) { database in
@@ -186,6 +200,7 @@ extension Command {
         ]
         if !pending.contains(where: { $0.version == 2 }) { lines += try await ProjectionCommands.status(database: database) }
         if !pending.contains(where: { $0.version == 6 }) { lines += try await Roles.fanoutStatus(database: database) }
+        if !pending.contains(where: { $0.version == 12 }) { lines += try await Roles.scheduleStatus(database: database) }
         return lines
     }
 }

@@ -73,6 +73,12 @@ struct InboxConfiguration: Sendable {
     /// `INBOX_FANOUT_WORKERS`, `INBOX_FANOUT_BATCH`: sending loops per process, pushes per step.
     var fanoutWorkers: Int = 2
     var fanoutBatch: Int = 500
+    /// `INBOX_SCHEDULE_INTERVAL_SECONDS`: the wait between two checks of the schedule.
+    var scheduleIntervalSeconds: Int = 900
+    /// `INBOX_SHOP_REMINDER_GAP_SECONDS`: the least time between two reminders of one shop.
+    var shopReminderGapSeconds: Int = 7200
+    /// `INBOX_SHOP_REMINDER_WINDOW_DAYS`: how old a buyer's message may be and still be reminded of.
+    var shopReminderWindowDays: Int = 14
 
     enum PushEnvironment: String, Sendable, CaseIterable {
         case production, staging, development
@@ -213,6 +219,21 @@ struct InboxConfiguration: Sendable {
         },
         wholeNumber("INBOX_FANOUT_BATCH", "--fanout-batch", 1...5000, default: 500, meaning: "pushes claimed per step of a sending loop (1-5000)") {
             $0.fanoutBatch = $1
+        },
+        wholeNumber(
+            "INBOX_SCHEDULE_INTERVAL_SECONDS", "--schedule-interval-seconds", 10...86_400, default: 900, unit: "a whole number of seconds",
+            meaning: "wait between two checks of the schedule (the shop reminders), on the one node that holds its lease (10-86400)") {
+            $0.scheduleIntervalSeconds = $1
+        },
+        wholeNumber(
+            "INBOX_SHOP_REMINDER_GAP_SECONDS", "--shop-reminder-gap-seconds", 0...604_800, default: 7200, unit: "a whole number of seconds",
+            meaning: "least time between two shop_unanswered reminders of one shop; messages that wait meanwhile come in its next one (0-604800)") {
+            $0.shopReminderGapSeconds = $1
+        },
+        wholeNumber(
+            "INBOX_SHOP_REMINDER_WINDOW_DAYS", "--shop-reminder-window-days", 1...365, default: 14, unit: "a whole number of days",
+            meaning: "how old a buyer's message may be and still be reminded of (1-365)") {
+            $0.shopReminderWindowDays = $1
         },
     ]
 

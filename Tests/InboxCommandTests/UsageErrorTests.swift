@@ -69,6 +69,9 @@ import Testing
         ("INBOX_POLL_INTERVAL_MS", "soon"),
         ("INBOX_LOG_FORMAT", "xml"),
         ("DATABASE_URL", "mysql://x"),
+        ("INBOX_SCHEDULE_INTERVAL_SECONDS", "5"),
+        ("INBOX_SHOP_REMINDER_GAP_SECONDS", "two hours"),
+        ("INBOX_SHOP_REMINDER_WINDOW_DAYS", "0"),
     ])
     func aBadSettingExitsWithTwoAndASentenceNamingTheVariable(variable: String, value: String) async throws {
         let result = try await InboxCLI.run(["events", "tail"], environment: [variable: value])

@@ -82,10 +82,15 @@ public struct ThreadsProjection: Projection {
             """)
     }
 
+    /// `conversations_waiting` serves the schedule's shop reminders (docs/schedule.md): only the
+    /// threads whose last message is a buyer's. It came after version 1 without changing the
+    /// tables' rows, so it is not a new version: sql/012 adds it to live tables made before it.
     public func createIndexes(in context: ProjectionContext) throws {
         try context.connection.execute(
             """
             CREATE INDEX IF NOT EXISTS conversations_watch ON \(context.table("conversations")) (watch_id);
+            CREATE INDEX IF NOT EXISTS conversations_waiting ON \(context.table("conversations")) (last_message_at)
+                WHERE last_message_side = 'buyer' AND kind = 'watch';
             CREATE INDEX IF NOT EXISTS thread_sides_list ON \(context.table("thread_sides"))
                 (owner_id, side, last_activity_at DESC, conversation_id DESC);
             CREATE UNIQUE INDEX IF NOT EXISTS messages_conversation_seq ON \(context.table("messages")) (conversation_id, seq);
