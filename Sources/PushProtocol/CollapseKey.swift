@@ -12,7 +12,7 @@ import InboxDomain
 /// | `saved_watches`   | `watch:<watchId>`                            |
 /// | `saved_searches`  | `search:<savedSearchId>`                     |
 /// | `messages`        | `conversation:<conversationId>`              |
-/// | `shop`            | `shop:<sellerId>:order:<orderId>`, else `shop:<sellerId>:conversation:<conversationId>` |
+/// | `shop`            | `shop:<sellerId>:order:<orderId>`, else `shop:<sellerId>:conversation:<conversationId>`; the `shop_unanswered` reminder `shop:<sellerId>:unanswered` |
 /// | `security`        | none: every sign-in and change stays on screen |
 ///
 /// A shop's keys start with the seller, so the news of two shops somebody works at never replace
@@ -49,6 +49,9 @@ public enum CollapseKey {
                 key = "shop:" + sellerId + ":order:" + orderId
             } else if let conversationId = ids["conversationId"] {
                 key = "shop:" + sellerId + ":conversation:" + conversationId
+            } else if notification.event == "shop_unanswered" {
+                // The reminder carries everything still waiting: the newer one replaces the older.
+                key = "shop:" + sellerId + ":unanswered"
             } else {
                 return nil
             }

@@ -61,6 +61,9 @@ import Testing
         #expect(key(.orders, [:]) == nil)
         #expect(key(.shop, ["sellerId": "s", "conversationId": "c"]) == "shop:s:conversation:c")
         #expect(key(.shop, ["conversationId": "c"]) == nil)
+        // The reminder of buyers waiting names no thread: each replaces the shop's last one.
+        #expect(CollapseKey.of(PushNotification(category: .shop, event: "shop_unanswered", ids: ["sellerId": "s"], notificationId: nil)) == "shop:s:unanswered")
+        #expect(key(.shop, ["sellerId": "s"]) == nil)
     }
 
     @Test func collapseKeysFitIn64BytesStayDistinctAndNeverMixTwoShops() {
