@@ -135,7 +135,7 @@ let package = Package(
             name: "InboxBenchmarks",
             dependencies: [
                 "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto", "Encodings",
-                "Fanout", "HTTP2Client", "PushProtocol",
+                "Fanout", "HTTP2Client", "PushProtocol", "Schedule",
             ],
             path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
 

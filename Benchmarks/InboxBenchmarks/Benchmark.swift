@@ -8,6 +8,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
     case projection
     case http
     case fanout
+    case schedule
 
     var summary: String {
         switch self {
@@ -15,6 +16,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         case .projection: "replay and async catch-up of the read models over 1,000,000 events and 100,000 people, beside the server-side insert rate"
         case .http: "the API under wrk: the bell page and device lists of many people beside /healthz (needs wrk)"
         case .fanout: "the push fan-out from outbox to TLS HTTP/2 (nghttpd as APNs and FCM) beside h2load against the same server"
+        case .schedule: "one shop_unanswered reminder check over 100,000 threads of 2,000 shops (400 days of history, 3,500 in the window) and its plan"
         }
     }
 
@@ -24,6 +26,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         case .projection: ProjectionBenchmark(rounds: options.rounds, scale: options.scale)
         case .http: HTTPBenchmark(rounds: options.rounds, scale: options.scale)
         case .fanout: FanoutBenchmark(rounds: options.rounds, scale: options.scale)
+        case .schedule: ScheduleBenchmark(rounds: options.rounds, scale: options.scale)
         }
     }
 }
