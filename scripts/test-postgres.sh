@@ -37,7 +37,7 @@ case "${1:-}" in
       || { cat "$dir/initdb.log" >&2; exit 1; }
     # Durability is not what the tests measure; fsync off keeps a 2-core machine's suite fast.
     as_server_user "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-      -o "-k $dir -c listen_addresses='' -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+      -o "-k $dir -c listen_addresses='' -c max_connections=1000 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
       start >/dev/null || { cat "$dir/postgres.log" >&2; exit 1; }
     echo "$dir"
     ;;

@@ -1,4 +1,5 @@
 import Foundation
+import Mail
 
 /// Everything `inbox` can be told, from the environment with flags overriding it. A bad value is
 /// refused at start with a sentence naming the variable or flag.
@@ -48,6 +49,8 @@ struct InboxConfiguration: Sendable {
     var tokenKeysPath: String?
     /// `INBOX_SERVICE_CREDENTIALS`: `name=secret,...` of the tiers that may post events.
     var serviceCredentials: String?
+    /// `INBOX_UNSUBSCRIBE_KEYS`: `version:secret,...` signing mails' one-click unsubscribe links.
+    var unsubscribeKeys: String?
     /// `INBOX_PUSH_ENVIRONMENT`: production pushes to every registration; staging and development
     /// only to their own app's.
     var pushEnvironment: PushEnvironment = .production
@@ -179,6 +182,15 @@ struct InboxConfiguration: Sendable {
                 meaning: "the identity tier's ES256 public keys: a JWKS file, a PEM file, or a folder of <kid>.pem files") { $0.tokenKeysPath = $1 },
         Setting(variable: "INBOX_SERVICE_CREDENTIALS", flag: "--service-credentials", defaultValue: "(unset: /internal refuses every call)",
                 meaning: "name=secret,... of the tiers that may POST /internal/v1/events (secrets of 16+ characters)") { $0.serviceCredentials = $1 },
+        Setting(variable: "INBOX_UNSUBSCRIBE_KEYS", flag: "--unsubscribe-keys", defaultValue: "(unset: no /mail/unsubscribe)",
+                meaning: "version:base64url-secret,... signing mails' one-click unsubscribe links (the first signs; 32+ bytes each)") { configuration, text in
+            do {
+                _ = try UnsubscribeLink(setting: text)
+            } catch {
+                throw Invalid(description: "INBOX_UNSUBSCRIBE_KEYS (--unsubscribe-keys): \(error)")
+            }
+            configuration.unsubscribeKeys = text
+        },
         Setting(variable: "INBOX_PUSH_ENVIRONMENT", flag: "--push-environment", defaultValue: "production",
                 meaning: "production pushes to every registration; staging and development only to their own app's (eu.wristler.app.staging, .dev)") {
             configuration, text in

@@ -3,6 +3,7 @@ import Foundation
 import HTTPServer
 import InboxAPI
 import Lifecycle
+import Mail
 import PostgresClient
 import Projections
 import Uploads
@@ -44,7 +45,8 @@ enum Roles {
                 directory: URL(fileURLWithPath: configuration.uploadsFolder, isDirectory: true),
                 allowPrivateSources: configuration.uploadsAllowPrivateSources)
             let routes = InboxRoutes.all(
-                client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, uploads: uploads)
+                client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, uploads: uploads,
+                unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) })
             let logRequest: @Sendable (RequestLogLine) -> Void = { line in
                 var metadata: Logger.Metadata = [
                     "method": line.method, "route": line.route, "status": String(line.status),

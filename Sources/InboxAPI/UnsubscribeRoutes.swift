@@ -1,0 +1,131 @@
+import EventLog
+import Foundation
+import HTTPServer
+import InboxDomain
+import Mail
+import PostgresClient
+import Projections
+
+/// `/mail/unsubscribe?token=...`: the link of a mail's `List-Unsubscribe` header (RFC 8058) and
+/// of its footer. The signed token (`UnsubscribeLink`) says who and which category; no login.
+///
+/// - `POST` (what a mail client's one-click button sends, `List-Unsubscribe=One-Click`, and what
+///   the page's button sends) turns that category's `email` off: a
+///   `notification_preference_changed` event, projected inline, as the preferences route writes
+///   it. Again is harmless: a switch already off appends nothing.
+/// - `GET` never changes anything (link checkers and previews open links on their own): it shows
+///   a page asking to confirm, with a button that posts.
+///
+/// The answers are small HTML pages in the language of `Accept-Language`; a token that is not
+/// ours, altered or unreadable is a `400` page. Tokens do not expire: a mail read months later
+/// still unsubscribes (and rotating the keys retires old links, docs/mail.md).
+public enum UnsubscribeRoutes {
+    static let path = "/mail/unsubscribe"
+    /// The pages' media type, for the OpenAPI document.
+    static let html = SuccessResponse.other(mediaType: "text/html", schema: .object(["type": .string("string")]))
+
+    public static func routes(client: PostgresClient, links: UnsubscribeLink, inline: InlineProjections = InlineProjections()) -> [Route] {
+        let query = [QueryParameter("token", Schema.string(maximumLength: UnsubscribeLink.maximumTokenLength), "The link's signed token.")]
+        return [
+            Route(
+                .get, path, access: .open,
+                describedAs: RouteDescription(
+                    "A page asking to confirm that a mail's category is no longer mailed (changes nothing: link checkers open links).",
+                    query: query, responses: [200: Self.html])
+            ) { context in
+                let language = Language.negotiate(context.request.header("Accept-Language"))
+                guard let (_, category) = Self.verify(context, links) else { return Self.invalid(language) }
+                let title = Self.escape(PreferenceTexts.title(category, language))
+                let action = Self.escape(Self.path + "?token=" + (context.query("token") ?? ""))
+                return Self.page(
+                    language, status: 200, heading: Texts.words(Texts.confirm, language).replacingOccurrences(of: "%@", with: title),
+                    body: "<form method=\"post\" action=\"\(action)\"><button type=\"submit\">\(Texts.words(Texts.button, language))</button></form>")
+            },
+            Route(
+                .post, path, access: .open,
+                describedAs: RouteDescription(
+                    "Turns the token's category's e-mail off for its person (RFC 8058 one-click: the body List-Unsubscribe=One-Click is accepted and not required).",
+                    query: query, responses: [200: Self.html])
+            ) { context in
+                let language = Language.negotiate(context.request.header("Accept-Language"))
+                guard let (person, category) = Self.verify(context, links) else { return Self.invalid(language) }
+                let metadata = EventMetadata(origin: .web, actor: "person:\(person)", correlationId: context.requestId, service: "inbox")
+                try client.withConnectionBlocking { connection in
+                    let stored = try connection.query(
+                        "SELECT enabled FROM notification_preferences WHERE person_id = $1 AND category = $2 AND channel = 'email'", person,
+                        category.rawValue
+                    ).first.map { try $0.decode(Bool.self, "enabled") }
+                    guard PreferenceRules.isEnabled(category, .email, stored: stored) else { return }
+                    let change = NotificationPreferenceChanged(personId: person, category: category, channel: .email, enabled: false)
+                    try inline.append([try NewEvent(change, metadata: metadata)], on: connection)
+                }
+                let title = Self.escape(PreferenceTexts.title(category, language))
+                return Self.page(language, status: 200, heading: Texts.words(Texts.done, language).replacingOccurrences(of: "%@", with: title), body: "")
+            },
+        ]
+    }
+
+    /// The token's person and category, nil when the token is missing, not ours, or names no
+    /// category whose mail has a switch (saved searches are switched per search).
+    static func verify(_ context: RequestContext, _ links: UnsubscribeLink) -> (String, NotificationCategory)? {
+        guard let token = context.query("token"), case .success(let link) = links.verify(token),
+            let category = NotificationCategory(rawValue: link.category), !PreferenceRules.isManagedPerSearch(category)
+        else { return nil }
+        return (link.personId, category)
+    }
+
+    static func invalid(_ language: Language) -> HTTPResponse {
+        page(language, status: 400, heading: Texts.words(Texts.invalid, language), body: "")
+    }
+
+    static func page(_ language: Language, status: Int, heading: String, body: String) -> HTTPResponse {
+        let html = """
+            <!doctype html>
+            <html lang="\(language.rawValue)"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+            <meta name="robots" content="noindex"><title>Wristler</title></head>
+            <body><h1>\(heading)</h1>\(body)</body></html>
+            """
+        return HTTPResponse(
+            status: status, contentType: "text/html; charset=utf-8", body: html,
+            headers: [("Cache-Control", "no-store"), ("Content-Language", language.rawValue)])
+    }
+
+    /// Text for HTML: the five characters that could end an element or an attribute, escaped.
+    static func escape(_ text: String) -> String {
+        var escaped = ""
+        for character in text {
+            switch character {
+            case "&": escaped += "&amp;"
+            case "<": escaped += "&lt;"
+            case ">": escaped += "&gt;"
+            case "\"": escaped += "&quot;"
+            case "'": escaped += "&#39;"
+            default: escaped.append(character)
+            }
+        }
+        return escaped
+    }
+
+    /// The pages' words, in the order of `Language.allCases`: en, nl, de, fr. `%@` is the category.
+    enum Texts {
+        /// Each text in `language`.
+        static func words(_ texts: [String], _ language: Language) -> String { texts[Language.allCases.firstIndex(of: language) ?? 0] }
+
+        static let confirm = [
+            "Stop e-mails about “%@”?", "Geen e-mails meer over “%@”?", "Keine E-Mails mehr zu „%@“?", "Ne plus recevoir d'e-mails sur « %@ » ?",
+        ]
+        static let button = ["Unsubscribe", "Afmelden", "Abmelden", "Se désabonner"]
+        static let done = [
+            "You will no longer receive e-mails about “%@”. You can turn them on again in the app's notification settings.",
+            "Je ontvangt geen e-mails meer over “%@”. Je kunt ze weer aanzetten in de meldingsinstellingen van de app.",
+            "Du erhältst keine E-Mails mehr zu „%@“. Du kannst sie in den Mitteilungseinstellungen der App wieder einschalten.",
+            "Vous ne recevrez plus d'e-mails sur « %@ ». Vous pouvez les réactiver dans les réglages de notifications de l'app.",
+        ]
+        static let invalid = [
+            "This unsubscribe link is not valid. You can change which e-mails you receive in the app's notification settings.",
+            "Deze afmeldlink is niet geldig. In de meldingsinstellingen van de app kies je welke e-mails je ontvangt.",
+            "Dieser Abmeldelink ist ungültig. In den Mitteilungseinstellungen der App legst du fest, welche E-Mails du erhältst.",
+            "Ce lien de désabonnement n'est pas valide. Choisissez les e-mails que vous recevez dans les réglages de notifications de l'app.",
+        ]
+    }
+}
