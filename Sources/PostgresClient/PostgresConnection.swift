@@ -238,6 +238,8 @@ public final class PostgresConnection {
     @discardableResult
     public func copyIn(_ sql: String, _ write: (inout PostgresCopyWriter) throws -> Void) throws -> Int {
         let connection = try liveHandle()
+        // A COPY cannot ride along with statements held back: they go first, on their own.
+        if !heldBack.isEmpty { try execute("") }
         let start = PQexec(connection, sql)
         guard PQresultStatus(start) == PGRES_COPY_IN else {
             _ = try PostgresRows(checking: start, connection: self, sql: sql)

@@ -210,6 +210,21 @@ import Testing
         #expect(try await db.client.query("SELECT count(*) FROM marks") { try $0.decode(Int64.self, at: 0) } == [1])
     }
 
+    @Test func aCopyGoesAfterTheStatementsHeldBeforeIt() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE marks (id int PRIMARY KEY)")
+        try await db.client.withConnection { connection in
+            try connection.execute("BEGIN")
+            connection.executeWithNext("SAVEPOINT before_copy")
+            #expect(try connection.copyIn("COPY marks (id) FROM STDIN") { writer in try writer.write(row: ["1"]); try writer.write(row: ["2"]) } == 2)
+            // The savepoint was made before the COPY, so rolling back to it undoes the rows.
+            try connection.execute("ROLLBACK TO SAVEPOINT before_copy")
+            try connection.execute("COMMIT")
+        }
+        #expect(try await db.client.query("SELECT count(*) FROM marks") { try $0.decode(Int64.self, at: 0) } == [0])
+    }
+
     @Test func aHeldStatementThatFailsFailsTheNextWhichDoesNotRun() async throws {
         let db = try await TestDatabase.make(migrated: false)
         defer { Task { await db.drop() } }
