@@ -55,8 +55,9 @@ import Testing
             try JSONSerialization.data(withJSONObject: json).write(to: account)
             let log = mock.directory.appendingPathComponent("fanout.log")
             _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-            // Slow answers, so that a batch is in flight when the process dies.
-            try await mock.post("/delay", #"{"ms": 300}"#)
+            // Slow answers, so that a batch is in flight when the process dies (a second each: with
+            // 300 ms, a loaded machine once saw all six batches answered before the kill landed).
+            try await mock.post("/delay", #"{"ms": 1000}"#)
             let first = try Self.startFanout(db, mock, serviceAccount: account, log: log)
             _ = try await mock.waitForPushes { $0.count >= 15 }
             kill(first.processIdentifier, SIGKILL)

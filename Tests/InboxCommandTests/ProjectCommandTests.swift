@@ -177,7 +177,9 @@ import Testing
                 // kill (a projection a few events behind sometimes did, and then died with nothing
                 // left to do).
                 let backlog = (states.map(\.headPosition).max() ?? 0) - (states.map(\.position).min() ?? 0)
-                let unfinished = states.count < Self.projectionNames.count || backlog >= 1000
+                // 3,000: a projector does a batch of 1,000 in tens of milliseconds, about the time
+                // of the look below on a loaded machine.
+                let unfinished = states.count < Self.projectionNames.count || backlog >= 3000
                 if twoBatchesIn && unfinished {
                     let busy = try await Self.scalar(
                         db,
@@ -191,9 +193,9 @@ import Testing
                         break
                     }
                 }
-                if states.count == Self.projectionNames.count && backlog < 2000 && appendedWhileRunning < 30_000 {
-                    try await Self.appendSimulated(&simulation, count: 200, to: db)
-                    appendedWhileRunning += 200
+                if states.count == Self.projectionNames.count && backlog < 6000 && appendedWhileRunning < 30_000 {
+                    try await Self.appendSimulated(&simulation, count: 500, to: db)
+                    appendedWhileRunning += 500
                 } else {
                     try await Task.sleep(for: .milliseconds(5))
                 }
