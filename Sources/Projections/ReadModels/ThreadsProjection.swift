@@ -100,20 +100,31 @@ public struct ThreadsProjection: Projection {
     public func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws {
         let keys = ThreadsFold.keys(of: events)
         let conversationIds = Array(keys.conversations)
-        let fold = try ThreadsFold.fold(
-            events, conversations: try loadConversations(conversationIds, context: context),
-            sides: try loadSides(conversationIds, context: context), messages: try loadMessagePlaces(Array(keys.messages), context: context))
-        try writeWatches(fold.watches, context: context)
-        try writeConversations(fold.changedConversations, context: context)
-        try writeMessages(fold.newMessages, context: context)
-        let sides = fold.changedSides
-        try writeSides(sides, context: context)
-        try writeUnreadCounts(ThreadsFold.unreadDeltas(of: sides), context: context)
+        let messageIds = Array(keys.messages)
+        // The three loads in one round trip, and the writes in another (a pipeline stops at the
+        // first statement that fails and throws its error, as one statement after another would).
+        var loads = try context.connection.pipeline(
+            [
+                conversationIds.isEmpty ? nil : PostgresStatement("SELECT * FROM \(context.table("conversations")) WHERE conversation_id = ANY($1)", conversationIds),
+                conversationIds.isEmpty ? nil : PostgresStatement("SELECT * FROM \(context.table("thread_sides")) WHERE conversation_id = ANY($1)", conversationIds),
+                messageIds.isEmpty
+                    ? nil : PostgresStatement("SELECT message_id, conversation_id, seq FROM \(context.table("messages")) WHERE message_id = ANY($1)", messageIds),
+            ].compactMap { $0 })[...]
+        let conversations = conversationIds.isEmpty ? [:] : try Self.conversations(loads.removeFirst())
+        let sides = conversationIds.isEmpty ? [:] : try Self.sides(loads.removeFirst())
+        let places = messageIds.isEmpty ? [:] : try Self.messagePlaces(loads.removeFirst())
+        let fold = try ThreadsFold.fold(events, conversations: conversations, sides: sides, messages: places)
+        let changedSides = fold.changedSides
+        let writes = [
+            writeWatches(fold.watches, context: context), writeConversations(fold.changedConversations, context: context),
+            writeMessages(fold.newMessages, context: context), writeSides(changedSides, context: context),
+        ].compactMap { $0 } + writeUnreadCounts(ThreadsFold.unreadDeltas(of: changedSides), context: context)
+        _ = try context.connection.pipeline(writes)
     }
 
-    private func writeConversations(_ c: [ThreadsFold.Conversation], context: ProjectionContext) throws {
-        if c.isEmpty { return }
-        try context.connection.query(
+    private func writeConversations(_ c: [ThreadsFold.Conversation], context: ProjectionContext) -> PostgresStatement? {
+        if c.isEmpty { return nil }
+        return PostgresStatement(
             """
             INSERT INTO \(context.table("conversations")) AS t (conversation_id, kind, buyer_id, shop_id, watch_id, order_id,
                 started_at, last_message_id, last_message_seq, last_message_at, last_message_side, last_message_body,
@@ -131,9 +142,9 @@ public struct ThreadsProjection: Projection {
             c.map(\.lastMessageBody), c.map(\.messageCount), c.map(\.closedByBlock), c.map(\.noReplyNeeded), c.map(\.ledToOrder))
     }
 
-    private func writeMessages(_ m: [ThreadsFold.Message], context: ProjectionContext) throws {
-        if m.isEmpty { return }
-        try context.connection.query(
+    private func writeMessages(_ m: [ThreadsFold.Message], context: ProjectionContext) -> PostgresStatement? {
+        if m.isEmpty { return nil }
+        return PostgresStatement(
             """
             INSERT INTO \(context.table("messages")) (message_id, conversation_id, seq, author_side, author_id, body,
                 attachment_handles, offer_amount, offer_currency, sent_at)
@@ -145,9 +156,9 @@ public struct ThreadsProjection: Projection {
             m.map(\.sentAt))
     }
 
-    private func writeSides(_ s: [ThreadsFold.Side], context: ProjectionContext) throws {
-        if s.isEmpty { return }
-        try context.connection.query(
+    private func writeSides(_ s: [ThreadsFold.Side], context: ProjectionContext) -> PostgresStatement? {
+        if s.isEmpty { return nil }
+        return PostgresStatement(
             """
             INSERT INTO \(context.table("thread_sides")) AS t (conversation_id, side, owner_id, last_activity_at,
                 last_incoming_seq, read_through_seq, archived)
@@ -159,27 +170,29 @@ public struct ThreadsProjection: Projection {
             s.map(\.readThroughSeq), s.map(\.archived))
     }
 
-    private func writeUnreadCounts(_ deltas: [ThreadsFold.OwnerSide: Int32], context: ProjectionContext) throws {
+    private func writeUnreadCounts(_ deltas: [ThreadsFold.OwnerSide: Int32], context: ProjectionContext) -> [PostgresStatement] {
         let keys = Array(deltas.keys)
-        if keys.isEmpty { return }
+        if keys.isEmpty { return [] }
         // Rows first, then the changes (see BellProjection: checks come before conflicts).
-        try context.connection.query(
+        return [
+            PostgresStatement(
             """
             INSERT INTO \(context.table("unread_conversations")) (owner_id, side, unread_count)
             SELECT o, s, 0 FROM unnest($1::text[], $2::text[]) AS u(o, s) ON CONFLICT (owner_id, side) DO NOTHING
-            """, keys.map(\.ownerId), keys.map(\.side))
-        try context.connection.query(
+            """, keys.map(\.ownerId), keys.map(\.side)),
+            PostgresStatement(
             """
             UPDATE \(context.table("unread_conversations")) t SET unread_count = t.unread_count + u.delta
             FROM unnest($1::text[], $2::text[], $3::int[]) AS u(owner, side, delta)
             WHERE t.owner_id = u.owner AND t.side = u.side
-            """, keys.map(\.ownerId), keys.map(\.side), keys.map { deltas[$0]! })
+            """, keys.map(\.ownerId), keys.map(\.side), keys.map { deltas[$0]! }),
+        ]
     }
 
-    private func writeWatches(_ watches: [String: ThreadsFold.Watch], context: ProjectionContext) throws {
-        if watches.isEmpty { return }
+    private func writeWatches(_ watches: [String: ThreadsFold.Watch], context: ProjectionContext) -> PostgresStatement? {
+        if watches.isEmpty { return nil }
         let ids = Array(watches.keys)
-        try context.connection.query(
+        return PostgresStatement(
             """
             INSERT INTO \(context.table("thread_watches")) (watch_id, shop_id, status)
             SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
@@ -187,10 +200,9 @@ public struct ThreadsProjection: Projection {
             """, ids, ids.map { watches[$0]!.shopId }, ids.map { watches[$0]!.status })
     }
 
-    private func loadConversations(_ ids: [String], context: ProjectionContext) throws -> [String: ThreadsFold.Conversation] {
-        if ids.isEmpty { return [:] }
+    private static func conversations(_ rows: PostgresRows) throws -> [String: ThreadsFold.Conversation] {
         var result: [String: ThreadsFold.Conversation] = [:]
-        for row in try context.connection.query("SELECT * FROM \(context.table("conversations")) WHERE conversation_id = ANY($1)", ids) {
+        for row in rows {
             var conversation = ThreadsFold.Conversation(
                 id: try row.decode(String.self, "conversation_id"), kind: try row.decode(String.self, "kind"),
                 buyerId: try row.decode(String.self, "buyer_id"), shopId: try row.decode(String?.self, "shop_id"),
@@ -210,13 +222,10 @@ public struct ThreadsProjection: Projection {
         return result
     }
 
-    private func loadSides(_ ids: [String], context: ProjectionContext) throws -> [ThreadsFold.SideKey: ThreadsFold.Side] {
-        if ids.isEmpty { return [:] }
+    /// Not locked when read: inline writers and the async projector are serialized by the checkpoint row.
+    private static func sides(_ rows: PostgresRows) throws -> [ThreadsFold.SideKey: ThreadsFold.Side] {
         var result: [ThreadsFold.SideKey: ThreadsFold.Side] = [:]
-        // Not locked here: inline writers and the async projector are serialized by the checkpoint row.
-        for row in try context.connection.query(
-            "SELECT * FROM \(context.table("thread_sides")) WHERE conversation_id = ANY($1)", ids)
-        {
+        for row in rows {
             var side = ThreadsFold.Side(
                 conversationId: try row.decode(String.self, "conversation_id"), side: try row.decode(String.self, "side"),
                 ownerId: try row.decode(String.self, "owner_id"), lastActivityAt: try row.decode(Date.self, "last_activity_at"))
@@ -230,12 +239,9 @@ public struct ThreadsProjection: Projection {
         return result
     }
 
-    private func loadMessagePlaces(_ ids: [String], context: ProjectionContext) throws -> [String: ThreadsFold.MessagePlace] {
-        if ids.isEmpty { return [:] }
+    private static func messagePlaces(_ rows: PostgresRows) throws -> [String: ThreadsFold.MessagePlace] {
         var result: [String: ThreadsFold.MessagePlace] = [:]
-        for row in try context.connection.query(
-            "SELECT message_id, conversation_id, seq FROM \(context.table("messages")) WHERE message_id = ANY($1)", ids)
-        {
+        for row in rows {
             result[try row.decode(String.self, "message_id")] = ThreadsFold.MessagePlace(
                 conversationId: try row.decode(String.self, "conversation_id"), seq: try row.decode(Int64.self, "seq"))
         }
