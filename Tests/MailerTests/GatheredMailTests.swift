@@ -242,3 +242,20 @@ import Testing
         }
     }
 }
+
+/// `MailOutboxStore.status`, as `inbox status` and /metrics read it.
+@Suite struct MailStatusTests {
+    @Test func theStatusCountsWhatWaitsAndWhatWasSent() async throws {
+        try await withTestDatabase { db in
+            try await db.appendAndProject([PasswordChanged(personId: "s1"), PasswordChanged(personId: "s2")])
+            var status = try await db.client.withConnection { try MailOutboxStore.status(on: $0) }
+            #expect(status.undecided == 2 && status.queued == 0 && status.peopleWaiting == 0)
+            let clock = MovedClock(start)
+            let store = MailOutboxStore()
+            _ = try await db.client.withConnection { try store.decide(limit: 10, now: clock.now, on: $0) }
+            status = try await db.client.withConnection { try MailOutboxStore.status(on: $0) }
+            #expect(status.undecided == 0 && status.queued == 2 && status.peopleWaiting == 2)
+            #expect(status.counters["queued"] == 2)
+        }
+    }
+}
