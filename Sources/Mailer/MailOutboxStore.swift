@@ -201,6 +201,17 @@ public struct MailOutboxStore: Sendable {
         }
     }
 
+    /// Lets go of people claimed and not mailed (the round ran short of time): they are due as
+    /// before, for any mailer, at once.
+    public func release(_ claimed: [Claimed], on connection: PostgresConnection) throws {
+        if claimed.isEmpty { return }
+        try connection.query(
+            """
+            UPDATE mail_people m SET claim = NULL, claimed_until = NULL
+            FROM unnest($1::text[], $2::uuid[]) AS u(p, c) WHERE m.person_id = u.p AND m.claim = u.c
+            """, claimed.map(\.personId), claimed.map(\.claim))
+    }
+
     /// Records what became of `claimed`'s mail at `now`, in one transaction, only if the claim is
     /// still this mailer's. The items that were in the mail (and only those: one queued meanwhile
     /// waits for the next) leave the queue when it was sent, refused for good, had nobody to go

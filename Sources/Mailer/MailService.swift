@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 import InboxDomain
 import Lifecycle
@@ -97,7 +98,17 @@ public struct MailSender: Sendable {
         var outcomes: [String: MailOutboxStore.Recorded] = [:]
         if claimed.isEmpty { return Round(decided: decided, outcomes: outcomes, claimed: 0) }
         let contacts = try Contacts.contacts(for: claimed.map(\.personId), on: connection)
-        for person in claimed {
+        // The claims end together, and the mails go one after the other: a slow relay must not
+        // keep sending after the claims ran out (another mailer could take the same people and
+        // mail them too). Past half the claim, the rest is let go for the next round.
+        let sendUntil = now().addingTimeInterval(store.settings.claimFor.inSeconds / 2)
+        for (index, person) in claimed.enumerated() {
+            if now() >= sendUntil {
+                let rest = Array(claimed[index...])
+                try store.release(rest, on: connection)
+                logger.warning("the relay is slow: let go of people claimed and not mailed yet", metadata: ["people": "\(rest.count)"])
+                break
+            }
             let resolution = mail(person, contact: contacts[person.personId])
             let recorded = try store.record(person, resolution, now: now(), on: connection)
             log(person, contact: contacts[person.personId], resolution, recorded)

@@ -30,7 +30,10 @@ extension Roles {
                 log.warning("INBOX_PUBLIC_URL is set but INBOX_UNSUBSCRIBE_KEYS is not: mails carry no unsubscribe link")
             }
         }
-        let store = MailOutboxStore(settings: MailOutboxStore.Settings(gather: .seconds(configuration.mailGatherSeconds)))
+        // A claim outlasts several mails that time out (a round sends for half of it at most).
+        var claimFor = Duration.seconds(300)
+        if case .smtp(let settings) = mail.delivery { claimFor = max(claimFor, settings.totalTimeout * 4) }
+        let store = MailOutboxStore(settings: MailOutboxStore.Settings(gather: .seconds(configuration.mailGatherSeconds), claimFor: claimFor))
         let service = MailService(
             configuration: database.client.configuration.connection, store: store, transport: transport, from: mail.from, links: links,
             options: MailService.Options(pollInterval: .seconds(5)), logger: log)

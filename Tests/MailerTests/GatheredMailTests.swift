@@ -259,3 +259,37 @@ import Testing
         }
     }
 }
+
+/// A transport that takes `seconds` of the moved clock per mail: a slow relay, without waiting.
+struct ClockTakingTransport: MailTransport {
+    let inner: any MailTransport
+    let clock: MovedClock
+    let seconds: TimeInterval
+    func send(_ message: MailMessage) -> MailOutcome {
+        clock.advance(seconds)
+        return inner.send(message)
+    }
+}
+
+@Suite struct SlowRelayTests {
+    @Test func aRoundStopsSendingAtHalfTheClaimAndLetsTheRestGo() async throws {
+        let folder = try MailMocks.temporaryDirectory("mailer-folder")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try await withTestDatabase { db in
+            for person in ["slow-1", "slow-2", "slow-3"] { try await db.setContact(person, "\(person)@example.com", .en) }
+            try await db.appendAndProject([PasswordChanged(personId: "slow-1"), PasswordChanged(personId: "slow-2"), PasswordChanged(personId: "slow-3")])
+            let clock = MovedClock(start)
+            let mailer = MailSender(
+                store: MailOutboxStore(settings: .init(claimFor: .seconds(300))),
+                transport: ClockTakingTransport(inner: FolderTransport(folder: folder.path), clock: clock, seconds: 100), from: sender, links: nil,
+                now: { clock.now })
+            let first = try await db.round(mailer)
+            #expect(first.claimed == 3)
+            #expect(first.outcomes == ["slow-1": .sent, "slow-2": .sent], "the third would start after half the claim")
+            // Let go at once: the next round (any mailer's) takes it, though its claim had not run out.
+            let second = try await db.round(mailer)
+            #expect(second.outcomes == ["slow-3": .sent])
+            #expect(try mails(in: folder).count == 3)
+        }
+    }
+}

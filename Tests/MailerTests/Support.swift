@@ -229,7 +229,8 @@ extension TestDatabase {
 
 /// The `.eml` files a folder transport wrote, oldest first, as Python reads them.
 func mails(in folder: URL) throws -> [ParsedMail] {
-    let names = ((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []).filter { $0.hasSuffix(".eml") }.sorted()
+    // Not the hidden `.tmp-…` name a mail is written under before its rename.
+    let names = ((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []).filter { $0.hasSuffix(".eml") && !$0.hasPrefix(".") }.sorted()
     return try names.map { try ParsedMail.parse(file: folder.appendingPathComponent($0).path) }
 }
 
