@@ -154,7 +154,8 @@ public struct MailOutboxStore: Sendable {
 
     /// Claims up to `limit` people whose mail may go at `now` (its gathering interval and any
     /// backoff passed, no live claim of another mailer), each with a new claim until
-    /// `now + claimFor`, and reads what is queued for them.
+    /// `now + claimFor`, and reads what is queued for them. Items whose category's `email` was
+    /// turned off since they were decided leave the queue here, unsent (`switched_off`).
     public func claim(now: Date, limit: Int, on connection: PostgresConnection) throws -> [Claimed] {
         try connection.transaction { connection in
             let people = try connection.query(
@@ -174,20 +175,37 @@ public struct MailOutboxStore: Sendable {
                     personId: person, claim: try row.decode(UUID.self, "claim"), attempts: Int(try row.decode(Int32.self, "attempts")),
                     messageID: try row.decode(String?.self, "message_id"), items: [])
             }
+            // The switch is read again: an item whose category was turned off while it waited (the
+            // previous mail's unsubscribe link) leaves the queue unsent.
+            var switchedOff: (people: [String], outboxIds: [Int64]) = ([], [])
             for row in try connection.query(
                 """
-                SELECT person_id, outbox_id, category, event, ids::text AS ids, happened_at FROM mail_queue
-                WHERE person_id = ANY($1::text[]) ORDER BY person_id, happened_at, outbox_id
+                SELECT q.person_id, q.outbox_id, q.category, q.event, q.ids::text AS ids, q.happened_at, p.enabled FROM mail_queue q
+                LEFT JOIN notification_preferences p ON p.person_id = q.person_id AND p.category = q.category AND p.channel = 'email'
+                WHERE q.person_id = ANY($1::text[]) ORDER BY q.person_id, q.happened_at, q.outbox_id
                 """, Array(claimed.keys))
             {
                 let person = try row.decode(String.self, "person_id")
+                if let category = NotificationCategory(rawValue: try row.decode(String.self, "category")),
+                    !PreferenceRules.isEnabled(category, .email, stored: try row.decode(Bool?.self, "enabled"))
+                {
+                    switchedOff.people.append(person)
+                    switchedOff.outboxIds.append(try row.decode(Int64.self, "outbox_id"))
+                    continue
+                }
                 claimed[person]?.items.append(
                     Item(
                         outboxId: try row.decode(Int64.self, "outbox_id"), category: try row.decode(String.self, "category"),
                         event: try row.decode(String.self, "event"), ids: try row.decode(String.self, "ids"),
                         happenedAt: try row.decode(Date.self, "happened_at")))
             }
-            // A person whose queue is empty (a dropped mail raced a decision) is let go at once.
+            if !switchedOff.people.isEmpty {
+                try connection.query(
+                    "DELETE FROM mail_queue q USING unnest($1::text[], $2::bigint[]) AS u(p, o) WHERE q.person_id = u.p AND q.outbox_id = u.o",
+                    switchedOff.people, switchedOff.outboxIds)
+                try Self.count(["switched_off": switchedOff.people.count], on: connection)
+            }
+            // A person with nothing left to mail (all switched off) is let go at once.
             let empty = claimed.values.filter { $0.items.isEmpty }.map(\.personId)
             if !empty.isEmpty {
                 try connection.query(

@@ -293,3 +293,36 @@ struct ClockTakingTransport: MailTransport {
         }
     }
 }
+
+@Suite struct SwitchedOffWhileWaitingTests {
+    @Test func aCategoryTurnedOffWhileItsNotificationWaitedIsLeftOutOfTheMail() async throws {
+        let folder = try MailMocks.temporaryDirectory("mailer-folder")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try await withTestDatabase { db in
+            try await db.setContact("b-wait", "wait@example.com", .en)
+            try await db.setContact("only-security", "only@example.com", .en)
+            try await db.appendAndProject([
+                ConversationStarted(conversationId: "c-wait", kind: .watch, buyerId: "b-wait", shopId: "s-wait", watchId: "w-wait", orderId: nil),
+                MessageSent(conversationId: "c-wait", messageId: "m-1", authorSide: .seller, authorId: "seller-1", body: "Yes."),
+                PasswordChanged(personId: "b-wait"), PasswordChanged(personId: "only-security"),
+            ])
+            let clock = MovedClock(start)
+            let mailer = GatheredMailTests.folderMailer(folder, clock)
+            #expect(try await db.client.withConnection { try mailer.store.decide(limit: 10, now: clock.now, on: $0) }.queued == 3)
+            try await db.appendAndProject([
+                NotificationPreferenceChanged(personId: "b-wait", category: .security, channel: .email, enabled: false),
+                NotificationPreferenceChanged(personId: "only-security", category: .security, channel: .email, enabled: false),
+            ])
+            let round = try await db.round(mailer)
+            #expect(round.outcomes == ["b-wait": .sent])
+            let sent = try mails(in: folder)
+            try #require(sent.count == 1)
+            #expect(sent[0].subject == "Wristler: New message")
+            #expect(!sent[0].text.contains("Your password was changed"))
+            #expect(try await db.queued("only-security").isEmpty)
+            #expect(try await db.mailCounters()["switched_off"] == 2)
+            clock.advance(2 * hour)
+            #expect(try await db.round(mailer).outcomes.isEmpty)
+        }
+    }
+}
