@@ -184,9 +184,29 @@ import Testing
                 }
                 return try await group.reduce(into: [[String]]()) { $0.append($1) }
             }
-            #expect(rounds.allSatisfy { !$0.isEmpty }, "both mailers sent some: \(rounds.map(\.count))")
             #expect(rounds.flatMap { $0 }.sorted() == people.sorted(), "each person once")
             #expect(try mails(in: folder).map(\.toAddress).sorted() == people.map { "\($0)@example.com" }.sorted())
+        }
+    }
+
+    @Test func aPersonClaimedByOneMailerIsNotClaimedByAnotherUntilTheClaimRunsOut() async throws {
+        try await withTestDatabase { db in
+            try await db.appendAndProject([PasswordChanged(personId: "held")])
+            let store = MailOutboxStore(settings: .init(claimFor: .seconds(300)))
+            let first = try await db.client.withConnection { connection in
+                _ = try store.decide(limit: 10, now: start, on: connection)
+                return try store.claim(now: start, limit: 10, on: connection)
+            }
+            #expect(first.map(\.personId) == ["held"])
+            #expect(try await db.client.withConnection { try store.claim(now: start.addingTimeInterval(299), limit: 10, on: $0) }.isEmpty)
+            // The first mailer died: after its claim another takes the person over, and the first can no longer record.
+            let second = try await db.client.withConnection { try store.claim(now: start.addingTimeInterval(300), limit: 10, on: $0) }
+            #expect(second.map(\.personId) == ["held"] && second.first?.claim != first.first?.claim)
+            let late = try await db.client.withConnection { try store.record(first[0], .sent(messageID: "<a@b.example>"), now: start.addingTimeInterval(301), on: $0) }
+            #expect(late == .claimLost)
+            #expect(try await db.queued("held") == ["password_changed"], "nothing recorded by the late mailer")
+            let recorded = try await db.client.withConnection { try store.record(second[0], .noContact, now: start.addingTimeInterval(301), on: $0) }
+            #expect(recorded == .noContact)
         }
     }
 
