@@ -110,6 +110,12 @@ let package = Package(
         .target(
             name: "Mail", dependencies: ["CCurl", "CShims", "COpenSSL", "Crypto", "Encodings", "Threads", "PostgresClient", "InboxDomain"], swiftSettings: swiftSettings),
 
+        // The mail outbox (sql/014): decides the person notifications whose category's e-mail is on into
+        // per-person queues, gathers each queue into one mail per INBOX_MAIL_GATHER_SECONDS in the
+        // contact's language, and sends it through Mail's transport (MailService, any number of nodes).
+        .target(
+            name: "Mailer", dependencies: ["Mail", "PostgresClient", "InboxDomain", "Lifecycle", "Encodings"], swiftSettings: swiftSettings),
+
         // Time-driven work: the shop_unanswered reminder (ShopReminders) and the role that checks it on
         // one node at a time (ScheduleService). Reads the live read models, writes the push outbox.
         .target(
@@ -127,7 +133,7 @@ let package = Package(
             name: "inbox",
             dependencies: [
                 "EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle", "HTTPServer", "InboxAPI",
-                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol", "Uploads", "Schedule", "Mail",
+                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol", "Uploads", "Schedule", "Mail", "Mailer",
             ],
             swiftSettings: swiftSettings),
 
@@ -178,6 +184,13 @@ let package = Package(
         // Against Debian's aiosmtpd (Tests/MailMocks) with a certificate made by the openssl CLI at test time.
         .testTarget(
             name: "MailTests", dependencies: ["Mail", "EventLog", "Encodings"], swiftSettings: swiftSettings),
+        // The mail outbox through the log, with a moved clock, a folder and the aiosmtpd relay of Tests/MailMocks.
+        .testTarget(
+            name: "MailerTests",
+            dependencies: [
+                "Mailer", "Mail", "InboxTesting", "EventLog", "Projections", "InboxDomain", "PostgresClient", "Lifecycle", "InboxAPI", "HTTPServer",
+            ],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "ScheduleTests",
             dependencies: [

@@ -138,6 +138,7 @@ public enum MetricsRoutes {
         lines += ["# HELP inbox_projection_dead_letters Events parked because they could not be applied.", "# TYPE inbox_projection_dead_letters gauge"] + parked
         lines += try pushMetrics(on: connection)
         lines += try shopReminderMetrics(on: connection)
+        lines += try mailMetrics(on: connection)
         return lines.joined(separator: "\n") + "\n"
     }
 
@@ -152,6 +153,25 @@ public enum MetricsRoutes {
             "# HELP inbox_shop_reminder_messages_total Waiting buyer messages the shop_unanswered reminders were about.",
             "# TYPE inbox_shop_reminder_messages_total counter", "inbox_shop_reminder_messages_total \(try row.decode(Int64.self, at: 1))",
         ]
+    }
+
+    /// The mail outbox (docs/mail.md): what waits, and what became of the mails, summed over
+    /// every node. None before sql/014 is applied.
+    static func mailMetrics(on connection: PostgresConnection) throws -> [String] {
+        guard try connection.query("SELECT to_regclass('mail_counters') IS NOT NULL").scalar(Bool.self) else { return [] }
+        let row = try connection.query("SELECT (SELECT count(*) FROM mail_pending), (SELECT count(*) FROM mail_queue)")[0]
+        var lines = [
+            "# HELP inbox_mail_outbox_undecided Notifications the mailers have not decided yet.", "# TYPE inbox_mail_outbox_undecided gauge",
+            "inbox_mail_outbox_undecided \(try row.decode(Int64.self, at: 0))",
+            "# HELP inbox_mail_queued Notifications queued for a gathered mail.", "# TYPE inbox_mail_queued gauge",
+            "inbox_mail_queued \(try row.decode(Int64.self, at: 1))",
+            "# HELP inbox_mail_total Mails and notifications by outcome (sent, retried, dropped, no_contact, queued, notifications_sent, ...).",
+            "# TYPE inbox_mail_total counter",
+        ]
+        for counter in try connection.query("SELECT name, count FROM mail_counters ORDER BY name") {
+            lines.append("inbox_mail_total{outcome=\"\(try counter.decode(String.self, at: 0))\"} \(try counter.decode(Int64.self, at: 1))")
+        }
+        return lines
     }
 
     /// The fan-out's outbox, what became of its pushes (summed over every node), and the age of

@@ -10,9 +10,10 @@ import Projections
 /// of its footer. The signed token (`UnsubscribeLink`) says who and which category; no login.
 ///
 /// - `POST` (what a mail client's one-click button sends, `List-Unsubscribe=One-Click`, and what
-///   the page's button sends) turns that category's `email` off: a
-///   `notification_preference_changed` event, projected inline, as the preferences route writes
-///   it. Again is harmless: a switch already off appends nothing.
+///   the page's button sends) turns the token's categories' `email` off (one category, or several
+///   joined with dots for a mail that gathers several): a `notification_preference_changed` event
+///   per category still on, projected inline, as the preferences route writes it. Again is
+///   harmless: a switch already off appends nothing.
 /// - `GET` never changes anything (link checkers and previews open links on their own): it shows
 ///   a page asking to confirm, with a button that posts.
 ///
@@ -34,8 +35,8 @@ public enum UnsubscribeRoutes {
                     query: query, responses: [200: Self.html])
             ) { context in
                 let language = Language.negotiate(context.request.header("Accept-Language"))
-                guard let (_, category) = Self.verify(context, links) else { return Self.invalid(language) }
-                let title = Self.escape(PreferenceTexts.title(category, language))
+                guard let (_, categories) = Self.verify(context, links) else { return Self.invalid(language) }
+                let title = Self.titles(categories, language)
                 let action = Self.escape(Self.path + "?token=" + (context.query("token") ?? ""))
                 return Self.page(
                     language, status: 200, heading: Texts.words(Texts.confirm, language).replacingOccurrences(of: "%@", with: title),
@@ -48,30 +49,45 @@ public enum UnsubscribeRoutes {
                     query: query, responses: [200: Self.html])
             ) { context in
                 let language = Language.negotiate(context.request.header("Accept-Language"))
-                guard let (person, category) = Self.verify(context, links) else { return Self.invalid(language) }
+                guard let (person, categories) = Self.verify(context, links) else { return Self.invalid(language) }
                 let metadata = EventMetadata(origin: .web, actor: "person:\(person)", correlationId: context.requestId, service: "inbox")
                 try client.withConnectionBlocking { connection in
-                    let stored = try connection.query(
-                        "SELECT enabled FROM notification_preferences WHERE person_id = $1 AND category = $2 AND channel = 'email'", person,
-                        category.rawValue
-                    ).first.map { try $0.decode(Bool.self, "enabled") }
-                    guard PreferenceRules.isEnabled(category, .email, stored: stored) else { return }
-                    let change = NotificationPreferenceChanged(personId: person, category: category, channel: .email, enabled: false)
-                    try inline.append([try NewEvent(change, metadata: metadata)], on: connection)
+                    var stored: [String: Bool] = [:]
+                    for row in try connection.query(
+                        "SELECT category, enabled FROM notification_preferences WHERE person_id = $1 AND category = ANY($2::text[]) AND channel = 'email'",
+                        person, categories.map(\.rawValue))
+                    {
+                        stored[try row.decode(String.self, "category")] = try row.decode(Bool.self, "enabled")
+                    }
+                    // One event per category still on; a switch already off appends nothing.
+                    let changes = try categories.filter { PreferenceRules.isEnabled($0, .email, stored: stored[$0.rawValue]) }.map {
+                        try NewEvent(NotificationPreferenceChanged(personId: person, category: $0, channel: .email, enabled: false), metadata: metadata)
+                    }
+                    if !changes.isEmpty { try inline.append(changes, on: connection) }
                 }
-                let title = Self.escape(PreferenceTexts.title(category, language))
+                let title = Self.titles(categories, language)
                 return Self.page(language, status: 200, heading: Texts.words(Texts.done, language).replacingOccurrences(of: "%@", with: title), body: "")
             },
         ]
     }
 
-    /// The token's person and category, nil when the token is missing, not ours, or names no
-    /// category whose mail has a switch (saved searches are switched per search).
-    static func verify(_ context: RequestContext, _ links: UnsubscribeLink) -> (String, NotificationCategory)? {
-        guard let token = context.query("token"), case .success(let link) = links.verify(token),
-            let category = NotificationCategory(rawValue: link.category), !PreferenceRules.isManagedPerSearch(category)
-        else { return nil }
-        return (link.personId, category)
+    /// The token's person and categories, nil when the token is missing, not ours, or names a
+    /// category whose mail has no switch (saved searches are switched per search). The token's
+    /// category field is one category or several joined with dots (`messages.security`): a mail
+    /// that gathers several categories turns all of them off with its one-click header.
+    static func verify(_ context: RequestContext, _ links: UnsubscribeLink) -> (String, [NotificationCategory])? {
+        guard let token = context.query("token"), case .success(let link) = links.verify(token) else { return nil }
+        var categories: [NotificationCategory] = []
+        for name in link.category.split(separator: ".", omittingEmptySubsequences: false) {
+            guard let category = NotificationCategory(rawValue: String(name)), !PreferenceRules.isManagedPerSearch(category) else { return nil }
+            if !categories.contains(category) { categories.append(category) }
+        }
+        return categories.isEmpty ? nil : (link.personId, categories)
+    }
+
+    /// The categories' titles for a page, escaped, joined with commas.
+    static func titles(_ categories: [NotificationCategory], _ language: Language) -> String {
+        categories.map { Self.escape(PreferenceTexts.title($0, language)) }.joined(separator: ", ")
     }
 
     static func invalid(_ language: Language) -> HTTPResponse {

@@ -22,13 +22,13 @@ struct Command: Sendable {
 }
 
 extension Command {
-    static let all: [Command] = [run, serve, project, fanout, schedule, migrate, replay, events, status, token, version, help]
+    static let all: [Command] = [run, serve, project, fanout, schedule, mail, migrate, replay, events, status, token, version, help]
 
     static func named(_ name: String) -> Command? { all.first { $0.name == name } }
 
     static let run = Command(
         name: "run", synopsis: "run",
-        summary: "Migrates, then runs the tier: the projectors, the push fan-out, the schedule and the API (with its bell cache listener), until "
+        summary: "Migrates, then runs the tier: the projectors, the push fan-out, the schedule, the mailer and the API (with its bell cache listener), until "
             + "SIGTERM or SIGINT stops them in order. The default command."
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "run")
@@ -39,8 +39,9 @@ extension Command {
             FileHandle.standardOutput.write(Data(gettingStarted(configuration).utf8))
             let fanout = try Roles.fanout(database: database, configuration: configuration, log: log)
             let schedule = Roles.schedule(database: database, configuration: configuration, log: log)
+            let mail = try Roles.mail(database: database, configuration: configuration, log: log)
             try await Roles.run(
-                Roles.projectors(InboxProjections.all, database: database, configuration: configuration, log: log) + [fanout, schedule] + api,
+                Roles.projectors(InboxProjections.all, database: database, configuration: configuration, log: log) + [fanout, schedule, mail] + api,
                 database: database, log: log)
         }
     }
@@ -69,6 +70,20 @@ extension Command {
             // The schedule can start before any projector has made the read models' tables.
             try await InboxProjections.prepareLiveTables(client: database.client)
             try await Roles.run([Roles.schedule(database: database, configuration: configuration, log: log)], database: database, log: log)
+        }
+    }
+
+    static let mail = Command(
+        name: "mail", synopsis: "mail",
+        summary: "Mails people their notifications of every category whose e-mail is on, at most one mail per person per "
+            + "INBOX_MAIL_GATHER_SECONDS, through INBOX_SMTP_URL (or as .eml files in INBOX_MAIL_FOLDER), until SIGTERM or SIGINT. "
+            + "Any number of nodes may run it: they never send one mail twice."
+    ) { arguments, configuration, log in
+        try expectNoArguments(arguments, command: "mail")
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            // The mailer can start before any projector has made the read models' tables.
+            try await InboxProjections.prepareLiveTables(client: database.client)
+            try await Roles.run([try Roles.mail(database: database, configuration: configuration, log: log)], database: database, log: log)
         }
     }
 
@@ -129,7 +144,7 @@ extension Command {
 
     static let status = Command(
         name: "status", synopsis: "status",
-        summary: "Prints the migrations, the head of the event log, where each projection stands, the push outbox and the shop reminders."
+        summary: "Prints the migrations, the head of the event log, where each projection stands, the push outbox, the shop reminders and the mail outbox."
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "status")
         try await withDatabase(configuration, log: log, migrate: false) { database in
@@ -184,6 +199,7 @@ extension Command {
           TOKEN=$(swift run inbox token --person 7)
           curl -H "Authorization: Bearer $TOKEN" http://\(configuration.httpHost):\(configuration.httpPort)/v1/me/notifications
           swift run inbox status
+        \(Roles.mailDestination(configuration))
         Ctrl-C stops, and stops the embedded database.
 
         """
@@ -201,6 +217,7 @@ extension Command {
         if !pending.contains(where: { $0.version == 2 }) { lines += try await ProjectionCommands.status(database: database) }
         if !pending.contains(where: { $0.version == 6 }) { lines += try await Roles.fanoutStatus(database: database) }
         if !pending.contains(where: { $0.version == 12 }) { lines += try await Roles.scheduleStatus(database: database) }
+        if !pending.contains(where: { $0.version == 14 }) { lines += try await Roles.mailStatus(database: database) }
         return lines
     }
 }

@@ -82,6 +82,23 @@ struct InboxConfiguration: Sendable {
     var shopReminderGapSeconds: Int = 7200
     /// `INBOX_SHOP_REMINDER_WINDOW_DAYS`: how old a buyer's message may be and still be reminded of.
     var shopReminderWindowDays: Int = 14
+    /// `INBOX_MAIL_GATHER_SECONDS`: at most one mail per person per this many seconds.
+    var mailGatherSeconds: Int = 3600
+    /// `INBOX_PUBLIC_URL`: where the API is reached from the internet (mails' unsubscribe links
+    /// point at `<url>/mail/unsubscribe`); nil: mails carry no unsubscribe link.
+    var publicURL: String?
+    /// The Mail module's settings (`INBOX_SMTP_*`, `INBOX_MAIL_FROM`, `INBOX_MAIL_FOLDER`) as
+    /// given, read together by `mailConfiguration()` (they are checked against each other).
+    var mailSettings: [String: String] = [:]
+
+    /// How mail is sent: `MailConfiguration` of the mail settings, the data folder and the
+    /// unsubscribe keys. Throws a sentence naming the setting that is wrong.
+    func mailConfiguration() throws -> MailConfiguration {
+        var environment = mailSettings
+        environment["INBOX_DATA_DIR"] = dataDirectory
+        environment["INBOX_UNSUBSCRIBE_KEYS"] = unsubscribeKeys
+        return try MailConfiguration.from(environment: environment)
+    }
 
     enum PushEnvironment: String, Sendable, CaseIterable {
         case production, staging, development
@@ -247,7 +264,38 @@ struct InboxConfiguration: Sendable {
             meaning: "how old a buyer's message may be and still be reminded of (1-365)") {
             $0.shopReminderWindowDays = $1
         },
+        wholeNumber(
+            "INBOX_MAIL_GATHER_SECONDS", "--mail-gather-seconds", 60...604_800, default: 3600, unit: "a whole number of seconds",
+            meaning: "at most one mail per person per this many seconds: notifications meanwhile are gathered into the next one (60-604800)") {
+            $0.mailGatherSeconds = $1
+        },
+        url("INBOX_PUBLIC_URL", "--public-url", default: "(unset: mails carry no unsubscribe link)",
+            meaning: "the API's address from the internet; mails link to <url>/mail/unsubscribe (needs INBOX_UNSUBSCRIBE_KEYS; https for List-Unsubscribe)") {
+            $0.publicURL = $1
+        },
+        mail("INBOX_SMTP_URL", "--smtp-url", default: "(unset: mails go to INBOX_MAIL_FOLDER)",
+             meaning: "the relay: smtp://host:587 (STARTTLS required) or smtps://host:465 (TLS)"),
+        mail("INBOX_SMTP_USERNAME", "--smtp-username", default: "(unset)", meaning: "the relay's AUTH user, with INBOX_SMTP_PASSWORD"),
+        mail("INBOX_SMTP_PASSWORD", "--smtp-password", default: "(unset)", meaning: "the relay's AUTH password, with INBOX_SMTP_USERNAME"),
+        mail("INBOX_SMTP_CA_FILE", "--smtp-ca-file", default: "(unset: the system's certificates)",
+             meaning: "PEM certificates trusted for the relay instead of the system's"),
+        mail("INBOX_SMTP_ALLOW_PLAIN", "--smtp-allow-plain", default: "0",
+             meaning: "1: an smtp:// relay without STARTTLS is used in plain text (a relay on the same machine or network only)"),
+        mail("INBOX_SMTP_CONNECT_TIMEOUT_SECONDS", "--smtp-connect-timeout-seconds", default: "10", meaning: "connecting to the relay (1-3600)"),
+        mail("INBOX_SMTP_TIMEOUT_SECONDS", "--smtp-timeout-seconds", default: "60", meaning: "one whole mail, connecting included (1-3600)"),
+        mail("INBOX_MAIL_FROM", "--mail-from", default: "Wristler <inbox@localhost> (required with a relay)",
+             meaning: "the sender, Name <address> or address"),
+        mail("INBOX_MAIL_FOLDER", "--mail-folder", default: "(unset: <INBOX_DATA_DIR>/mail)",
+             meaning: "where mails are written as .eml files when INBOX_SMTP_URL is unset"),
     ]
+
+    /// A setting of the Mail module: kept as given, and checked with the others when mail starts
+    /// (`mailConfiguration()`), since several are only meaningful together.
+    private static func mail(_ variable: String, _ flag: String, default defaultValue: String, meaning: String) -> Setting {
+        Setting(variable: variable, flag: flag, defaultValue: defaultValue, meaning: meaning) { configuration, text in
+            configuration.mailSettings[variable] = text
+        }
+    }
 
     /// A setting whose value is an http or https URL, kept without a trailing slash.
     private static func url(

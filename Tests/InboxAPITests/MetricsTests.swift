@@ -38,6 +38,8 @@ import Testing
             #expect(text.contains(#"inbox_projection_positions_behind{projection="bell"} 2"#))
             #expect(text.contains(#"inbox_projection_dead_letters{projection="threads"} 0"#))
             #expect(text.contains("inbox_shop_reminders_total 0") && text.contains("inbox_shop_reminder_messages_total 0"))
+            #expect(text.contains("inbox_mail_outbox_undecided 0") && text.contains("inbox_mail_queued 0"))
+            #expect(text.contains("# TYPE inbox_mail_total counter"))
             let lag = text.split(separator: "\n").first { $0.hasPrefix(#"inbox_projection_lag_seconds{projection="bell"}"#) }
             #expect(lag.flatMap { Double($0.split(separator: " ").last ?? "") }.map { $0 > 0 } == true, "\(String(describing: lag))")
         }

@@ -77,6 +77,9 @@ import Testing
             let tokens = [
                 try Self.strangers.token(personId: "p-1", category: "messages"), String(decoding: altered, as: UTF8.self),
                 try Self.links.token(personId: "p-1", category: "saved_searches"), try Self.links.token(personId: "p-1", category: "no_such_category"),
+                // A list is refused whole when one of it has no switch, or is empty.
+                try Self.links.token(personId: "p-1", category: "messages.saved_searches"), try Self.links.token(personId: "p-1", category: "messages.nope"),
+                try Self.links.token(personId: "p-1", category: "messages..security"), try Self.links.token(personId: "p-1", category: "."),
                 "", "v3.%00.x", String(repeating: "v", count: 5_000),
             ]
             for token in tokens {
@@ -89,6 +92,29 @@ import Testing
             }
             #expect(try await api.send("POST", "/mail/unsubscribe").status == 400)
             #expect(try await Self.changes(api.db).isEmpty)
+        }
+    }
+
+    @Test func aTokenNamingSeveralCategoriesTurnsEachOffThatIsStillOn() async throws {
+        try await Self.withUnsubscribeAPIAlone { api in
+            let form = ["Content-Type": "application/x-www-form-urlencoded"]
+            // security's mail is already off: only messages and orders change.
+            let first = try Self.links.token(personId: "p-2", category: "security")
+            #expect(try await api.send("POST", Self.path(first), headers: form, body: Data("List-Unsubscribe=One-Click".utf8)).status == 200)
+            let token = try Self.links.token(personId: "p-2", category: "messages.security.orders")
+            let page = try await api.send("GET", Self.path(token), headers: ["Accept-Language": "de"])
+            #expect(page.status == 200)
+            #expect(try await Self.changes(api.db) == ["p-2 security email false web"], "a GET changes nothing")
+            let posted = try await api.send("POST", Self.path(token), headers: form, body: Data("List-Unsubscribe=One-Click".utf8))
+            #expect(posted.status == 200)
+            #expect(
+                try await Self.changes(api.db) == ["p-2 security email false web", "p-2 messages email false web", "p-2 orders email false web"])
+            let stored = try await api.db.client.query(
+                "SELECT category FROM notification_preferences WHERE person_id = 'p-2' AND channel = 'email' AND NOT enabled ORDER BY category"
+            ) { try $0.decode(String.self, at: 0) }
+            #expect(stored == ["messages", "orders", "security"])
+            #expect(try await api.send("POST", Self.path(token), headers: form, body: Data()).status == 200)
+            #expect(try await Self.changes(api.db).count == 3, "again appends nothing")
         }
     }
 }

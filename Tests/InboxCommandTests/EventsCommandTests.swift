@@ -249,6 +249,9 @@ import Testing
             let tier = try InboxCLI.start(["run"], environment: environment)
             defer { tier.cleanUp() }
             _ = try await tier.waitForStdoutLine(timeout: .seconds(15)) { $0.contains("runs its projectors") }
+            // Where mail goes: without INBOX_SMTP_URL, a folder, said with its whole path.
+            let mailLine = try await tier.waitForStdoutLine(timeout: .seconds(15)) { $0.contains("Mail is written to") }
+            #expect(mailLine.contains("/.inbox/mail as .eml files"), "\(mailLine)")
             // The tier projects: the password change reaches person 7's bell.
             let client = db.client
             var entries = 0

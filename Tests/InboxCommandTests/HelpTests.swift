@@ -24,10 +24,12 @@ import Testing
     @Test func helpListsEveryCommandAndEverySetting() async throws {
         let result = try await InboxCLI.run(["help"])
         #expect(result.status == 0)
-        for synopsis in ["run", "serve", "project [--projection NAME]...", "events append [JSON|-]", "token --person ID"] {
+        for synopsis in ["run", "serve", "mail", "project [--projection NAME]...", "events append [JSON|-]", "token --person ID"] {
             #expect(result.stdout.contains("  \(synopsis)"), "\(synopsis)")
         }
         #expect(result.stdout.contains("INBOX_POLL_INTERVAL_MS (--poll-interval-ms), default 1000"))
+        #expect(result.stdout.contains("INBOX_MAIL_GATHER_SECONDS (--mail-gather-seconds), default 3600"))
+        #expect(result.stdout.contains("INBOX_SMTP_URL (--smtp-url)") && result.stdout.contains("INBOX_PUBLIC_URL (--public-url)"))
         let one = try await InboxCLI.run(["help", "project"])
         #expect(one.status == 0 && one.stdout.hasPrefix("usage: inbox project [--projection NAME]..."))
     }

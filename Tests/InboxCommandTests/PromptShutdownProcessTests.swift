@@ -30,6 +30,7 @@ import Testing
             #expect(result.stderr.contains("every role stopped"))
             #expect(result.stderr.components(separatedBy: "took the lease").count == 6, "four projectors and the schedule held their leases")
             #expect(result.stderr.contains("the schedule stopped"), "stderr: \(result.stderr)")
+            #expect(result.stderr.contains("the mailer stopped"), "the mailer (no lease) is woken from its wait too")
         }
     }
 }

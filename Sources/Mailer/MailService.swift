@@ -1,0 +1,177 @@
+import Encodings
+import Foundation
+import InboxDomain
+import Lifecycle
+import Mail
+import PostgresClient
+
+/// The mailer (`inbox mail`, and part of `inbox run`): decides pending outbox entries into
+/// people's mail queues, claims the people whose mail may go, renders each mail in the contact's
+/// language, hands it to the transport and records the outcome (`MailOutboxStore`).
+///
+/// - **Any node, any number.** No lease: claims keep people apart, so two mailers never send one
+///   mail, except when a mailer dies between handing a mail over and recording it; that mail is
+///   sent again once its claim (`claimFor`) runs out, as push does.
+/// - **Woken by the outbox** (`LISTEN inbox_outbox`, the NOTIFY of the outbox's trigger), and
+///   every `pollInterval` besides: gathered mail falls due with time, not with a notification.
+/// - **The address is read at send time** (`Contacts.contacts(for:)`): a contact deleted after
+///   the notification was queued gets nothing, and the items are dropped as `no_contact`.
+/// - **Logs** one line per mail: sent at info, a temporary failure at warning (the relay's reply,
+///   so a misconfiguration shows at once), dropped at warning. Lines name the person id and the
+///   address's domain only: the full address is personal data the log should not keep.
+/// - Time is injected (`now`), so tests move it instead of waiting.
+public struct MailService: Service {
+    public struct Options: Sendable {
+        /// Pending entries decided, and people claimed, per step.
+        public var batchSize: Int
+        public var pollInterval: Duration
+
+        public init(batchSize: Int = 100, pollInterval: Duration = .seconds(5)) {
+            self.batchSize = max(1, batchSize)
+            self.pollInterval = pollInterval
+        }
+    }
+
+    private let loop: LeasedLoop<MailWork>
+
+    public init(
+        configuration: PostgresConfiguration, store: MailOutboxStore = MailOutboxStore(), transport: any MailTransport, from: MailAddress,
+        links: MailRenderer.Links?, options: Options = Options(), now: @escaping @Sendable () -> Date = { Date() },
+        clock: any Clock<Duration> = ContinuousClock(), logger: Logger = .silent
+    ) {
+        let logger = logger.with(["role": "mail"])
+        loop = LeasedLoop(
+            name: "mail",
+            work: MailWork(
+                sender: MailSender(store: store, transport: transport, from: from, links: links, now: now, logger: logger),
+                batchSize: options.batchSize),
+            configuration: configuration, channels: ["inbox_outbox"], options: .init(pollInterval: options.pollInterval), clock: clock,
+            logger: logger, isRetryable: Self.isRetryable)
+    }
+
+    /// Transient database errors, and read models whose tables no projector has made yet: both pass.
+    static func isRetryable(_ error: any Error) -> Bool {
+        guard let error = error as? PostgresError else { return false }
+        return error.isTransient || error.sqlState == .undefinedTable
+    }
+
+    public func run() async throws {
+        try await loop.run(from: MailWork.State())
+    }
+}
+
+/// One round of the mailer on a connection: decide, claim, send, record. `MailService` runs it
+/// in a loop; tests call `round` directly with a moved clock.
+public struct MailSender: Sendable {
+    /// What one round did.
+    public struct Round: Sendable, Equatable {
+        public var decided: MailOutboxStore.Decided
+        public var outcomes: [String: MailOutboxStore.Recorded]
+        /// People claimed: a full batch means there may be more.
+        public var claimed: Int
+    }
+
+    public let store: MailOutboxStore
+    public let transport: any MailTransport
+    public let from: MailAddress
+    public let links: MailRenderer.Links?
+    public let now: @Sendable () -> Date
+    public let logger: Logger
+
+    public init(
+        store: MailOutboxStore, transport: any MailTransport, from: MailAddress, links: MailRenderer.Links?, now: @escaping @Sendable () -> Date = { Date() },
+        logger: Logger = .silent
+    ) {
+        self.store = store
+        self.transport = transport
+        self.from = from
+        self.links = links
+        self.now = now
+        self.logger = logger
+    }
+
+    /// Decides up to `limit` entries, then claims up to `limit` people and mails each, on
+    /// `connection` (a blocking call: the transport blocks too).
+    public func round(limit: Int, on connection: PostgresConnection) throws -> Round {
+        let decided = try store.decide(limit: limit, now: now(), on: connection)
+        let claimed = try store.claim(now: now(), limit: limit, on: connection)
+        var outcomes: [String: MailOutboxStore.Recorded] = [:]
+        if claimed.isEmpty { return Round(decided: decided, outcomes: outcomes, claimed: 0) }
+        let contacts = try Contacts.contacts(for: claimed.map(\.personId), on: connection)
+        // The claims end together, and the mails go one after the other: a slow relay must not
+        // keep sending after the claims ran out (another mailer could take the same people and
+        // mail them too). Past half the claim, the rest is let go for the next round.
+        let sendUntil = now().addingTimeInterval(store.settings.claimFor.inSeconds / 2)
+        for (index, person) in claimed.enumerated() {
+            if now() >= sendUntil {
+                let rest = Array(claimed[index...])
+                try store.release(rest, on: connection)
+                logger.warning("the relay is slow: let go of people claimed and not mailed yet", metadata: ["people": "\(rest.count)"])
+                break
+            }
+            let resolution = mail(person, contact: contacts[person.personId])
+            let recorded = try store.record(person, resolution, now: now(), on: connection)
+            log(person, contact: contacts[person.personId], resolution, recorded)
+            outcomes[person.personId] = recorded
+        }
+        return Round(decided: decided, outcomes: outcomes, claimed: claimed.count)
+    }
+
+    func mail(_ person: MailOutboxStore.Claimed, contact: Contact?) -> MailOutboxStore.Resolution {
+        guard let contact else { return .noContact }
+        let message: MailMessage
+        do {
+            message = try MailRenderer.render(person.items, to: contact, from: from, links: links, messageID: person.messageID, date: now())
+        } catch {
+            // Only a bad setting (a public URL the links refuse) gets here; keep the mail for when it is fixed.
+            return .temporary(reason: "the mail could not be composed: \(error)", messageID: person.messageID ?? MailMessage.newMessageID(domain: from.domain))
+        }
+        switch transport.send(message) {
+        case .sent: return .sent(messageID: message.messageID)
+        case .temporary(let code, let text): return .temporary(reason: "\(code) \(text)", messageID: message.messageID)
+        case .permanent(let code, let text): return .permanent(reason: "\(code) \(text)")
+        }
+    }
+
+    func log(_ person: MailOutboxStore.Claimed, contact: Contact?, _ resolution: MailOutboxStore.Resolution, _ recorded: MailOutboxStore.Recorded) {
+        var metadata: Logger.Metadata = ["person": person.personId, "notifications": "\(person.items.count)"]
+        if let contact { metadata["domain"] = String(contact.address.domain) }
+        switch (recorded, resolution) {
+        case (.sent, _):
+            logger.info("mailed gathered notifications", metadata: metadata)
+        case (.retry(let at, let attempts), .temporary(let reason, _)):
+            metadata["reason"] = reason
+            metadata["attempts"] = "\(attempts)"
+            metadata["retryAt"] = ISO8601DateFormatter().string(from: at)
+            logger.warning("a mail failed for now; it is tried again later", metadata: metadata)
+        case (.dropped(let attempts), .temporary(let reason, _)), (.dropped(let attempts), .permanent(let reason)):
+            metadata["reason"] = reason
+            metadata["attempts"] = "\(attempts)"
+            logger.warning("gave up a mail", metadata: metadata)
+        case (.noContact, _):
+            logger.info("dropped mail for a person without a contact", metadata: metadata)
+        case (.claimLost, _):
+            logger.warning(
+                "recorded nothing: the claim ran out and another mailer took the person over; the mail may arrive twice", metadata: metadata)
+        default:
+            break
+        }
+    }
+}
+
+/// The mailer's turn: a round on the loop's session, again at once while batches are full.
+struct MailWork: LoopWork {
+    struct State: Sendable {}
+
+    let sender: MailSender
+    let batchSize: Int
+
+    func begin(_ state: inout State, on session: LeasedSession) async throws {}
+
+    func step(_ state: inout State, on session: LeasedSession) async throws -> LoopStep {
+        let sender = sender
+        let batchSize = batchSize
+        let round = try await session.run { connection in try sender.round(limit: batchSize, on: connection) }
+        return round.decided.entries >= batchSize || round.claimed >= batchSize ? .more : .wait(nil)
+    }
+}

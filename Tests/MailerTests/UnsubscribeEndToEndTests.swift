@@ -1,0 +1,68 @@
+import EventLog
+import Foundation
+import HTTPServer
+import InboxAPI
+import InboxDomain
+import InboxTesting
+import Mail
+import Projections
+import Testing
+
+@testable import Mailer
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// A gathered mail's one-click `List-Unsubscribe` POSTed to the API's `/mail/unsubscribe`, as a
+/// mail client does: every category of the mail is off, and the next notifications are not mailed.
+@Suite struct UnsubscribeEndToEndTests {
+    @Test func theMailsOneClickLinkTurnsItsCategoriesOffAndNothingMoreIsMailed() async throws {
+        let folder = try MailMocks.temporaryDirectory("mailer-folder")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        // A cluster of its own, so that the change is projected inline at once (as UnsubscribeRoutesTests).
+        let cluster = try await TestCluster.make()
+        defer { cluster.tearDown() }
+        let db = try await cluster.database()
+        defer { db.client.close() }
+        try await db.setContact("b-e2e", "eve@example.com", .en)
+        try await db.appendAndProject([
+            ConversationStarted(conversationId: "c-e2e", kind: .watch, buyerId: "b-e2e", shopId: "s-e2e", watchId: "w-e2e", orderId: nil),
+            MessageSent(conversationId: "c-e2e", messageId: "m-1", authorSide: .seller, authorId: "seller-1", body: "Yes."),
+            PasswordChanged(personId: "b-e2e"),
+        ])
+        let clock = MovedClock(start)
+        let mailer = MailSender(
+            store: MailOutboxStore(), transport: FolderTransport(folder: folder.path), from: sender,
+            links: MailRenderer.Links(signer: signer, publicURL: "https://inbox.example.com"), now: { clock.now })
+        #expect(try await db.round(mailer).outcomes == ["b-e2e": .sent])
+        let header = try #require(try mails(in: folder).first?.listUnsubscribe).trimmingCharacters(in: .whitespaces)
+        // <https://inbox.example.com/mail/unsubscribe?token=...>, sent to the local server instead.
+        let found = try #require(header.range(of: "/mail/unsubscribe?token="))
+        let path = String(header[found.lowerBound...].dropLast())
+
+        let api = APIServer(routes: UnsubscribeRoutes.routes(client: try InboxRoutes.requestPool(connection: db.configuration, size: 2), links: signer), gate: nil)
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
+        defer { server.shutdown() }
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)\(path)")!)
+        request.httpMethod = "POST"
+        request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data("List-Unsubscribe=One-Click".utf8)
+        let (_, response) = try await URLSession.shared.data(for: request)
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        let off = try await db.client.query(
+            "SELECT category FROM notification_preferences WHERE person_id = 'b-e2e' AND channel = 'email' AND NOT enabled ORDER BY category"
+        ) { try $0.decode(String.self, at: 0) }
+        #expect(off == ["messages", "security"])
+
+        try await db.appendAndProject([
+            MessageSent(conversationId: "c-e2e", messageId: "m-2", authorSide: .seller, authorId: "seller-1", body: "Still here."),
+            PasswordChanged(personId: "b-e2e"),
+        ])
+        clock.advance(2 * hour)
+        let round = try await db.round(mailer)
+        #expect(round.decided.entries == 2 && round.decided.queued == 0)
+        #expect(round.outcomes.isEmpty)
+        #expect(try mails(in: folder).count == 1)
+    }
+}
