@@ -474,6 +474,14 @@ public struct FanoutStore: Sendable {
     }
 
     public static func status(on connection: PostgresConnection) throws -> Status {
+        // One snapshot for every count: recording a batch deletes its row and writes its retries
+        // in one transaction, and counts read one statement after another could miss both (the
+        // retries read before, the batch after), so a waiter saw nothing left while retries were.
+        if connection.isInTransaction { return try readStatus(on: connection) }
+        return try connection.transaction(isolation: .repeatableRead) { try readStatus(on: $0) }
+    }
+
+    private static func readStatus(on connection: PostgresConnection) throws -> Status {
         let outbox = try connection.query(
             """
             SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(o.enqueued_at)), 0)::float8
