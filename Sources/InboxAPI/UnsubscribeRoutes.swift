@@ -106,21 +106,7 @@ public enum UnsubscribeRoutes {
             headers: [("Cache-Control", "no-store"), ("Content-Language", language.rawValue)])
     }
 
-    /// Text for HTML: the five characters that could end an element or an attribute, escaped.
-    static func escape(_ text: String) -> String {
-        var escaped = ""
-        for character in text {
-            switch character {
-            case "&": escaped += "&amp;"
-            case "<": escaped += "&lt;"
-            case ">": escaped += "&gt;"
-            case "\"": escaped += "&quot;"
-            case "'": escaped += "&#39;"
-            default: escaped.append(character)
-            }
-        }
-        return escaped
-    }
+    static func escape(_ text: String) -> String { HTML.escape(text) }
 
     /// The pages' words, in the order of `Language.allCases`: en, nl, de, fr. `%@` is the category.
     enum Texts {

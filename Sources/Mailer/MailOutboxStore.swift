@@ -46,6 +46,11 @@ public struct MailOutboxStore: Sendable {
     }
 
     /// One notification waiting in a person's queue.
+    /// The most notifications one mail takes (the oldest first); the rest wait for the next mail,
+    /// so a flood for one person never loads without bound (a mail lists 50 of them,
+    /// `MailRenderer.listed`, and counts the others).
+    public static let itemsPerMail = 1_000
+
     public struct Item: Sendable, Hashable {
         public var outboxId: Int64
         public var category: String
@@ -180,10 +185,12 @@ public struct MailOutboxStore: Sendable {
             var switchedOff: (people: [String], outboxIds: [Int64]) = ([], [])
             for row in try connection.query(
                 """
-                SELECT q.person_id, q.outbox_id, q.category, q.event, q.ids::text AS ids, q.happened_at, p.enabled FROM mail_queue q
+                SELECT q.person_id, q.outbox_id, q.category, q.event, q.ids::text AS ids, q.happened_at, p.enabled
+                FROM (SELECT *, row_number() OVER (PARTITION BY person_id ORDER BY happened_at, outbox_id) AS n
+                      FROM mail_queue WHERE person_id = ANY($1::text[])) q
                 LEFT JOIN notification_preferences p ON p.person_id = q.person_id AND p.category = q.category AND p.channel = 'email'
-                WHERE q.person_id = ANY($1::text[]) ORDER BY q.person_id, q.happened_at, q.outbox_id
-                """, Array(claimed.keys))
+                WHERE q.n <= $2 ORDER BY q.person_id, q.happened_at, q.outbox_id
+                """, Array(claimed.keys), Int64(Self.itemsPerMail))
             {
                 let person = try row.decode(String.self, "person_id")
                 if let category = NotificationCategory(rawValue: try row.decode(String.self, "category")),

@@ -35,12 +35,20 @@ public enum MailRenderer {
         var text = words(Texts.intro, language) + "\n\n"
         var html = "<!doctype html>\n<html lang=\"\(language.rawValue)\"><head><meta charset=\"utf-8\"><title>\(escape(subject))</title></head><body>\n"
         html += "<p>\(escape(words(Texts.intro, language)))</p>\n<ul>\n"
-        for (item, title) in zip(items, titles) {
+        // A mail lists at most `listed` notifications (a flood of them stays a mail one can read)
+        // and counts the rest; the app has them all.
+        for (item, title) in zip(items, titles).prefix(listed) {
             let when = timestamp(item.happenedAt)
             text += "- \(title) (\(when))\n"
             html += "<li><strong>\(escape(title))</strong> <small>(\(escape(when)))</small></li>\n"
         }
-        html += "</ul>\n<p>\(escape(words(Texts.open, language)))</p>\n"
+        html += "</ul>\n"
+        if items.count > listed {
+            let more = words(Texts.more, language).replacingOccurrences(of: "%d", with: "\(items.count - listed)")
+            text += "\(more)\n"
+            html += "<p>\(escape(more))</p>\n"
+        }
+        html += "<p>\(escape(words(Texts.open, language)))</p>\n"
         text += "\n" + words(Texts.open, language) + "\n"
 
         var oneClick: String?
@@ -66,6 +74,9 @@ public enum MailRenderer {
             messageID: messageID, date: date)
     }
 
+    /// The most notifications a mail lists one by one.
+    public static let listed = 50
+
     /// `2026-12-01 14:05 UTC`: the same in every language, and never ambiguous.
     static func timestamp(_ date: Date) -> String {
         var calendar = Calendar(identifier: .gregorian)
@@ -74,21 +85,7 @@ public enum MailRenderer {
         return String(format: "%04d-%02d-%02d %02d:%02d UTC", parts.year!, parts.month!, parts.day!, parts.hour!, parts.minute!)
     }
 
-    /// Text for HTML: the five characters that could end an element or an attribute, escaped.
-    static func escape(_ text: String) -> String {
-        var escaped = ""
-        for character in text {
-            switch character {
-            case "&": escaped += "&amp;"
-            case "<": escaped += "&lt;"
-            case ">": escaped += "&gt;"
-            case "\"": escaped += "&quot;"
-            case "'": escaped += "&#39;"
-            default: escaped.append(character)
-            }
-        }
-        return escaped
-    }
+    static func escape(_ text: String) -> String { HTML.escape(text) }
 
     static func words(_ texts: [String], _ language: Language) -> String { texts[Language.allCases.firstIndex(of: language) ?? 0] }
 
@@ -110,5 +107,6 @@ public enum MailRenderer {
             "Du erhältst dies, weil E-Mails zu „%@“ eingeschaltet sind.", "Vous recevez ceci car les e-mails sur « %@ » sont activés.",
         ]
         static let unsubscribe = ["Unsubscribe", "Afmelden", "Abmelden", "Se désabonner"]
+        static let more = ["… and %d more.", "… en nog %d.", "… und %d weitere.", "… et %d de plus."]
     }
 }

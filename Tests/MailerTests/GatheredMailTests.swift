@@ -91,7 +91,47 @@ import Testing
         #expect(message.unsubscribeURL == nil)
         #expect(message.subject == "Wristler: Votre mot de passe a été modifié")
         #expect(message.textBody.contains("Se désabonner: http://localhost:8080/mail/unsubscribe?token="))
-        #expect(MailRenderer.escape("<b>\"Tom\" & 'Jerry'</b>") == "&lt;b&gt;&quot;Tom&quot; &amp; &#39;Jerry&#39;&lt;/b&gt;")
+        #expect(HTML.escape("<b>\"Tom\" & 'Jerry'</b>") == "&lt;b&gt;&quot;Tom&quot; &amp; &#39;Jerry&#39;&lt;/b&gt;")
+    }
+
+    @Test func aFloodOfNotificationsListsFiftyAndCountsTheRest() throws {
+        let contact = Contact(personId: "p", address: try MailAddress("p@example.com"), language: .de)
+        let items = (0..<(MailRenderer.listed + 7)).map {
+            MailOutboxStore.Item(outboxId: Int64($0), category: "security", event: "password_changed", ids: "{}", happenedAt: start)
+        }
+        let message = try MailRenderer.render(items, to: contact, from: sender, links: nil, messageID: nil, date: start)
+        #expect(message.subject == "Wristler: \(MailRenderer.listed + 7) neue Mitteilungen")
+        #expect(message.textBody.components(separatedBy: "\n- ").count - 1 == MailRenderer.listed)
+        #expect(message.htmlBody.components(separatedBy: "<li>").count - 1 == MailRenderer.listed)
+        #expect(message.textBody.contains("… und 7 weitere."))
+        #expect(message.htmlBody.contains("… und 7 weitere."))
+    }
+
+    @Test func aMailTakesAThousandNotificationsAtMostAndTheRestWaitForTheNext() async throws {
+        let folder = try MailMocks.temporaryDirectory("mailer-folder")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try await withTestDatabase { db in
+            try await InboxProjections.prepareLiveTables(client: db.client)
+            try await db.setContact("p-flood", "flood@example.com", .de)
+            let flood = MailOutboxStore.itemsPerMail + 3
+            try await db.client.withConnection { connection in
+                _ = try connection.query(
+                    """
+                    INSERT INTO mail_queue (person_id, outbox_id, category, event, ids, happened_at)
+                    SELECT 'p-flood', g, 'security', 'password_changed', '{}', $1::timestamptz + g * interval '1 millisecond'
+                    FROM generate_series(1, $2) AS g
+                    """, start, Int64(flood))
+                _ = try connection.query("INSERT INTO mail_people (person_id, due_at, next_allowed_at) VALUES ('p-flood', $1, $1)", start)
+            }
+            let clock = MovedClock(start)
+            let round = try await db.round(Self.folderMailer(folder, clock))
+            #expect(round.outcomes == ["p-flood": .sent])
+            let sent = try mails(in: folder)
+            #expect(sent.count == 1)
+            #expect(sent.first?.text.contains("… und \(MailOutboxStore.itemsPerMail - MailRenderer.listed) weitere.") == true)
+            // The three newest wait for the next mail.
+            #expect(try await db.queued("p-flood").count == 3)
+        }
     }
 
     @Test func aCategoryWhoseMailIsOffIsNotMailed() async throws {
