@@ -149,6 +149,8 @@ let package = Package(
         .target(
             name: "InboxTesting", dependencies: ["PostgresClient", "EventLog", "Projections", "InboxDomain"],
             path: "Tests/InboxTesting", swiftSettings: swiftSettings),
+        // The SMTP relay mock and the mail reader of the mail tests.
+        .target(name: "MailTesting", dependencies: ["Mail", "EventLog"], path: "Tests/MailTesting", swiftSettings: swiftSettings),
         .testTarget(
             name: "PostgresClientTests", dependencies: ["PostgresClient", "EventLog", "InboxTesting"],
             swiftSettings: swiftSettings),
@@ -183,12 +185,12 @@ let package = Package(
             swiftSettings: swiftSettings),
         // Against Debian's aiosmtpd (Tests/MailMocks) with a certificate made by the openssl CLI at test time.
         .testTarget(
-            name: "MailTests", dependencies: ["Mail", "EventLog", "Encodings"], swiftSettings: swiftSettings),
+            name: "MailTests", dependencies: ["Mail", "MailTesting", "EventLog", "Encodings"], swiftSettings: swiftSettings),
         // The mail outbox through the log, with a moved clock, a folder and the aiosmtpd relay of Tests/MailMocks.
         .testTarget(
             name: "MailerTests",
             dependencies: [
-                "Mailer", "Mail", "InboxTesting", "EventLog", "Projections", "InboxDomain", "PostgresClient", "Lifecycle", "InboxAPI", "HTTPServer",
+                "Mailer", "Mail", "MailTesting", "InboxTesting", "EventLog", "Projections", "InboxDomain", "PostgresClient", "Lifecycle", "InboxAPI", "HTTPServer",
             ],
             swiftSettings: swiftSettings),
         .testTarget(

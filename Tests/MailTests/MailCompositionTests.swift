@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 
+import MailTesting
 @testable import Mail
 
 @Suite struct MailCompositionTests {

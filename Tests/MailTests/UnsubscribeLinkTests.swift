@@ -2,6 +2,7 @@ import Encodings
 import Foundation
 import Testing
 
+import MailTesting
 @testable import Mail
 
 @Suite struct UnsubscribeLinkTests {

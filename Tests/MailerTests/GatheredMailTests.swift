@@ -3,6 +3,7 @@ import Foundation
 import InboxDomain
 import InboxTesting
 import Mail
+import MailTesting
 import PostgresClient
 import Projections
 import Testing

@@ -5,6 +5,7 @@ import InboxAPI
 import InboxDomain
 import InboxTesting
 import Mail
+import MailTesting
 import Projections
 import Testing
 
