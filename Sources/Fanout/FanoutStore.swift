@@ -434,13 +434,7 @@ public struct FanoutStore: Sendable {
 
     /// Adds to `push_counters`.
     static func count(_ counts: [String: Int], on connection: PostgresConnection) throws {
-        let names = counts.keys.sorted()
-        if names.isEmpty { return }
-        try connection.query(
-            """
-            INSERT INTO push_counters (name, count) SELECT * FROM unnest($1::text[], $2::bigint[])
-            ON CONFLICT (name) DO UPDATE SET count = push_counters.count + EXCLUDED.count
-            """, names, names.map { Int64(counts[$0]!) })
+        try connection.addToCounters("push_counters", counts)
     }
 
     /// Records when this node made its provider tokens.

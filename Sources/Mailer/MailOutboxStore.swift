@@ -334,12 +334,6 @@ public struct MailOutboxStore: Sendable {
 
     /// Adds to `mail_counters`.
     static func count(_ counts: [String: Int], on connection: PostgresConnection) throws {
-        let names = counts.keys.sorted()
-        if names.isEmpty { return }
-        try connection.query(
-            """
-            INSERT INTO mail_counters (name, count) SELECT * FROM unnest($1::text[], $2::bigint[])
-            ON CONFLICT (name) DO UPDATE SET count = mail_counters.count + EXCLUDED.count
-            """, names, names.map { Int64(counts[$0]!) })
+        try connection.addToCounters("mail_counters", counts)
     }
 }
