@@ -163,7 +163,7 @@ public enum MetricsRoutes {
         var lines = [
             "# HELP inbox_mail_outbox_undecided Notifications the mailers have not decided yet.", "# TYPE inbox_mail_outbox_undecided gauge",
             "inbox_mail_outbox_undecided \(try row.decode(Int64.self, at: 0))",
-            "# HELP inbox_mail_queued Notifications queued for a gathered mail.", "# TYPE inbox_mail_queued gauge",
+            "# HELP inbox_mail_queued Notifications queued for a mail (gathered, saved search, shop digest or sold).", "# TYPE inbox_mail_queued gauge",
             "inbox_mail_queued \(try row.decode(Int64.self, at: 1))",
             "# HELP inbox_mail_total Mails and notifications by outcome (sent, retried, dropped, no_contact, queued, notifications_sent, ...).",
             "# TYPE inbox_mail_total counter",

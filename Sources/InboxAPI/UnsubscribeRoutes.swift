@@ -35,8 +35,8 @@ public enum UnsubscribeRoutes {
                     query: query, responses: [200: Self.html])
             ) { context in
                 let language = Language.negotiate(context.request.header("Accept-Language"))
-                guard let (_, categories) = Self.verify(context, links) else { return Self.invalid(language) }
-                let title = Self.titles(categories, language)
+                guard let (person, target) = Self.verify(context, links) else { return Self.invalid(language) }
+                let title = try Self.title(target, of: person, language, client: client)
                 let action = Self.escape(Self.path + "?token=" + (context.query("token") ?? ""))
                 return Self.page(
                     language, status: 200, heading: Texts.words(Texts.confirm, language).replacingOccurrences(of: "%@", with: title),
@@ -49,45 +49,77 @@ public enum UnsubscribeRoutes {
                     query: query, responses: [200: Self.html])
             ) { context in
                 let language = Language.negotiate(context.request.header("Accept-Language"))
-                guard let (person, categories) = Self.verify(context, links) else { return Self.invalid(language) }
+                guard let (person, target) = Self.verify(context, links) else { return Self.invalid(language) }
                 let metadata = EventMetadata(origin: .web, actor: "person:\(person)", correlationId: context.requestId, service: "inbox")
+                let title = try Self.title(target, of: person, language, client: client)
                 try client.withConnectionBlocking { connection in
-                    var stored: [String: Bool] = [:]
-                    for row in try connection.query(
-                        "SELECT category, enabled FROM notification_preferences WHERE person_id = $1 AND category = ANY($2::text[]) AND channel = 'email'",
-                        person, categories.map(\.rawValue))
-                    {
-                        stored[try row.decode(String.self, "category")] = try row.decode(Bool.self, "enabled")
-                    }
-                    // One event per category still on; a switch already off appends nothing.
-                    let changes = try categories.filter { PreferenceRules.isEnabled($0, .email, stored: stored[$0.rawValue]) }.map {
-                        try NewEvent(NotificationPreferenceChanged(personId: person, category: $0, channel: .email, enabled: false), metadata: metadata)
+                    let changes: [NewEvent]
+                    switch target {
+                    case .categories(let categories):
+                        var stored: [String: Bool] = [:]
+                        for row in try connection.query(
+                            "SELECT category, enabled FROM notification_preferences WHERE person_id = $1 AND category = ANY($2::text[]) AND channel = 'email'",
+                            person, categories.map(\.rawValue))
+                        {
+                            stored[try row.decode(String.self, "category")] = try row.decode(Bool.self, "enabled")
+                        }
+                        // One event per category still on; a switch already off appends nothing.
+                        changes = try categories.filter { PreferenceRules.isEnabled($0, .email, stored: stored[$0.rawValue]) }.map {
+                            try NewEvent(NotificationPreferenceChanged(personId: person, category: $0, channel: .email, enabled: false), metadata: metadata)
+                        }
+                    case .search(let id):
+                        // The search's own switch: its interval becomes `never` (its pushes stay as they are).
+                        let mails = try connection.query(
+                            "SELECT 1 FROM saved_searches WHERE saved_search_id = $1 AND person_id = $2 AND NOT deleted AND interval <> 'never'", id, person)
+                        changes = mails.count == 0 ? [] : [
+                            try NewEvent(SavedSearchChanged(savedSearchId: id, personId: person, interval: .never), metadata: metadata)
+                        ]
                     }
                     if !changes.isEmpty { try inline.append(changes, on: connection) }
                 }
-                let title = Self.titles(categories, language)
                 return Self.page(language, status: 200, heading: Texts.words(Texts.done, language).replacingOccurrences(of: "%@", with: title), body: "")
             },
         ]
     }
 
-    /// The token's person and categories, nil when the token is missing, not ours, or names a
-    /// category whose mail has no switch (saved searches are switched per search). The token's
-    /// category field is one category or several joined with dots (`messages.security`): a mail
-    /// that gathers several categories turns all of them off with its one-click header.
-    static func verify(_ context: RequestContext, _ links: UnsubscribeLink) -> (String, [NotificationCategory])? {
+    /// What a token turns off: categories' `email` switches, or one saved search's mails.
+    enum Target: Equatable {
+        case categories([NotificationCategory])
+        case search(String)
+    }
+
+    /// The token's person and what it turns off, nil when the token is missing, not ours, or
+    /// names a category whose mail has no switch. The token's category field is one category or
+    /// several joined with dots (`messages.security`: a mail that gathers several categories
+    /// turns all of them off with its one-click header), or `search:<savedSearchId>` for a saved
+    /// search's mail (the rest of the field is the id, dots and all).
+    static func verify(_ context: RequestContext, _ links: UnsubscribeLink) -> (String, Target)? {
         guard let token = context.query("token"), case .success(let link) = links.verify(token) else { return nil }
+        if link.category.hasPrefix("search:") {
+            let id = String(link.category.dropFirst("search:".count))
+            return id.isEmpty ? nil : (link.personId, .search(id))
+        }
         var categories: [NotificationCategory] = []
         for name in link.category.split(separator: ".", omittingEmptySubsequences: false) {
             guard let category = NotificationCategory(rawValue: String(name)), !PreferenceRules.isManagedPerSearch(category) else { return nil }
             if !categories.contains(category) { categories.append(category) }
         }
-        return categories.isEmpty ? nil : (link.personId, categories)
+        return categories.isEmpty ? nil : (link.personId, .categories(categories))
     }
 
-    /// The categories' titles for a page, escaped, joined with commas.
-    static func titles(_ categories: [NotificationCategory], _ language: Language) -> String {
-        categories.map { Self.escape(PreferenceTexts.title($0, language)) }.joined(separator: ", ")
+    /// What a page names, escaped: the categories' titles joined with commas, or the saved
+    /// search's name (a search that is gone is named as searches in general).
+    static func title(_ target: Target, of person: String, _ language: Language, client: PostgresClient) throws -> String {
+        switch target {
+        case .categories(let categories):
+            return categories.map { Self.escape(PreferenceTexts.title($0, language)) }.joined(separator: ", ")
+        case .search(let id):
+            let name = try client.withConnectionBlocking { connection in
+                try connection.query("SELECT name FROM saved_searches WHERE saved_search_id = $1 AND person_id = $2", id, person).first?
+                    .decode(String.self, "name")
+            }
+            return Self.escape(name ?? PreferenceTexts.title(.savedSearches, language))
+        }
     }
 
     static func invalid(_ language: Language) -> HTTPResponse {

@@ -103,7 +103,7 @@ public struct UnsubscribeLink: Sendable {
     /// The token for `personId` leaving `category`, signed with the current key.
     public func token(personId: String, category: String, issuedAt: Date = Date()) throws -> String {
         for (what, value) in [("person id", personId), ("category", category)] {
-            guard (1...Self.maximumFieldLength).contains(value.utf8.count), value.utf8.allSatisfy(Self.isFieldByte) else {
+            guard Self.isValidField(value) else {
                 throw MailError(
                     .invalidHeaderValue, "An unsubscribe \(what) must be 1 to \(Self.maximumFieldLength) characters of A-Z, a-z, 0-9, -, _, . and :.")
             }
@@ -145,6 +145,12 @@ public struct UnsubscribeLink: Sendable {
             Unsubscribe(
                 personId: String(decoding: fields[0], as: UTF8.self), category: String(decoding: fields[1], as: UTF8.self),
                 issuedAt: Date(timeIntervalSince1970: TimeInterval(seconds))))
+    }
+
+    /// Whether `value` can be a token's person id or category: 1 to `maximumFieldLength`
+    /// characters of A-Z, a-z, 0-9, `-`, `_`, `.` and `:`.
+    public static func isValidField(_ value: String) -> Bool {
+        (1...maximumFieldLength).contains(value.utf8.count) && value.utf8.allSatisfy(isFieldByte)
     }
 
     private static func isFieldByte(_ byte: UInt8) -> Bool {

@@ -66,9 +66,16 @@ public struct MailSender: Sendable {
     /// What one round did.
     public struct Round: Sendable, Equatable {
         public var decided: MailOutboxStore.Decided
+        /// What became of each mail, by `Round.key`.
         public var outcomes: [String: MailOutboxStore.Recorded]
-        /// People claimed: a full batch means there may be more.
+        /// Mails claimed: a full batch means there may be more.
         public var claimed: Int
+
+        /// A mail's key in `outcomes`: the person id for the gathered notifications, the person id
+        /// and the stream (`p1 search:s1`, `p1 sold`) for the others.
+        public static func key(_ person: String, _ stream: MailStream) -> String {
+            stream == .notifications ? person : person + " " + stream.key
+        }
     }
 
     public let store: MailOutboxStore
@@ -112,7 +119,7 @@ public struct MailSender: Sendable {
             let resolution = mail(person, contact: contacts[person.personId])
             let recorded = try store.record(person, resolution, now: now(), on: connection)
             log(person, contact: contacts[person.personId], resolution, recorded)
-            outcomes[person.personId] = recorded
+            outcomes[Round.key(person.personId, person.stream)] = recorded
         }
         return Round(decided: decided, outcomes: outcomes, claimed: claimed.count)
     }
@@ -121,7 +128,7 @@ public struct MailSender: Sendable {
         guard let contact else { return .noContact }
         let message: MailMessage
         do {
-            message = try MailRenderer.render(person.items, to: contact, from: from, links: links, messageID: person.messageID, date: now())
+            message = try MailRenderer.render(person, to: contact, from: from, links: links, date: now())
         } catch {
             // Only a bad setting (a public URL the links refuse) gets here; keep the mail for when it is fixed.
             return .temporary(reason: "the mail could not be composed: \(error)", messageID: person.messageID ?? MailMessage.newMessageID(domain: from.domain))
@@ -134,11 +141,11 @@ public struct MailSender: Sendable {
     }
 
     func log(_ person: MailOutboxStore.Claimed, contact: Contact?, _ resolution: MailOutboxStore.Resolution, _ recorded: MailOutboxStore.Recorded) {
-        var metadata: Logger.Metadata = ["person": person.personId, "notifications": "\(person.items.count)"]
+        var metadata: Logger.Metadata = ["person": person.personId, "stream": person.stream.key, "notifications": "\(person.items.count)"]
         if let contact { metadata["domain"] = String(contact.address.domain) }
         switch (recorded, resolution) {
         case (.sent, _):
-            logger.info("mailed gathered notifications", metadata: metadata)
+            logger.info("mailed", metadata: metadata)
         case (.retry(let at, let attempts), .temporary(let reason, _)):
             metadata["reason"] = reason
             metadata["attempts"] = "\(attempts)"

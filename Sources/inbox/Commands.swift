@@ -75,8 +75,9 @@ extension Command {
 
     static let mail = Command(
         name: "mail", synopsis: "mail",
-        summary: "Mails people their notifications of every category whose e-mail is on, at most one mail per person per "
-            + "INBOX_MAIL_GATHER_SECONDS, through INBOX_SMTP_URL (or as .eml files in INBOX_MAIL_FOLDER), until SIGTERM or SIGINT. "
+        summary: "Mails people their notifications of every category whose e-mail is on (at most one mail per person per "
+            + "INBOX_MAIL_GATHER_SECONDS), saved searches' matches at their interval, and shops' digests and sold mails, "
+            + "through INBOX_SMTP_URL (or as .eml files in INBOX_MAIL_FOLDER), until SIGTERM or SIGINT. "
             + "Any number of nodes may run it: they never send one mail twice."
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "mail")

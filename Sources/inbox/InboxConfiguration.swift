@@ -84,6 +84,15 @@ struct InboxConfiguration: Sendable {
     var shopReminderWindowDays: Int = 14
     /// `INBOX_MAIL_GATHER_SECONDS`: at most one mail per person per this many seconds.
     var mailGatherSeconds: Int = 3600
+    /// `INBOX_SHOP_DIGEST_SECONDS`: how long a buyer's message waits for the others before the
+    /// shop's digest goes.
+    var shopDigestSeconds: Int = 3600
+    /// `INBOX_MAIL_ATTEMPTS`: temporary failures of one mail before it is dropped.
+    var mailAttempts: Int = 10
+    /// `INBOX_MAIL_BATCH`, `INBOX_MAIL_POLL_SECONDS`: entries decided and mails claimed per
+    /// step; the wait between two looks when nothing woke the mailer.
+    var mailBatch: Int = 100
+    var mailPollSeconds: Int = 5
     /// `INBOX_PUBLIC_URL`: where the API is reached from the internet (mails' unsubscribe links
     /// point at `<url>/mail/unsubscribe`); nil: mails carry no unsubscribe link.
     var publicURL: String?
@@ -268,6 +277,26 @@ struct InboxConfiguration: Sendable {
             "INBOX_MAIL_GATHER_SECONDS", "--mail-gather-seconds", 60...604_800, default: 3600, unit: "a whole number of seconds",
             meaning: "at most one mail per person per this many seconds: notifications meanwhile are gathered into the next one (60-604800)") {
             $0.mailGatherSeconds = $1
+        },
+        wholeNumber(
+            "INBOX_SHOP_DIGEST_SECONDS", "--shop-digest-seconds", 60...604_800, default: 3600, unit: "a whole number of seconds",
+            meaning: "the shop digest: a buyer's message waits this long for others, then they go in one mail, less those the shop read (60-604800)") {
+            $0.shopDigestSeconds = $1
+        },
+        wholeNumber(
+            "INBOX_MAIL_ATTEMPTS", "--mail-attempts", 1...100, default: 10, unit: "a whole number",
+            meaning: "temporary failures of one mail (1 min, 5 min, 30 min, 2 h, then every 6 h apart) before it is dropped and counted (1-100)") {
+            $0.mailAttempts = $1
+        },
+        wholeNumber(
+            "INBOX_MAIL_BATCH", "--mail-batch", 1...10_000, default: 100, unit: "a whole number",
+            meaning: "outbox entries decided, and mails claimed, per step of the mailer (1-10000)") {
+            $0.mailBatch = $1
+        },
+        wholeNumber(
+            "INBOX_MAIL_POLL_SECONDS", "--mail-poll-seconds", 1...3600, default: 5, unit: "a whole number of seconds",
+            meaning: "how often the mailer looks for mail that fell due when nothing woke it (1-3600)") {
+            $0.mailPollSeconds = $1
         },
         url("INBOX_PUBLIC_URL", "--public-url", default: "(unset: mails carry no unsubscribe link)",
             meaning: "the API's address from the internet; mails link to <url>/mail/unsubscribe (needs INBOX_UNSUBSCRIBE_KEYS; https for List-Unsubscribe)") {

@@ -33,10 +33,13 @@ extension Roles {
         // A claim outlasts several mails that time out (a round sends for half of it at most).
         var claimFor = Duration.seconds(300)
         if case .smtp(let settings) = mail.delivery { claimFor = max(claimFor, settings.totalTimeout * 4) }
-        let store = MailOutboxStore(settings: MailOutboxStore.Settings(gather: .seconds(configuration.mailGatherSeconds), claimFor: claimFor))
+        let store = MailOutboxStore(
+            settings: MailOutboxStore.Settings(
+                gather: .seconds(configuration.mailGatherSeconds), claimFor: claimFor, maximumAttempts: configuration.mailAttempts,
+                shopDigest: .seconds(configuration.shopDigestSeconds)))
         let service = MailService(
             configuration: database.client.configuration.connection, store: store, transport: transport, from: mail.from, links: links,
-            options: MailService.Options(pollInterval: .seconds(5)), logger: log)
+            options: MailService.Options(batchSize: configuration.mailBatch, pollInterval: .seconds(configuration.mailPollSeconds)), logger: log)
         // A mail in flight takes at most the SMTP timeout; what is not recorded is sent again later.
         return ServiceGroup.Member("the mailer", service, shutdownDeadline: .seconds(10))
     }

@@ -118,11 +118,11 @@ import Testing
             try await db.client.withConnection { connection in
                 _ = try connection.query(
                     """
-                    INSERT INTO mail_queue (person_id, outbox_id, category, event, ids, happened_at)
-                    SELECT 'p-flood', g, 'security', 'password_changed', '{}', $1::timestamptz + g * interval '1 millisecond'
+                    INSERT INTO mail_queue (person_id, stream, outbox_id, category, event, ids, happened_at)
+                    SELECT 'p-flood', 'notifications', g, 'security', 'password_changed', '{}', $1::timestamptz + g * interval '1 millisecond'
                     FROM generate_series(1, $2) AS g
                     """, start, Int64(flood))
-                _ = try connection.query("INSERT INTO mail_people (person_id, due_at, next_allowed_at) VALUES ('p-flood', $1, $1)", start)
+                _ = try connection.query("INSERT INTO mail_people (person_id, stream, due_at, next_allowed_at) VALUES ('p-flood', 'notifications', $1, $1)", start)
             }
             let clock = MovedClock(start)
             let round = try await db.round(Self.folderMailer(folder, clock))
