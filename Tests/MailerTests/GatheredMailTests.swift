@@ -226,6 +226,8 @@ import Testing
                 return try await group.reduce(into: [[String]]()) { $0.append($1) }
             }
             #expect(rounds.flatMap { $0 }.sorted() == people.sorted(), "each person once")
+            // Both mailers sent some of them: they ran at once rather than one after the other.
+            #expect(rounds.allSatisfy { !$0.isEmpty }, "\(rounds)")
             #expect(try mails(in: folder).map(\.toAddress).sorted() == people.map { "\($0)@example.com" }.sorted())
         }
     }
