@@ -141,7 +141,7 @@ let package = Package(
             name: "InboxBenchmarks",
             dependencies: [
                 "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto", "Encodings",
-                "Fanout", "HTTP2Client", "PushProtocol", "Schedule",
+                "Fanout", "HTTP2Client", "PushProtocol", "Schedule", "Mailer", "Mail",
             ],
             path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
 

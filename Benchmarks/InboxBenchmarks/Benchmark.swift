@@ -9,6 +9,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
     case http
     case fanout
     case schedule
+    case mail
 
     var summary: String {
         switch self {
@@ -17,6 +18,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         case .http: "the API under wrk: the bell page and device lists of many people beside /healthz (needs wrk)"
         case .fanout: "the push fan-out from outbox to TLS HTTP/2 (nghttpd as APNs and FCM) beside h2load against the same server"
         case .schedule: "one shop_unanswered reminder check over 100,000 threads of 2,000 shops (400 days of history, 3,500 in the window) and its plan"
+        case .mail: "the mail outbox end to end: 2,000 people's notifications decided, rendered and sent over SMTP to a local sink, beside render-only"
         }
     }
 
@@ -27,6 +29,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         case .http: HTTPBenchmark(rounds: options.rounds, scale: options.scale)
         case .fanout: FanoutBenchmark(rounds: options.rounds, scale: options.scale)
         case .schedule: ScheduleBenchmark(rounds: options.rounds, scale: options.scale)
+        case .mail: MailBenchmark(rounds: options.rounds, scale: options.scale)
         }
     }
 }
