@@ -97,16 +97,20 @@ struct HTTPBenchmark: Benchmark {
         defer { requestClient.close() }
         let store = EventStore(client: requestClient, validator: database.store.validator)
         let migrator = try Migrator(directory: Migrator.locateDirectory(explicit: nil))
-        // As `inbox serve` runs by default: bell pages kept in memory, told of changes by NOTIFY.
+        // As `inbox serve` runs by default: bell and conversation list pages kept in memory, told
+        // of changes by NOTIFY.
         let bellCache = BellCache()
-        let bellListener = BellCacheListener(cache: bellCache, configuration: client.configuration.connection)
+        let conversationCache = ConversationListCache()
+        let bellListener = CacheListener(
+            caches: [(BellChanges.channel, bellCache), (ThreadChanges.channel, conversationCache)], configuration: client.configuration.connection)
         let listening = Task { try await bellListener.run() }
         defer { listening.cancel() }
         // The rate limiter on, with room for what wrk asks of each person (about 25 requests a
         // second each, past the 20 a person gets in production): the rows measure answers, not 429s.
         let limiter = RateLimiter(limits: .init(personPerSecond: 1_000, personBurst: 1_000))
         let api = APIServer(
-            routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator, bellCache: bellCache), gate: AppVersionGate(client: requestClient),
+            routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator, bellCache: bellCache, conversationCache: conversationCache),
+            gate: AppVersionGate(client: requestClient),
             verifier: verifier, rateLimiter: limiter)
         // wrk is one client address with all its connections: the per-address limit is for others.
         // As many request threads as `inbox serve` runs by default, or INBOX_HTTP_THREADS.
@@ -114,13 +118,13 @@ struct HTTPBenchmark: Benchmark {
         let serving = HTTPServer.Configuration(port: 0, blockingThreads: blockingThreads, connectionsPerAddress: 0)
         let server = try HTTPServer(configuration: serving, replying: { api.reply($0) })
         defer { server.shutdown() }
-        // The same without the cache (INBOX_BELL_CACHE_MB=0), on a port of its own.
+        // The same without the caches (INBOX_BELL_CACHE_MB=0, INBOX_CONVERSATION_CACHE_MB=0), on a port of its own.
         let uncachedAPI = APIServer(
             routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator), gate: AppVersionGate(client: requestClient),
             verifier: verifier, rateLimiter: limiter)
         let uncachedServer = try HTTPServer(configuration: serving, replying: { uncachedAPI.reply($0) })
         defer { uncachedServer.shutdown() }
-        while !bellCache.isListening { try await Task.sleep(for: .milliseconds(20)) }
+        while !bellCache.isListening || !conversationCache.isListening { try await Task.sleep(for: .milliseconds(20)) }
         let scopes: [Scope] = [.accountRead, .accountWrite, .messagesRead, .messagesWrite]
         let tokens = try (0..<people).map { try signer.mint(subject: "p\($0)", scopes: scopes, lifetime: 86_400) }
         let sellerTokens = try (0..<shops).flatMap { shop in try (0..<2).map { try signer.mint(subject: Self.seller(shop, $0), scopes: scopes, lifetime: 86_400) } }
@@ -176,6 +180,24 @@ struct HTTPBenchmark: Benchmark {
                     return Measurement(round: round, events: result.requests, elapsed: .milliseconds(Int64(result.seconds * 1000)))
                 })
         }
+        /// Buyers write to shops meanwhile: a message every 10 ms (about 80 a second) in the first
+        /// thread of a person picked in turn, projected inline; each changes the buyer's list and
+        /// its shop's, so both members' seller pages are read again from PostgreSQL.
+        let buyersWriting: @Sendable (Int) async -> String = { round in
+            let inline = InlineProjections()
+            var written = 0
+            while !Task.isCancelled {
+                let person = (written * 7_919 + round * 104_729) % people
+                let message = InboxDomain.MessageSent(
+                    conversationId: Self.conversationId(person: person, thread: 0), messageId: "alongside-\(round)-\(written)", authorSide: .buyer,
+                    authorId: "p\(person)", body: "Is it still available?")
+                guard let event = try? NewEvent(message) else { break }
+                _ = try? await client.withConnection { connection in try inline.append([event], on: connection) }
+                written += 1
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+            return "\(written) messages written meanwhile"
+        }
         let cases = [
             wrkCase(
                 id: "bell-page", title: "GET /v1/me/notifications", path: "/v1/me/notifications",
@@ -208,12 +230,17 @@ struct HTTPBenchmark: Benchmark {
                 kind: .client),
             wrkCase(
                 id: "conversations-buyer", title: "GET /v1/conversations", path: "/v1/conversations",
-                description: "The buyer side's first page of conversations (\(Self.conversationsPerPerson) threads, each with its last message, meta.unread) of a person picked in turn; token verified; read from PostgreSQL.",
-                kind: .client),
+                description: "The buyer side's first page of conversations (\(Self.conversationsPerPerson) threads, each with its last message, meta.unread) of a person picked in turn; token verified; the conversation cache on, while buyers write (as the seller row).",
+                kind: .client, alongside: buyersWriting),
             wrkCase(
                 id: "conversations-seller", title: "GET /v1/conversations?filter[side]=seller", path: "/v1/conversations?filter%5Bside%5D=seller",
-                description: "The seller side's first page (25 of about \(people * Self.conversationsPerPerson / shops) threads of the shop, meta.unread) of one of the \(shops * 2) people who work at the \(shops) shops, picked in turn.",
-                kind: .client, script: sellerScript),
+                description: "The seller side's first page (25 of about \(people * Self.conversationsPerPerson / shops) threads of the shop, meta.unread) of one of the \(shops * 2) people who work at the \(shops) shops, picked in turn; the conversation cache on, as inbox serve runs by default, while buyers write to the shops (about 80 messages a second, each forgetting its shop's pages).",
+                kind: .client, script: sellerScript, alongside: buyersWriting),
+            wrkCase(
+                id: "conversations-seller-uncached", title: "GET /v1/conversations?filter[side]=seller, no cache",
+                path: "/v1/conversations?filter%5Bside%5D=seller",
+                description: "The same seller pages from a server without the conversation cache (INBOX_CONVERSATION_CACHE_MB=0): every page read from PostgreSQL.",
+                kind: .client, base: uncachedBase, script: sellerScript),
             wrkCase(
                 id: "thread-messages", title: "GET /v1/conversations/{id}/messages", path: "/",
                 description: "The first page of messages (\(Self.messagesPerConversation) at the start, growing while the posting row runs) of a thread of the person's, picked in turn; the access check (buyer or shop member) and the page.",
@@ -229,13 +256,13 @@ struct HTTPBenchmark: Benchmark {
                 before: { try await client.execute("ANALYZE notification_outbox, notification_outbox_pending, unread_conversations") }),
             wrkCase(
                 id: "conversations-buyer-paced", title: "GET /v1/conversations at \(Self.listingRate)/s", path: "/v1/conversations",
-                description: "The buyer side's list as above, paced to about \(Self.listingRate) requests/s (\(Self.pacing)): the latency at the target rate, not at saturation.",
-                kind: .client, script: buyerPaced),
+                description: "The buyer side's list as above, paced to about \(Self.listingRate) requests/s (\(Self.pacing)): the latency at the target rate, not at saturation; buyers writing meanwhile.",
+                kind: .client, script: buyerPaced, alongside: buyersWriting),
             wrkCase(
                 id: "conversations-seller-paced", title: "GET /v1/conversations (seller) at \(Self.listingRate)/s",
                 path: "/v1/conversations?filter%5Bside%5D=seller",
-                description: "The seller side's list as above, paced to about \(Self.listingRate) requests/s (\(Self.pacing)).",
-                kind: .client, script: sellerPaced),
+                description: "The seller side's list as above, paced to about \(Self.listingRate) requests/s (\(Self.pacing)); buyers writing meanwhile.",
+                kind: .client, script: sellerPaced, alongside: buyersWriting),
             wrkCase(
                 id: "message-post-paced", title: "POST /v1/conversations/{id}/messages \(Self.postingRate)/s", path: "/",
                 description: "Posting as above, paced to about \(Self.postingRate) requests/s (\(Self.pacing)).",
@@ -252,6 +279,8 @@ struct HTTPBenchmark: Benchmark {
         notes["httpThreads"] = "\(HTTPServer.defaultThreads) event loops, \(blockingThreads) blocking threads"
         let cache = bellCache.statistics
         notes["bellCache"] = "\(cache.hits) pages from memory, \(cache.misses) from PostgreSQL, \(cache.bytes) bytes kept at the end"
+        let lists = conversationCache.statistics
+        notes["conversationCache"] = "\(lists.hits) pages from memory, \(lists.misses) from PostgreSQL, \(lists.bytes) bytes kept at the end"
         notes["loadGenerator"] = "wrk 4.1 on the same machine, 2 threads, \(Self.connections) connections, \(Self.seconds) s per round"
         return BenchmarkResult(benchmark: "http", configurations: configurations, notes: notes)
     }

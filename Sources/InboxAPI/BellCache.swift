@@ -169,21 +169,33 @@ public final class BellCache: Sendable {
     }
 }
 
-/// Listens for `BellChanges` on a session of its own and tells the cache: a `Service` on a
-/// `LeasedLoop` without a lease. While it is not listening (before its first LISTEN, after its
-/// session was lost, once stopped) the cache answers nothing.
-public final class BellCacheListener: Service {
-    public let cache: BellCache
-    private let loop: LeasedLoop<BellCacheListening>
+extension BellCache: AnnouncedCache {
+    public func changed(_ names: [String]) { changed(people: names) }
+    public func changedEverything() { changedEverybody() }
+}
+
+/// Listens for announced changes (`Announcement`: `BellChanges`, `ThreadChanges`) on a session
+/// of its own and tells each channel's cache: a `Service` on a `LeasedLoop` without a lease.
+/// While it is not listening (before its first LISTEN, after its session was lost, once stopped)
+/// the caches answer nothing.
+public final class CacheListener: Service {
+    private let loop: LeasedLoop<CacheListening>
 
     public init(
+        caches: [(channel: String, cache: any AnnouncedCache)], configuration: PostgresConfiguration,
+        clock: any Clock<Duration> = ContinuousClock(), logger: Logger = .silent
+    ) {
+        loop = LeasedLoop(
+            name: "api-caches", work: CacheListening(caches: caches, logger: logger), configuration: configuration,
+            channels: caches.map(\.channel), options: .init(pollInterval: .seconds(60), backoff: Backoff(initial: .milliseconds(100), maximum: .seconds(2))),
+            clock: clock, logger: logger, isRetryable: { _ in true })
+    }
+
+    /// The bell cache's listener alone.
+    public convenience init(
         cache: BellCache, configuration: PostgresConfiguration, clock: any Clock<Duration> = ContinuousClock(), logger: Logger = .silent
     ) {
-        self.cache = cache
-        loop = LeasedLoop(
-            name: "api-bell", work: BellCacheListening(cache: cache, logger: logger), configuration: configuration,
-            channels: [BellChanges.channel], options: .init(pollInterval: .seconds(60), backoff: Backoff(initial: .milliseconds(100), maximum: .seconds(2))),
-            clock: clock, logger: logger, isRetryable: { _ in true })
+        self.init(caches: [(BellChanges.channel, cache)], configuration: configuration, clock: clock, logger: logger)
     }
 
     public func run() async throws {
@@ -191,30 +203,33 @@ public final class BellCacheListener: Service {
     }
 }
 
+public typealias BellCacheListener = CacheListener
+
 /// The listener's turns: nothing to read, only announcements to pass on.
-struct BellCacheListening: LoopWork {
-    let cache: BellCache
+struct CacheListening: LoopWork {
+    let caches: [(channel: String, cache: any AnnouncedCache)]
     let logger: Logger
 
     func begin(_ state: inout Void, on session: LeasedSession) async throws {
-        // Whatever changed while nobody listened is unknown: start from an empty cache.
-        cache.setListening(true)
+        // Whatever changed while nobody listened is unknown: start from empty caches.
+        for (_, cache) in caches { cache.setListening(true) }
     }
 
     func step(_ state: inout Void, on session: LeasedSession) async throws -> LoopStep { .wait(nil) }
 
     func received(_ notifications: [PostgresNotification], state: inout Void) {
         for notification in notifications {
-            switch BellChanges.change(from: notification.payload) {
-            case .people(let people): cache.changed(people: people)
-            case .everybody: cache.changedEverybody()
+            for (channel, cache) in caches where channel == notification.channel {
+                if let names = Announcement.names(from: notification.payload) { cache.changed(names) } else { cache.changedEverything() }
             }
         }
     }
 
     func ended(_ state: inout Void) {
         // Stopping is not a fault; a lost session is, until the listener is back.
-        if cache.isListening && !Task.isCancelled { logger.warning("the bell cache stopped answering from memory until it listens again") }
-        cache.setListening(false)
+        if caches.contains(where: { $0.cache.isListening }) && !Task.isCancelled {
+            logger.warning("the API's caches stopped answering from memory until they listen again")
+        }
+        for (_, cache) in caches { cache.setListening(false) }
     }
 }

@@ -60,8 +60,11 @@ public enum ConversationRoutes {
             QueryParameter("filter[archived]", Schema.choice(["true", "false"]), "true: only archived threads; false (default): only the others."),
         ]
 
+    /// With a `cache`, list pages are answered from memory while nothing they show changed
+    /// (`ConversationListCache`); every write here forgets its thread's lists before answering.
     public static func routes(
-        client: PostgresClient, inline: InlineProjections = InlineProjections(), attachments: any AttachmentValidator = NoUploads()
+        client: PostgresClient, inline: InlineProjections = InlineProjections(), attachments: any AttachmentValidator = NoUploads(),
+        cache: ConversationListCache? = nil
     ) -> [Route] {
         [
             Route(
@@ -75,8 +78,15 @@ public enum ConversationRoutes {
                 let side = try Self.side(context)
                 let archived = try context.booleanQuery("filter[archived]") ?? false
                 let person = context.person
-                let (page, unread) = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
-                    try ThreadReader.listAndUnreadCount(person: person, side: side, archived: archived, after: cursor, limit: limit, on: connection)
+                // The links repeat the filters the request named: which it named is part of the key.
+                let key = ConversationListCache.Key(
+                    person: person, side: side.rawValue, archived: archived, cursor: cursor?.token, limit: limit,
+                    named: (context.query("filter[side]") != nil ? 1 : 0) | (context.query("filter[archived]") != nil ? 2 : 0))
+                if let cache, let body = cache.page(key) { return DocumentWriter.response(body) }
+                let ticket = cache?.ticket()
+                let (page, unread, owners) = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
+                    try ThreadReader.listAndUnreadCount(
+                        person: person, side: side, archived: archived, after: cursor, limit: limit, withOwners: ticket != nil, on: connection)
                 }
                 let parameters: [(String, String?)] = [
                     ("filter[side]", context.query("filter[side]") == nil ? nil : side.rawValue),
@@ -88,7 +98,13 @@ public enum ConversationRoutes {
                 document.member("data", each: page.rows) { resource($0, side: side, to: &$1) }
                 document.member("links", .object(links))
                 document.member("meta", .object(["unread": .integer(Int64(unread))]))
-                return document.response()
+                let response = document.response()
+                if let cache {
+                    let subjects =
+                        side == .buyer ? [ThreadChanges.buyer(person)] : [ThreadChanges.member(person)] + owners.map(ThreadChanges.seller)
+                    cache.keep(response.body, for: key, subjects: subjects, ticket: ticket)
+                }
+                return response
             },
             Route(
                 .post, path, access: .signedIn(scope: .messagesWrite),
@@ -108,6 +124,7 @@ public enum ConversationRoutes {
                 let (thread, message, created) = try client.withConnectionBlocking { connection in
                     try start(watch: watchId, input: input, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
                 }
+                cache?.changed(Self.listSubjects(buyer: thread.buyerId, shop: thread.shopId))
                 return response(status: created ? 201 : 200, thread, side: .buyer, including: (message, viewer: person))
             },
             Route(.get, path + "/{id}", access: .signedIn(scope: .messagesRead), describedAs: RouteDescription("One conversation, as the caller's side sees it.")) {
@@ -167,6 +184,7 @@ public enum ConversationRoutes {
                     return (try ThreadReader.conversation(id, side: side, on: connection) ?? thread, side)
                 }
                 guard let (thread, side) = result else { throw notFound(id) }
+                cache?.changed(Self.listSubjects(buyer: thread.buyerId, shop: thread.shopId))
                 return response(thread, side: side)
             },
             Route(
@@ -206,27 +224,33 @@ public enum ConversationRoutes {
                 let input = try MessageInput(try Attributes(data, allowed: messageAttributes))
                 let person = context.person
                 let metadata = context.eventMetadata
-                let checked = try client.withConnectionBlocking { connection -> ConversationSide? in
+                let checked = try client.withConnectionBlocking { connection -> (ConversationSide, ThreadAccess)? in
                     guard Self.isPlausible(id), let access = try ThreadReader.access(to: id, person: person, on: connection),
                         let side = access.side(of: person)
                     else { return nil }
                     try requireOpen(access)
                     try requireAttachable(input.attachmentHandles, person: person, attachments: attachments, on: connection)
-                    return side
+                    return (side, access)
                 }
-                guard let side = checked else { throw notFound(id) }
+                guard let (side, access) = checked else { throw notFound(id) }
                 // The checks' connection is back in the pool: waiting for its group commit, the
                 // append holds none, so a commit is shared by as many posts as wait for it.
                 let event = input.event(conversation: id, side: side, person: person)
                 let appended = try inline.append(
                     [try NewEvent(event, metadata: metadata)], using: client,
                     also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, attachments: attachments))
+                cache?.changed(Self.listSubjects(buyer: access.buyerId, shop: access.shopId))
                 let message = input.message(event, recorded: appended[0].event)
                 var document = DocumentWriter()
                 document.member("data") { messageResource(message, viewer: person, side: side, to: &$0) }
                 return document.response(status: 201)
             },
         ]
+    }
+
+    /// The lists a thread is in (`ThreadChanges`): its buyer's, and its shop's.
+    static func listSubjects(buyer: String, shop: String?) -> [String] {
+        [ThreadChanges.buyer(buyer)] + (shop.map { [ThreadChanges.seller($0)] } ?? [])
     }
 
     // MARK: - Rules

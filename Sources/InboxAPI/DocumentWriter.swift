@@ -44,7 +44,12 @@ struct DocumentWriter {
             member("jsonapi", Documents.version)
         }
         text.raw(UInt8(ascii: "}"))
-        return HTTPResponse(status: status, headers: [("Content-Type", JSONAPI.mediaType)], body: text.bytes)
+        return Self.response(text.bytes, status: status)
+    }
+
+    /// A document written before (kept in memory) as a JSON:API response.
+    static func response(_ body: [UInt8], status: Int = 200) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [("Content-Type", JSONAPI.mediaType)], body: body)
     }
 }
 

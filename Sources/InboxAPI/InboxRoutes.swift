@@ -10,12 +10,14 @@ import Projections
 public enum InboxRoutes {
     public static func all(
         client: PostgresClient, store: EventStore, migrator: Migrator, metrics: RequestMetrics = RequestMetrics(), bellCache: BellCache? = nil,
-        attachments: (any AttachmentValidator)? = nil, uploads: UploadSettings = .temporary, unsubscribe: UnsubscribeLink? = nil
+        conversationCache: ConversationListCache? = nil, attachments: (any AttachmentValidator)? = nil, uploads: UploadSettings = .temporary,
+        unsubscribe: UnsubscribeLink? = nil
     ) -> [Route] {
-        let served = OperationsRoutes.routes(client: client, migrator: migrator) + MetricsRoutes.routes(metrics: metrics, client: client, bellCache: bellCache)
+        let served = OperationsRoutes.routes(client: client, migrator: migrator)
+            + MetricsRoutes.routes(metrics: metrics, client: client, bellCache: bellCache, conversationCache: conversationCache)
             + BellRoutes.routes(client: client, cache: bellCache) + DeviceRoutes.routes(client: client)
             + PreferenceRoutes.routes(client: client) + SavedSearchRoutes.routes(client: client)
-            + ConversationRoutes.routes(client: client, attachments: attachments ?? uploads.store(client: client))
+            + ConversationRoutes.routes(client: client, attachments: attachments ?? uploads.store(client: client), cache: conversationCache)
             + InternalEventRoutes.routes(store: store) + ContactRoutes.routes(client: client) + UploadRoutes.routes(client: client, settings: uploads)
             // Mail's one-click unsubscribe, where links are signed (INBOX_UNSUBSCRIBE_KEYS).
             + (unsubscribe.map { UnsubscribeRoutes.routes(client: client, links: $0) } ?? [])

@@ -84,9 +84,12 @@ public final class RequestMetrics: Sendable {
 
 /// `GET /metrics`: the request metrics, and from the database the log's head, each projection's
 /// position, how far behind it is (by position, and the age of the oldest event it has not
-/// applied) and its parked events; and the bell cache's hits, misses, size and whether it listens.
+/// applied) and its parked events; and the bell's and the conversation lists' caches' hits,
+/// misses, size and whether they listen.
 public enum MetricsRoutes {
-    public static func routes(metrics: RequestMetrics, client: PostgresClient, bellCache: BellCache? = nil) -> [Route] {
+    public static func routes(
+        metrics: RequestMetrics, client: PostgresClient, bellCache: BellCache? = nil, conversationCache: ConversationListCache? = nil
+    ) -> [Route] {
         [
             Route(
                 .get, "/metrics",
@@ -95,22 +98,26 @@ public enum MetricsRoutes {
                     responses: [200: .other(mediaType: "text/plain; version=0.0.4; charset=utf-8", schema: .object(["type": .string("string")]))])
             ) { _ in
                 let database = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try Self.databaseMetrics(on: connection) }
-                let cache = bellCache.map(Self.cacheMetrics) ?? ""
-                return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database + cache)
+                let caches = (bellCache.map { Self.cacheMetrics("bell", "Bell pages", $0.statistics, listening: $0.isListening) } ?? "")
+                    + (conversationCache.map {
+                        Self.cacheMetrics("conversation", "Conversation list pages", $0.statistics, listening: $0.isListening)
+                    } ?? "")
+                return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database + caches)
             }
         ]
     }
 
-    static func cacheMetrics(_ cache: BellCache) -> String {
-        let (hits, misses, bytes) = cache.statistics
+    /// A cache's lines: `inbox_<name>_cache_hits_total`, `_misses_total`, `_bytes`, `_listening`.
+    static func cacheMetrics(_ name: String, _ what: String, _ statistics: (hits: Int, misses: Int, bytes: Int), listening: Bool) -> String {
+        let prefix = "inbox_\(name)_cache"
         return [
-            "# HELP inbox_bell_cache_hits_total Bell pages answered from memory.", "# TYPE inbox_bell_cache_hits_total counter",
-            "inbox_bell_cache_hits_total \(hits)",
-            "# HELP inbox_bell_cache_misses_total Bell pages read from the database.", "# TYPE inbox_bell_cache_misses_total counter",
-            "inbox_bell_cache_misses_total \(misses)",
-            "# HELP inbox_bell_cache_bytes Bytes of bell pages kept.", "# TYPE inbox_bell_cache_bytes gauge", "inbox_bell_cache_bytes \(bytes)",
-            "# HELP inbox_bell_cache_listening 1 while the cache hears of every bell change (it answers nothing otherwise).",
-            "# TYPE inbox_bell_cache_listening gauge", "inbox_bell_cache_listening \(cache.isListening ? 1 : 0)",
+            "# HELP \(prefix)_hits_total \(what) answered from memory.", "# TYPE \(prefix)_hits_total counter",
+            "\(prefix)_hits_total \(statistics.hits)",
+            "# HELP \(prefix)_misses_total \(what) read from the database.", "# TYPE \(prefix)_misses_total counter",
+            "\(prefix)_misses_total \(statistics.misses)",
+            "# HELP \(prefix)_bytes Bytes of \(what.lowercased()) kept.", "# TYPE \(prefix)_bytes gauge", "\(prefix)_bytes \(statistics.bytes)",
+            "# HELP \(prefix)_listening 1 while the cache hears of every change (it answers nothing otherwise).",
+            "# TYPE \(prefix)_listening gauge", "\(prefix)_listening \(listening ? 1 : 0)",
         ].joined(separator: "\n") + "\n"
     }
 

@@ -44,6 +44,8 @@ struct InboxConfiguration: Sendable {
     var uploadsFolder: String { uploadsDirectory ?? (dataDirectory as NSString).appendingPathComponent("uploads") }
     /// `INBOX_BELL_CACHE_MB`: memory for bell pages kept between their changes; 0: none.
     var bellCacheMegabytes: Int = 64
+    /// `INBOX_CONVERSATION_CACHE_MB`: memory for conversation list pages kept between their changes; 0: none.
+    var conversationCacheMegabytes: Int = 64
     /// `INBOX_TOKEN_KEYS`: the identity tier's public keys (a JWKS file, a PEM file or a folder of
     /// them); nil: the development key.
     var tokenKeysPath: String?
@@ -195,6 +197,11 @@ struct InboxConfiguration: Sendable {
         wholeNumber(
             "INBOX_BELL_CACHE_MB", "--bell-cache-mb", 0...65_536, default: 64,
             meaning: "memory for bell pages kept until the person's bell changes (0: none, up to 65536)") { $0.bellCacheMegabytes = $1 },
+        wholeNumber(
+            "INBOX_CONVERSATION_CACHE_MB", "--conversation-cache-mb", 0...65_536, default: 64,
+            meaning: "memory for conversation list pages kept until a thread in them changes (0: none, up to 65536)") {
+            $0.conversationCacheMegabytes = $1
+        },
         Setting(variable: "INBOX_UPLOADS_DIR", flag: "--uploads-dir", defaultValue: "(unset: <INBOX_DATA_DIR>/uploads)",
                 meaning: "folder uploaded files are stored in, by their SHA-256 (made when missing)") { $0.uploadsDirectory = $1 },
         Setting(variable: "INBOX_UPLOADS_ALLOW_PRIVATE_SOURCES", flag: "--uploads-allow-private-sources", defaultValue: "0",

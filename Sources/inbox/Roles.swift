@@ -38,6 +38,8 @@ enum Roles {
                 throw UsageError(description: "INBOX_SERVICE_CREDENTIALS (--service-credentials): \(error)")
             }
             let bellCache = configuration.bellCacheMegabytes > 0 ? BellCache(capacityBytes: configuration.bellCacheMegabytes << 20) : nil
+            let conversationCache =
+                configuration.conversationCacheMegabytes > 0 ? ConversationListCache(capacityBytes: configuration.conversationCacheMegabytes << 20) : nil
             let store = EventStore(client: requestClient, validator: database.store.validator)
             let metrics = RequestMetrics()
             if let problem = FileType.problem { throw UsageError(description: "Uploads cannot be typed: \(problem).") }
@@ -45,7 +47,7 @@ enum Roles {
                 directory: URL(fileURLWithPath: configuration.uploadsFolder, isDirectory: true),
                 allowPrivateSources: configuration.uploadsAllowPrivateSources)
             let routes = InboxRoutes.all(
-                client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, uploads: uploads,
+                client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, conversationCache: conversationCache, uploads: uploads,
                 unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) })
             let logRequest: @Sendable (RequestLogLine) -> Void = { line in
                 var metadata: Logger.Metadata = [
@@ -62,9 +64,11 @@ enum Roles {
                 APIServer(routes: InboxRoutes.operations(routes), gate: nil, metrics: metrics, log: logRequest)
             }
             var members: [ServiceGroup.Member] = []
-            if let bellCache {
-                let listener = BellCacheListener(cache: bellCache, configuration: database.client.configuration.connection, logger: log)
-                members.append(ServiceGroup.Member("the bell cache listener", listener, shutdownDeadline: .seconds(5)))
+            let caches: [(channel: String, cache: any AnnouncedCache)] =
+                (bellCache.map { [(BellChanges.channel, $0)] } ?? []) + (conversationCache.map { [(ThreadChanges.channel, $0)] } ?? [])
+            if !caches.isEmpty {
+                let listener = CacheListener(caches: caches, configuration: database.client.configuration.connection, logger: log)
+                members.append(ServiceGroup.Member("the caches' listener", listener, shutdownDeadline: .seconds(5)))
             }
             members.append(ServiceGroup.Member("the API", APIService(api: api, operations: operations, configuration: configuration, log: log), shutdownDeadline: .seconds(15)))
             return (members, requestClient)

@@ -156,7 +156,7 @@ import Testing
         #expect(try await unread() == 0)
         let killer = try db.connect()
         defer { killer.close() }
-        try killer.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'inbox-api-bell-listener'")
+        try killer.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'inbox-api-caches-listener'")
         try await Self.until("the cache notices") { !cache.isListening }
         // A change it could not hear of meanwhile is shown once it listens again.
         _ = try await db.store.append([try NewEvent(SignedIn(personId: "p1", signInId: "s6", platform: "web"))])

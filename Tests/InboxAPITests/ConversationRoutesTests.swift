@@ -14,11 +14,16 @@ import Threads
 struct ConversationAPI {
     let client: APITestServer
     let db: TestDatabase
+    /// The list cache, when `cached`.
+    var cache: ConversationListCache? = nil
 
     static let json = ["Content-Type": JSONAPI.mediaType, "X-Wristler-App": "ios/2.4.0"]
 
+    /// With `cached` (the default, as `inbox serve` runs), list pages are kept in a
+    /// `ConversationListCache` told of changes by NOTIFY: every step of these tests then also
+    /// checks that a write forgets the pages it changes, on both sides.
     static func with(
-        setup: [any CatalogueEvent], threads: Int = 4,
+        setup: [any CatalogueEvent], threads: Int = 4, cached: Bool = true,
         _ body: (ConversationAPI) async throws -> Void
     ) async throws {
         let cluster = try await TestCluster.make()
@@ -32,13 +37,18 @@ struct ConversationAPI {
         let uploads = UploadSettings(
             directory: FileManager.default.temporaryDirectory.appendingPathComponent("conversation-uploads-\(UUID().uuidString)", isDirectory: true))
         defer { try? FileManager.default.removeItem(at: uploads.directory) }
+        let cache = cached ? ConversationListCache(lifetime: .seconds(600)) : nil
+        let listener = cache.map { CacheListener(caches: [(ThreadChanges.channel, $0)], configuration: db.configuration) }
+        let listening = listener.map { listener in Task { try await listener.run() } }
+        defer { listening?.cancel() }
+        while let cache, !cache.isListening { try await Task.sleep(for: .milliseconds(10)) }
         let api = APIServer(
-            routes: ConversationRoutes.routes(client: pool, attachments: uploads.store(client: pool)) + BellRoutes.routes(client: pool)
+            routes: ConversationRoutes.routes(client: pool, attachments: uploads.store(client: pool), cache: cache) + BellRoutes.routes(client: pool)
                 + UploadRoutes.routes(client: pool, settings: uploads),
             gate: AppVersionGate(client: db.client, refreshInterval: .zero), verifier: AccessTokenTests.verifier)
         let server = try HTTPServer(configuration: .init(port: 0, threads: threads), replying: { api.reply($0) })
         defer { server.shutdown() }
-        try await body(ConversationAPI(client: APITestServer(server: server, db: db), db: db))
+        try await body(ConversationAPI(client: APITestServer(server: server, db: db), db: db, cache: cache))
     }
 
     static func headers(_ person: String, scopes: [Scope] = Scope.app) throws -> [String: String] {

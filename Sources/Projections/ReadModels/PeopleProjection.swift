@@ -47,6 +47,8 @@ public struct PeopleProjection: Projection {
         let fold = try PeopleFold.fold(events)
         let connection = context.connection
         try write(fold.members, table: context.table("shop_members"), columns: ("shop_id", "person_id"), on: connection)
+        // Whose seller lists cover other shops now, for whoever keeps them in memory.
+        if context.mode != .replay { try ThreadChanges.announce(Set(fold.members.keys.map { ThreadChanges.member($0.second) }), on: connection) }
         try write(fold.blocks, table: context.table("person_blocks"), columns: ("blocker_id", "blocked_id"), on: connection)
         let blockedAccounts = fold.blockedAccounts
         if !blockedAccounts.isEmpty {

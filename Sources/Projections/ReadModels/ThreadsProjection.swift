@@ -119,7 +119,22 @@ public struct ThreadsProjection: Projection {
             writeWatches(fold.watches, context: context), writeConversations(fold.changedConversations, context: context),
             writeMessages(fold.newMessages, context: context), writeSides(changedSides, context: context),
         ].compactMap { $0 } + writeUnreadCounts(ThreadsFold.unreadDeltas(of: changedSides), context: context)
-        _ = try context.connection.pipeline(writes)
+        // Live and inline, whoever keeps conversation lists in memory learns whose changed when this commits.
+        let announcements = context.mode == .replay ? [] : Announcement.statements(Self.subjects(fold), channel: ThreadChanges.channel)
+        _ = try context.connection.pipeline(writes + announcements)
+    }
+
+    /// The lists a batch changed (`ThreadChanges`): both sides of every thread it touched.
+    static func subjects(_ fold: ThreadsFold) -> Set<String> {
+        var subjects = Set<String>()
+        for conversation in fold.changedConversations {
+            subjects.insert(ThreadChanges.buyer(conversation.buyerId))
+            if let shop = conversation.shopId { subjects.insert(ThreadChanges.seller(shop)) }
+        }
+        for side in fold.changedSides {
+            subjects.insert(side.side == ConversationSide.buyer.rawValue ? ThreadChanges.buyer(side.ownerId) : ThreadChanges.seller(side.ownerId))
+        }
+        return subjects
     }
 
     private func writeConversations(_ c: [ThreadsFold.Conversation], context: ProjectionContext) -> PostgresStatement? {

@@ -179,27 +179,31 @@ public enum ThreadReader {
 
     /// A page of a person's list on one side and that side's badge, in one round trip (pipeline
     /// mode): on the buyer side their own threads, on the seller side those of every shop they
-    /// work at (`shop_members`), each shop's badge added up.
+    /// work at (`shop_members`), each shop's badge added up. `owners` are the owners the page was
+    /// read from (the person, or their shops; with `withOwners` only, else empty): what a page
+    /// kept in memory depends on.
     public static func listAndUnreadCount(
-        person: String, side: ConversationSide, archived: Bool? = nil, after cursor: KeysetCursor? = nil, limit: Int,
+        person: String, side: ConversationSide, archived: Bool? = nil, after cursor: KeysetCursor? = nil, limit: Int, withOwners: Bool = false,
         on connection: PostgresConnection
-    ) throws -> (page: KeysetPage<ThreadSummary>, unreadCount: Int) {
+    ) throws -> (page: KeysetPage<ThreadSummary>, unreadCount: Int, owners: [String]) {
         let limit = max(1, limit)
         let owners = side == .buyer ? "= $1" : "IN (SELECT shop_id FROM shop_members WHERE person_id = $1)"
         let ownerList = side == .buyer ? "SELECT $1::text" : "SELECT shop_id FROM shop_members WHERE person_id = $1"
-        let results = try connection.pipeline([
-            PostgresStatement(
-                listSQL(owners: ownerList, archived: archived, after: cursor != nil),
-                binds: [PostgresBind(person)] + listParameters(side: side, after: cursor, limit: limit)),
-            PostgresStatement(
-                "SELECT coalesce(sum(unread_count), 0)::bigint FROM unread_conversations WHERE owner_id \(owners) AND side = $2", person,
-                side.rawValue),
-        ])
+        let results = try connection.pipeline(
+            [
+                PostgresStatement(
+                    listSQL(owners: ownerList, archived: archived, after: cursor != nil),
+                    binds: [PostgresBind(person)] + listParameters(side: side, after: cursor, limit: limit)),
+                PostgresStatement(
+                    "SELECT coalesce(sum(unread_count), 0)::bigint FROM unread_conversations WHERE owner_id \(owners) AND side = $2", person,
+                    side.rawValue),
+            ] + (withOwners && side == .seller ? [PostgresStatement(ownerList, person)] : []))
         let read = try results[0].map { row -> (row: ThreadSummary, key: Int64, id: String) in
             let thread = try summary(row)
             return (thread, try row.decode(Int64.self, at: 14), thread.conversationId)
         }
-        return (KeysetPage(reading: read, limit: limit), Int(try results[1].scalar(Int64.self)))
+        let ownerIds = !withOwners ? [] : side == .buyer ? [person] : try results[2].map { try $0.decode(String.self, at: 0) }
+        return (KeysetPage(reading: read, limit: limit), Int(try results[1].scalar(Int64.self)), ownerIds)
     }
 
     /// A summary from the first fourteen columns of a row, in the order `listSQL` and

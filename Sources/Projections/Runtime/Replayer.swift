@@ -204,6 +204,10 @@ public final class Replayer: Sendable {
                 }
                 // Bell pages kept in memory were read from the tables just retired.
                 if projections.contains(where: { $0.name == BellProjection().name }) { try BellChanges.announceEverybody(on: connection) }
+                // And conversation lists, from the threads' tables or the shops' members.
+                if projections.contains(where: { $0.name == ThreadsProjection().name || $0.name == PeopleProjection().name }) {
+                    try ThreadChanges.announceEverything(on: connection)
+                }
             }
             for projection in projections {
                 try connection.execute("DROP SCHEMA IF EXISTS \"retired_\(projection.name)\" CASCADE")
