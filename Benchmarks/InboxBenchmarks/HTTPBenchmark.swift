@@ -152,7 +152,7 @@ struct HTTPBenchmark: Benchmark {
         // Each row's wait allows for its answers' time at that rate (their p50 in earlier runs),
         // so that the rate reached is about the target; what it reached is the row's figure.
         let buyerPaced = try write(tokens.map { WrkRequest(token: $0) }, pacedAt: Self.listingRate, answeredIn: 1)
-        let sellerPaced = try write(sellerTokens.map { WrkRequest(token: $0) }, pacedAt: Self.listingRate, answeredIn: 5)
+        let sellerPaced = try write(sellerTokens.map { WrkRequest(token: $0) }, pacedAt: Self.listingRate, answeredIn: 2)
         // A post waits for the group before its own to commit, then for its own.
         let postPaced = try write(posts, pacedAt: Self.postingRate, answeredIn: 12)
         let base = "http://127.0.0.1:\(server.port)"

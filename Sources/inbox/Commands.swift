@@ -28,7 +28,7 @@ extension Command {
 
     static let run = Command(
         name: "run", synopsis: "run",
-        summary: "Migrates, then runs the tier: the projectors, the push fan-out, the schedule, the mailer and the API (with its bell cache listener), until "
+        summary: "Migrates, then runs the tier: the projectors, the push fan-out, the schedule, the mailer and the API (with its caches' listener), until "
             + "SIGTERM or SIGINT stops them in order. The default command."
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "run")
