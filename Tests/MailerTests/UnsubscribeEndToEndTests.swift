@@ -18,6 +18,26 @@ import Testing
 /// A gathered mail's one-click `List-Unsubscribe` POSTed to the API's `/mail/unsubscribe`, as a
 /// mail client does: every category of the mail is off, and the next notifications are not mailed.
 @Suite struct UnsubscribeEndToEndTests {
+    static func mailer(_ folder: URL, _ clock: MovedClock) -> MailSender {
+        MailSender(
+            store: MailOutboxStore(), transport: FolderTransport(folder: folder.path), from: sender,
+            links: MailRenderer.Links(signer: signer, publicURL: "https://inbox.example.com"), now: { clock.now })
+    }
+
+    /// The first mail's `List-Unsubscribe` (`<https://inbox.example.com/mail/unsubscribe?token=...>`)
+    /// as a path, to send to the local server instead.
+    static func oneClickPath(_ folder: URL) throws -> String {
+        let header = try #require(try mails(in: folder).first?.listUnsubscribe).trimmingCharacters(in: .whitespaces)
+        let found = try #require(header.range(of: "/mail/unsubscribe?token="))
+        return String(header[found.lowerBound...].dropLast())
+    }
+
+    /// The unsubscribe route on a real socket.
+    static func server(_ db: TestDatabase) throws -> HTTPServer {
+        let api = APIServer(routes: UnsubscribeRoutes.routes(client: try InboxRoutes.requestPool(connection: db.configuration, size: 2), links: signer), gate: nil)
+        return try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
+    }
+
     @Test func theMailsOneClickLinkTurnsItsCategoriesOffAndNothingMoreIsMailed() async throws {
         let folder = try MailMocks.temporaryDirectory("mailer-folder")
         defer { try? FileManager.default.removeItem(at: folder) }
@@ -33,17 +53,10 @@ import Testing
             PasswordChanged(personId: "b-e2e"),
         ])
         let clock = MovedClock(start)
-        let mailer = MailSender(
-            store: MailOutboxStore(), transport: FolderTransport(folder: folder.path), from: sender,
-            links: MailRenderer.Links(signer: signer, publicURL: "https://inbox.example.com"), now: { clock.now })
+        let mailer = Self.mailer(folder, clock)
         #expect(try await db.round(mailer).outcomes == ["b-e2e": .sent])
-        let header = try #require(try mails(in: folder).first?.listUnsubscribe).trimmingCharacters(in: .whitespaces)
-        // <https://inbox.example.com/mail/unsubscribe?token=...>, sent to the local server instead.
-        let found = try #require(header.range(of: "/mail/unsubscribe?token="))
-        let path = String(header[found.lowerBound...].dropLast())
-
-        let api = APIServer(routes: UnsubscribeRoutes.routes(client: try InboxRoutes.requestPool(connection: db.configuration, size: 2), links: signer), gate: nil)
-        let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
+        let path = try Self.oneClickPath(folder)
+        let server = try Self.server(db)
         defer { server.shutdown() }
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)\(path)")!)
         request.httpMethod = "POST"
@@ -81,16 +94,10 @@ import Testing
             SavedSearchMatched(savedSearchId: "s-e2e", personId: "p-e2e", watchIds: ["w1"]),
         ])
         let clock = MovedClock(start)
-        let mailer = MailSender(
-            store: MailOutboxStore(), transport: FolderTransport(folder: folder.path), from: sender,
-            links: MailRenderer.Links(signer: signer, publicURL: "https://inbox.example.com"), now: { clock.now })
+        let mailer = Self.mailer(folder, clock)
         #expect(try await db.round(mailer).outcomes == ["p-e2e search:s-e2e": .sent])
-        let header = try #require(try mails(in: folder).first?.listUnsubscribe).trimmingCharacters(in: .whitespaces)
-        let found = try #require(header.range(of: "/mail/unsubscribe?token="))
-        let path = String(header[found.lowerBound...].dropLast())
-
-        let api = APIServer(routes: UnsubscribeRoutes.routes(client: try InboxRoutes.requestPool(connection: db.configuration, size: 2), links: signer), gate: nil)
-        let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
+        let path = try Self.oneClickPath(folder)
+        let server = try Self.server(db)
         defer { server.shutdown() }
         // The page asks first, naming the search, and changes nothing.
         var ask = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)\(path)")!)
