@@ -67,7 +67,7 @@ bench: deps
 	$(SWIFT) build -c release --product inbox-bench
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench $(BENCH_ARGS)
 
-# Every benchmark at the release plan's scale (about 15 minutes on 2 cores), each ratio to its
+# Every benchmark at the release plan's scale (about 12 minutes on 2 cores), each ratio to its
 # same-run ceiling judged against the committed baseline: exits non-zero naming the figure that
 # fell. The report: bench-results/release/index.html. RELEASE_ARGS go to `inbox-bench release`.
 BASELINE ?= Benchmarks/baseline.json

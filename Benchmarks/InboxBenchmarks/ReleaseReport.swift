@@ -55,10 +55,16 @@ struct ReleaseReport {
                         label: figure.title, values: figure.ratios ?? [], baseline: verdict?.baselineRatio, band: band,
                         failed: verdict?.outcome == .fell)
                 }
+                // Ratios an order of magnitude apart (a post beside a cached page) on a log axis, so
+                // that the small ones' band is as visible as the large ones'.
+                let medians = gated.compactMap(\.medianRatio).filter { $0 > 0 }
+                let spansDecades = (medians.max() ?? 1) / (medians.min() ?? 1) > 10
                 let ceilings = Set(gated.compactMap(\.ceiling))
                 let axis = ceilings.count == 1 ? "× \(ceilings.first ?? "")" : "× the row's ceiling (the table below names it)"
                 charts.append(
-                    ("ratios-\(report.benchmark).svg", DotChart(title: "\(report.benchmark): ratio to the same-run ceiling (gated)", axisLabel: axis, rows: rows)))
+                    ("ratios-\(report.benchmark).svg", DotChart(
+                            title: "\(report.benchmark): ratio to the same-run ceiling (gated)", axisLabel: axis + (spansDecades ? " (logarithmic)" : ""),
+                            rows: rows, logarithmic: spansDecades)))
             }
             let rows = figures.map { figure in
                 DotChart.Row(label: figure.title, values: figure.rates, baseline: before[figure.id]?.medianRate)
