@@ -9,12 +9,14 @@ TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server ngh
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: help deps test-deps install-packages build run test bench fuzz clean
+.PHONY: help deps test-deps install-packages build run test bench bench-release bench-baseline fuzz clean
 
 help:
 	@echo "make run    build and run the tier on an embedded PostgreSQL in .inbox/postgres"
 	@echo "make test   start a throwaway PostgreSQL, build, run every test, stop it"
 	@echo "make bench  run the benchmarks (figures in docs/benchmarks.md)"
+	@echo "make bench-release   every benchmark against Benchmarks/baseline.json: a verdict and a report"
+	@echo "make bench-baseline  the same, writing a new Benchmarks/baseline.json to commit with the release"
 	@echo "make fuzz   schemathesis against a live server from its /openapi.json, at most 5 minutes"
 	@echo "make deps   install the Debian packages the build needs"
 
@@ -64,6 +66,21 @@ bench: deps
 	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
 	$(SWIFT) build -c release --product inbox-bench
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench $(BENCH_ARGS)
+
+# Every benchmark at the release plan's scale (about 12 minutes on 2 cores), each ratio to its
+# same-run ceiling judged against the committed baseline: exits non-zero naming the figure that
+# fell. The report: bench-results/release/index.html. RELEASE_ARGS go to `inbox-bench release`.
+BASELINE ?= Benchmarks/baseline.json
+bench-release: deps
+	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
+	$(SWIFT) build -c release --product inbox-bench
+	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench release --baseline $(BASELINE) $(RELEASE_ARGS)
+
+# The same run, writing its figures as the new baseline (commit it with the release).
+bench-baseline: deps
+	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
+	$(SWIFT) build -c release --product inbox-bench
+	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench release --baseline $(BASELINE) --write-baseline $(BASELINE) $(RELEASE_ARGS)
 
 # schemathesis (PyPI, into .build/fuzz-venv when missing) against `inbox serve` on a throwaway
 # PostgreSQL, driven by /openapi.json: FUZZ_SECONDS (300) and FUZZ_EXAMPLES per operation (25);

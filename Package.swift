@@ -137,10 +137,14 @@ let package = Package(
             ],
             swiftSettings: swiftSettings),
 
+        // The release benchmark's pure parts: figures, the baseline file, the margin rule and the
+        // verdict, the SVG plots. Foundation only, so its tests need no database and build fast.
+        .target(name: "BenchmarkVerdict", path: "Benchmarks/BenchmarkVerdict", swiftSettings: swiftSettings),
+
         .executableTarget(
             name: "InboxBenchmarks",
             dependencies: [
-                "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto", "Encodings",
+                "BenchmarkVerdict", "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto", "Encodings",
                 "Fanout", "HTTP2Client", "PushProtocol", "Schedule", "Mailer", "Mail",
             ],
             path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
@@ -200,6 +204,8 @@ let package = Package(
                 "PushProtocol",
             ],
             swiftSettings: swiftSettings),
+        .testTarget(
+            name: "BenchmarkVerdictTests", dependencies: ["BenchmarkVerdict"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(

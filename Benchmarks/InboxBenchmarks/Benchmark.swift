@@ -32,6 +32,17 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         case .mail: MailBenchmark(rounds: options.rounds, scale: options.scale)
         }
     }
+
+    /// What one unit of the benchmark's rate is: the table's and the JSON's `unit`.
+    var unit: String {
+        switch self {
+        case .append, .projection: "events"
+        case .http: "requests"
+        case .fanout: "pushes"
+        case .schedule: "messages"
+        case .mail: "mails"
+        }
+    }
 }
 
 /// One benchmark: it gets a migrated database and returns its configurations' figures.
@@ -67,6 +78,8 @@ struct Measurement: Codable, Sendable {
     var appendSeconds: Double?
     /// CPU time per event by process (microseconds), where a benchmark measures it.
     var cpuMicrosecondsPerEvent: [String: Double]?
+    /// The answers' latency in this round, where the load generator reports it (`http`).
+    var latency: Latency?
 
     init(round: Int, events: Int, elapsed: Duration, build: Duration? = nil, append: Duration? = nil) {
         self.round = round
@@ -78,6 +91,13 @@ struct Measurement: Codable, Sendable {
     }
 }
 
+/// Latency percentiles of one round, in seconds.
+struct Latency: Codable, Sendable, Equatable {
+    var p50: Double
+    var p99: Double
+    var p999: Double
+}
+
 /// The figures of one configuration over every round.
 struct ConfigurationResult: Codable, Sendable {
     enum Kind: String, Codable, Sendable {
@@ -85,6 +105,9 @@ struct ConfigurationResult: Codable, Sendable {
         case client
         /// Rows made and inserted by the server itself: the ceiling the client is compared with.
         case serverSide
+        /// Held to a rate (the `http` rows "at 5000/s"): the latency at that rate is the figure, and
+        /// the rate reached is the target's, so it is not compared with the ceiling (nor gated).
+        case paced
     }
 
     var id: String
@@ -102,6 +125,11 @@ struct ConfigurationResult: Codable, Sendable {
     var medianBuildShare: Double?
     /// `medianEventsPerSecond` divided by the server-side configuration's median.
     var ratioToServerSide: Double?
+    /// The id of the server-side configuration (the same-run ceiling) the ratios are taken to.
+    var ceilingId: String?
+    /// Each round's rate divided by the ceiling's rate in the same round: the spread of these is
+    /// what the release gate's margin is made of.
+    var ratiosPerRound: [Double]?
 }
 
 /// What a benchmark returns: its configurations, and facts worth keeping beside the figures.
@@ -115,7 +143,8 @@ struct BenchmarkResult: Codable, Sendable {
 /// follows the same one (checkpoints and autovacuum then land on each of them in turn).
 ///
 /// `INBOX_BENCH_ONLY=id,id` runs only the configurations of those ids (to study one).
-func runInterleaved(_ cases: [BenchmarkCase], rounds: Int) async throws -> [ConfigurationResult] {
+/// `unit` names what the progress lines' rates count (`requests`, `pushes`).
+func runInterleaved(_ cases: [BenchmarkCase], rounds: Int, unit: String = "events") async throws -> [ConfigurationResult] {
     var cases = cases
     if let only = ProcessInfo.processInfo.environment["INBOX_BENCH_ONLY"], !only.isEmpty {
         let ids = Set(only.split(separator: ",").map(String.init))
@@ -131,7 +160,7 @@ func runInterleaved(_ cases: [BenchmarkCase], rounds: Int) async throws -> [Conf
             measurements[index].append(measured)
             progress(
                 "round \(round)/\(rounds)  \(cases[index].title.padding(toLength: 44, withPad: " ", startingAt: 0))"
-                    + "\(formatGrouped(measured.eventsPerSecond).leftPadded(10)) events/s  (\(formatGrouped(Double(measured.events))) in "
+                    + "\(formatGrouped(measured.eventsPerSecond).leftPadded(10)) \(unit)/s  (\(formatGrouped(Double(measured.events))) in "
                     + "\(String(format: "%.2f", measured.seconds)) s)")
         }
     }
@@ -154,6 +183,10 @@ func runInterleaved(_ cases: [BenchmarkCase], rounds: Int) async throws -> [Conf
         let concurrent = results[index].appenders > 1
         guard let server = servers.first(where: { ($0.appenders > 1) == concurrent }) ?? servers.first else { continue }
         results[index].ratioToServerSide = results[index].medianEventsPerSecond / server.medianEventsPerSecond
+        results[index].ceilingId = server.id
+        results[index].ratiosPerRound = zip(results[index].rounds, server.rounds).map { client, ceiling in
+            ceiling.eventsPerSecond > 0 ? client.eventsPerSecond / ceiling.eventsPerSecond : 0
+        }
     }
     return results
 }

@@ -4,6 +4,9 @@ import Lifecycle
 /// Parses the command line, runs the chosen benchmark on a database, prints the table and writes the JSON.
 enum BenchmarkCommand {
     static func run(arguments: [String]) async -> Int32 {
+        if arguments.first == "release" {
+            return await ReleaseCommand.run(arguments: Array(arguments.dropFirst()))
+        }
         let options: Options
         do {
             options = try Options.parse(arguments)
@@ -16,18 +19,7 @@ enum BenchmarkCommand {
             return 0
         }
 
-        let benchmark = options.benchmark.make(options: options)
-        let work = Task {
-            try await BenchmarkDatabase.with { database in
-                let postgres = try await RunReport.Database.describe(database)
-                progress("\(options.benchmark.rawValue): \(options.rounds) rounds, scale \(options.scale), on \(postgres.shortVersion), \(database.description)")
-                let date = ISO8601DateFormatter().string(from: Date())
-                let result = try await benchmark.run(on: database)
-                return RunReport(
-                    benchmark: result.benchmark, date: date, rounds: options.rounds, scale: options.scale, machine: .current,
-                    postgres: postgres, configurations: result.configurations, notes: result.notes)
-            }
-        }
+        let work = Task { try await measure(options.benchmark, rounds: options.rounds, scale: options.scale) }
         // Ctrl-C or SIGTERM cancels the run; the embedded PostgreSQL is then still stopped and deleted.
         let signals = SignalWatcher(signals: [SIGINT, SIGTERM]) { _ in work.cancel() }
         defer { signals.cancel() }
@@ -51,5 +43,23 @@ enum BenchmarkCommand {
         }
         print("\nJSON: \(options.resolvedJSONPath)")
         return 0
+    }
+
+    /// Runs one benchmark on a database of its own (a fresh embedded PostgreSQL, or `DATABASE_URL`).
+    static func measure(_ name: BenchmarkName, rounds: Int, scale: Double) async throws -> RunReport {
+        var options = Options()
+        options.benchmark = name
+        options.rounds = rounds
+        options.scale = scale
+        let benchmark = name.make(options: options)
+        return try await BenchmarkDatabase.with { database in
+            let postgres = try await RunReport.Database.describe(database)
+            progress("\(name.rawValue): \(rounds) rounds, scale \(scale), on \(postgres.shortVersion), \(database.description)")
+            let date = ISO8601DateFormatter().string(from: Date())
+            let result = try await benchmark.run(on: database)
+            return RunReport(
+                benchmark: result.benchmark, unit: name.unit, date: date, rounds: rounds, scale: scale, machine: .current,
+                postgres: postgres, configurations: result.configurations, notes: result.notes)
+        }
     }
 }

@@ -141,7 +141,7 @@ struct FanoutBenchmark: Benchmark {
                 return Measurement(round: round, events: pushesPerRound, elapsed: .seconds(seconds))
             },
         ]
-        let configurations = try await runInterleaved(cases, rounds: rounds)
+        let configurations = try await runInterleaved(cases, rounds: rounds, unit: "pushes")
         return BenchmarkResult(
             benchmark: "fanout", configurations: configurations,
             notes: [

@@ -10,7 +10,8 @@ import Projections
 /// The API under a real HTTP load generator (`wrk`, from Debian), on the same machine: the bell's
 /// first page, the device list, both sides' conversation lists, a thread's messages and posting a
 /// message, of many people, 64 connections, beside the same server's `/healthz` in the same run.
-/// Requests per second, and p50 and p99 latency from wrk.
+/// Requests per second, and p50, p99 and p99.9 latency of every round from wrk (in the table and
+/// the JSON, each round's `latency`).
 struct HTTPBenchmark: Benchmark {
     var rounds: Int
     var scale: Double
@@ -158,7 +159,6 @@ struct HTTPBenchmark: Benchmark {
         let base = "http://127.0.0.1:\(server.port)"
         let uncachedBase = "http://127.0.0.1:\(uncachedServer.port)"
 
-        let latencies = LatencyNotes()
         /// `before` runs before each round, not timed; `alongside` runs while wrk does (and is
         /// cancelled after); it says what it did.
         func wrkCase(
@@ -175,9 +175,10 @@ struct HTTPBenchmark: Benchmark {
                     let result = try await BlockingThread.run { try Self.wrk(url: base + path, script: script) }
                     side?.cancel()
                     let done = await side?.value
-                    latencies.add(id, round: round, p50: result.p50, p99: result.p99)
-                    progress("  \(title): p50 \(Self.format(result.p50)), p99 \(Self.format(result.p99)), \(result.errors) socket errors, \(result.non2xx) non-2xx\(done.map { ", " + $0 } ?? "")")
-                    return Measurement(round: round, events: result.requests, elapsed: .milliseconds(Int64(result.seconds * 1000)))
+                    progress("  \(title): p50 \(Self.format(result.p50)), p99 \(Self.format(result.p99)), p99.9 \(Self.format(result.p999)), \(result.errors) socket errors, \(result.non2xx) non-2xx\(done.map { ", " + $0 } ?? "")")
+                    var measurement = Measurement(round: round, events: result.requests, elapsed: .milliseconds(Int64(result.seconds * 1000)))
+                    measurement.latency = Latency(p50: result.p50, p99: result.p99, p999: result.p999)
+                    return measurement
                 })
         }
         /// Buyers write to shops meanwhile: a message every 10 ms (about 80 a second) in the first
@@ -257,24 +258,24 @@ struct HTTPBenchmark: Benchmark {
             wrkCase(
                 id: "conversations-buyer-paced", title: "GET /v1/conversations at \(Self.listingRate)/s", path: "/v1/conversations",
                 description: "The buyer side's list as above, paced to about \(Self.listingRate) requests/s (\(Self.pacing)): the latency at the target rate, not at saturation; buyers writing meanwhile.",
-                kind: .client, script: buyerPaced, alongside: buyersWriting),
+                kind: .paced, script: buyerPaced, alongside: buyersWriting),
             wrkCase(
                 id: "conversations-seller-paced", title: "GET /v1/conversations (seller) at \(Self.listingRate)/s",
                 path: "/v1/conversations?filter%5Bside%5D=seller",
                 description: "The seller side's list as above, paced to about \(Self.listingRate) requests/s (\(Self.pacing)); buyers writing meanwhile.",
-                kind: .client, script: sellerPaced, alongside: buyersWriting),
+                kind: .paced, script: sellerPaced, alongside: buyersWriting),
             wrkCase(
                 id: "message-post-paced", title: "POST /v1/conversations/{id}/messages \(Self.postingRate)/s", path: "/",
                 description: "Posting as above, paced to about \(Self.postingRate) requests/s (\(Self.pacing)).",
-                kind: .client, script: postPaced,
+                kind: .paced, script: postPaced,
                 before: { try await client.execute("ANALYZE notification_outbox, notification_outbox_pending, unread_conversations") }),
             wrkCase(
                 id: "healthz", title: "GET /healthz", path: "/healthz",
                 description: "The same server answering /healthz (no token, no database): the ceiling of the HTTP layer on this machine.",
                 kind: .serverSide),
         ]
-        let configurations = try await runInterleaved(cases, rounds: rounds)
-        var notes = latencies.notes
+        let configurations = try await runInterleaved(cases, rounds: rounds, unit: "requests")
+        var notes: [String: String] = [:]
         notes["people"] = "\(people)"
         notes["httpThreads"] = "\(HTTPServer.defaultThreads) event loops, \(blockingThreads) blocking threads"
         let cache = bellCache.statistics
@@ -303,7 +304,8 @@ struct HTTPBenchmark: Benchmark {
     /// wrk's Lua: every request is the next of `requests`, in turn; with `rate`, each connection
     /// waits after each answer (wrk's `delay`, whole milliseconds), so that the connections
     /// together send about `rate` requests a second if answers take `latency` milliseconds. The
-    /// waits are random so that the connections do not send in step.
+    /// waits are random so that the connections do not send in step. `done` prints the percentiles
+    /// in microseconds on a line of its own, p99.9 among them (wrk's `--latency` stops at p99).
     static func luaScript(requests: [WrkRequest], pacedAt rate: Int? = nil, answeredIn latency: Double = 1) -> String {
         let pacing = rate.map { rate in
             let mean = max(1.0, Double(connections) * 1000 / Double(rate) - latency)
@@ -326,6 +328,9 @@ struct HTTPBenchmark: Benchmark {
               if r[4] then headers["Content-Type"] = "application/vnd.api+json" end
               return wrk.format(r[1], r[2], headers, r[4])
             end
+            done = function(summary, latency, requests)
+              io.write(string.format("\(percentilesLabel) %d %d %d\\n", latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+            end
             """ + pacing
     }
 
@@ -340,6 +345,7 @@ struct HTTPBenchmark: Benchmark {
         var seconds: Double
         var p50: Double
         var p99: Double
+        var p999: Double
         var errors: Int
         var non2xx: Int
     }
@@ -361,31 +367,15 @@ struct HTTPBenchmark: Benchmark {
         let seconds = Double(words[3].dropLast(2).replacingOccurrences(of: "s", with: "")) ?? Double(Self.seconds)
         let errors = (value(after: "Socket errors:") ?? "").split(separator: ",").compactMap { $0.split(separator: " ").last.flatMap { Int($0) } }.reduce(0, +)
         let non2xx = Int(value(after: "Non-2xx or 3xx responses:") ?? "0") ?? 0
+        // The script's own line, in microseconds.
+        let percentiles = (value(after: percentilesLabel) ?? "").split(separator: " ").compactMap { Double($0) }.map { $0 / 1_000_000 }
+        guard percentiles.count == 3 else { throw BenchmarkFailure(description: "wrk's script printed no percentiles: \(output)") }
         return WrkResult(
-            requests: requests, seconds: seconds, p50: duration(value(after: "50%") ?? ""), p99: duration(value(after: "99%") ?? ""), errors: errors,
-            non2xx: non2xx)
-    }
-
-    /// wrk's `1.23ms`, `456.00us`, `1.02s` as seconds.
-    static func duration(_ text: String) -> Double {
-        if text.hasSuffix("us") { return (Double(text.dropLast(2)) ?? 0) / 1_000_000 }
-        if text.hasSuffix("ms") { return (Double(text.dropLast(2)) ?? 0) / 1000 }
-        if text.hasSuffix("m") { return (Double(text.dropLast(1)) ?? 0) * 60 }
-        if text.hasSuffix("s") { return Double(text.dropLast(1)) ?? 0 }
-        return 0
+            requests: requests, seconds: seconds, p50: percentiles[0], p99: percentiles[1], p999: percentiles[2], errors: errors, non2xx: non2xx)
     }
 
     static func format(_ seconds: Double) -> String { String(format: "%.2f ms", seconds * 1000) }
-}
 
-/// p50 and p99 of each round, for the report's notes.
-final class LatencyNotes: @unchecked Sendable {
-    private let lock = NSLock()
-    private var values: [String: [String]] = [:]
-
-    func add(_ id: String, round: Int, p50: Double, p99: Double) {
-        lock.withLock { values[id, default: []].append("round \(round): p50 \(HTTPBenchmark.format(p50)), p99 \(HTTPBenchmark.format(p99))") }
-    }
-
-    var notes: [String: String] { lock.withLock { values.mapValues { $0.joined(separator: "; ") } } }
+    /// The first word of the line the wrk script's `done` prints.
+    static let percentilesLabel = "inbox-bench-percentiles-us"
 }

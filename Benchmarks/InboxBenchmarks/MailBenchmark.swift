@@ -135,7 +135,7 @@ struct MailBenchmark: Benchmark {
                     "The same rounds with a transport that composes each mail's bytes (MailMessage.rendered(), as SMTPTransport does first) and drops them: the tier's own cost without SMTP.",
                 kind: .client, batchSize: Self.batch, appenders: 1, eventsPerRound: people, run: mailAll("render-only", transport: discard)),
         ]
-        let configurations = try await runInterleaved(cases, rounds: rounds)
+        let configurations = try await runInterleaved(cases, rounds: rounds, unit: "mails")
         let composed = discarding.totals
         let sinkTotals = sink.totals
         var notes = [

@@ -15,10 +15,12 @@ struct Options: Sendable, Equatable {
 
     static let usage = """
         usage: inbox-bench [benchmark] [--rounds N] [--scale X] [--json PATH] [--help]
+               inbox-bench release [--baseline PATH] [--report DIR] [--write-baseline PATH] (see release --help)
 
         benchmarks:
         \(BenchmarkName.allCases.map { "  \($0.rawValue.padding(toLength: 12, withPad: " ", startingAt: 0))\($0.summary)" }.joined(separator: "\n"))
           (the first positional argument; `append` when none is given)
+          release     every benchmark, judged against the committed baseline, with a report (release --help)
 
         options:
           --rounds N    rounds; each runs every configuration once, interleaved (default 5, 1...1000)

@@ -61,6 +61,8 @@ struct RunReport: Codable, Sendable {
     }
 
     var benchmark: String
+    /// What the rates count: `events`, `requests` (http), `pushes` (fanout), `mails`, `messages`.
+    var unit: String
     var date: String
     var rounds: Int
     var scale: Double
@@ -77,7 +79,11 @@ struct RunReport: Codable, Sendable {
         try encoder.encode(self).write(to: url, options: .atomic)
     }
 
-    /// The readable table for stdout.
+    /// Whether the rounds carry latencies (the `http` rows): the table then shows them instead of
+    /// the events per round and the building share.
+    var hasLatencies: Bool { configurations.contains { $0.rounds.contains { $0.latency != nil } } }
+
+    /// The readable table for stdout, in the benchmark's own unit.
     var table: String {
         let memory = String(format: "%.1f GiB", Double(machine.physicalMemory) / 1_073_741_824)
         let fsync = postgres.settings["fsync"].map { "fsync \($0)" } ?? "fsync ?"
@@ -88,36 +94,65 @@ struct RunReport: Codable, Sendable {
                 + "\(postgres.shortVersion) (\(postgres.embedded ? "embedded" : "DATABASE_URL"), \(fsync), \(commit))",
             "",
         ]
-        let header = [
-            "configuration".padding(toLength: 44, withPad: " ", startingAt: 0), "events/round".leftPadded(12),
-            "median ev/s".leftPadded(12), "min ev/s".leftPadded(10), "max ev/s".leftPadded(10), "building".leftPadded(9),
-            "vs server".leftPadded(10),
-        ].joined(separator: " ")
+        let latencies = hasLatencies
+        let perSecond = "\(unit)/s"
+        var columns = ["configuration".padding(toLength: 44, withPad: " ", startingAt: 0)]
+        if !latencies { columns.append("\(unit)/round".leftPadded(13)) }
+        columns += ["median \(perSecond)".leftPadded(17), "min".leftPadded(10), "max".leftPadded(10)]
+        columns += latencies ? ["p50".leftPadded(10), "p99".leftPadded(10), "p99.9".leftPadded(10)] : ["building".leftPadded(9)]
+        columns.append("vs ceiling".leftPadded(10))
+        let header = columns.joined(separator: " ")
         lines.append(header)
         lines.append(String(repeating: "-", count: header.count))
         for configuration in configurations {
-            lines.append(
-                [
-                    configuration.title.padding(toLength: 44, withPad: " ", startingAt: 0),
-                    formatGrouped(Double(configuration.eventsPerRound)).leftPadded(12),
-                    formatGrouped(configuration.medianEventsPerSecond).leftPadded(12),
-                    formatGrouped(configuration.minimumEventsPerSecond).leftPadded(10),
-                    formatGrouped(configuration.maximumEventsPerSecond).leftPadded(10),
-                    (configuration.medianBuildShare.map { String(format: "%.0f%%", $0 * 100) } ?? "").leftPadded(9),
-                    (configuration.ratioToServerSide.map { String(format: "%.2f", $0) } ?? (configuration.kind == .serverSide ? "1.00" : ""))
-                        .leftPadded(10),
-                ].joined(separator: " "))
+            var cells = [configuration.title.padding(toLength: 44, withPad: " ", startingAt: 0)]
+            if !latencies { cells.append(formatGrouped(Double(configuration.eventsPerRound)).leftPadded(13)) }
+            cells += [
+                formatGrouped(configuration.medianEventsPerSecond).leftPadded(17),
+                formatGrouped(configuration.minimumEventsPerSecond).leftPadded(10),
+                formatGrouped(configuration.maximumEventsPerSecond).leftPadded(10),
+            ]
+            if latencies {
+                let measured = configuration.rounds.compactMap(\.latency)
+                cells += [\Latency.p50, \Latency.p99, \Latency.p999].map { path in
+                    (measured.isEmpty ? "" : Self.milliseconds(median(measured.map { $0[keyPath: path] }))).leftPadded(10)
+                }
+            } else {
+                cells.append((configuration.medianBuildShare.map { String(format: "%.0f%%", $0 * 100) } ?? "").leftPadded(9))
+            }
+            cells.append(
+                (configuration.ratioToServerSide.map { String(format: "%.2f", $0) } ?? (configuration.kind == .serverSide ? "1.00" : configuration.kind == .paced ? "paced" : ""))
+                    .leftPadded(10))
+            lines.append(cells.joined(separator: " "))
         }
         lines.append("")
-        lines.append("building: median share of the appenders' time spent building NewEvent values (the rest is EventStore.append).")
-        lines.append("vs server: the configuration's median divided by the server-side median of the same run.")
-        lines.append("per round (events/s, in round order):")
+        if latencies {
+            lines.append("p50, p99, p99.9: the medians over the rounds of each round's latency percentiles (wrk); every round's below.")
+            if configurations.contains(where: { $0.kind == .paced }) {
+                lines.append("paced: held to a target rate, so its latency is the figure, not its rate; not compared with the ceiling.")
+            }
+        } else {
+            lines.append("building: median share of the appenders' time spent building NewEvent values (the rest is EventStore.append).")
+        }
+        let ceilings = Set(configurations.compactMap(\.ceilingId))
+        let ceilingTitles = configurations.filter { ceilings.contains($0.id) }.map(\.title)
+        if !ceilingTitles.isEmpty {
+            lines.append(
+                "vs ceiling: the configuration's median divided by the median of the same run's ceiling (\(ceilingTitles.joined(separator: "; "))).")
+        }
+        lines.append("per round (\(perSecond)\(latencies ? ", p50 / p99 / p99.9" : ""), in round order):")
         for configuration in configurations {
-            let rates = configuration.rounds.map { formatGrouped($0.eventsPerSecond) }.joined(separator: ", ")
-            lines.append("  \(configuration.title): \(rates)")
+            let rates = configuration.rounds.map { round in
+                formatGrouped(round.eventsPerSecond)
+                    + (round.latency.map { " (\(Self.milliseconds($0.p50)) / \(Self.milliseconds($0.p99)) / \(Self.milliseconds($0.p999)))" } ?? "")
+            }
+            lines.append("  \(configuration.title): \(rates.joined(separator: ", "))")
         }
         return lines.joined(separator: "\n")
     }
+
+    /// 0.00695 → "6.95 ms".
+    static func milliseconds(_ seconds: Double) -> String { String(format: "%.2f ms", seconds * 1000) }
 }
 
 /// 12345.6 → "12,346".

@@ -92,7 +92,7 @@ struct ScheduleBenchmark: Benchmark {
                     "  one check: \(String(format: "%.1f", milliseconds)) ms, \(outcome.messages) waiting messages, \(outcome.reminders.count) shops reminded")
                 return Measurement(round: round, events: outcome.messages, elapsed: elapsed)
             })
-        let configurations = try await runInterleaved([check], rounds: rounds)
+        let configurations = try await runInterleaved([check], rounds: rounds, unit: "messages")
         var notes = ["checks": timings.text]
         notes["threads"] = "\(threads) threads over 400 days, \(Self.recent) in the last 14 days, \(Self.shops) shops"
         notes["plan"] = scans.joined(separator: "; ")

@@ -1,0 +1,135 @@
+import BenchmarkVerdict
+import Foundation
+import Testing
+
+#if canImport(FoundationXML)
+    import FoundationXML
+#endif
+
+@Suite struct MarginRuleTests {
+    @Test func theSpreadIsTheRangeOverTheMedian() {
+        #expect(Statistics.relativeSpread([0.4, 0.5, 0.6]) == (0.6 - 0.4) / 0.5)
+        #expect(Statistics.relativeSpread([0.5]) == 0)
+        #expect(Statistics.relativeSpread([]) == 0)
+    }
+
+    @Test func roundsThatAgreeGetTheFloor() {
+        #expect(MarginRule.standard.margin(baseline: [0.50, 0.50, 0.51], run: [0.49, 0.50, 0.50]) == 0.05)
+    }
+
+    @Test func theWiderSpreadOfBaselineAndRunSetsTheMargin() {
+        let margin = MarginRule.standard.margin(baseline: [0.40, 0.50, 0.60], run: [0.45, 0.50, 0.50])
+        #expect(abs(margin - 0.4) < 1e-9)
+        let fromRun = MarginRule.standard.margin(baseline: [0.50, 0.50, 0.50], run: [0.30, 0.45, 0.60])
+        #expect(abs(fromRun - 0.3 / 0.45) < 1e-9)
+    }
+}
+
+@Suite struct ReleaseVerdictTests {
+    static func baseline(_ figures: [ReleaseFigure]) -> Baseline {
+        Baseline(commit: "abc", date: "2026-12-01T05:00:00Z", machine: "2 cores", postgres: "PostgreSQL 15", plan: ["append: scale 0.5, 5 rounds"], figures: figures)
+    }
+
+    static func figure(_ id: String, ratios: [Double]?, rates: [Double] = [1000, 1100, 1200]) -> ReleaseFigure {
+        ReleaseFigure(id: id, benchmark: "append", title: "title of \(id)", unit: "events", rates: rates, ceiling: ratios == nil ? nil : "server-side", ratios: ratios)
+    }
+
+    @Test func aFigureWithinItsMarginPasses() {
+        let verdict = ReleaseVerdict.judge(
+            run: [Self.figure("append/a", ratios: [0.47, 0.48, 0.49])], baseline: Self.baseline([Self.figure("append/a", ratios: [0.49, 0.50, 0.51])]))
+        #expect(verdict.passed)
+        #expect(verdict.figures.map(\.outcome) == [.passed])
+    }
+
+    @Test func aFigureThatFellFurtherThanTheSpreadFailsAndIsNamed() throws {
+        let verdict = ReleaseVerdict.judge(
+            run: [Self.figure("append/a", ratios: [0.40, 0.41, 0.42])], baseline: Self.baseline([Self.figure("append/a", ratios: [0.49, 0.50, 0.51])]))
+        #expect(!verdict.passed)
+        let failure = try #require(verdict.failures.first)
+        #expect(failure.id == "append/a")
+        #expect(failure.outcome == .fell)
+        #expect(abs((failure.threshold ?? 0) - 0.50 * 0.95) < 1e-9)
+        #expect(failure.line.contains("append/a"))
+        #expect(failure.line.contains("0.410"))
+        #expect(failure.line.contains("0.500"))
+    }
+
+    @Test func absoluteRatesAreNeverGated() {
+        // The rate halved, the ratio held: the machine was busier, the tier no slower.
+        let verdict = ReleaseVerdict.judge(
+            run: [Self.figure("append/a", ratios: [0.5, 0.5, 0.5], rates: [500, 550, 600]), Self.figure("mail/m", ratios: nil, rates: [1, 2, 3])],
+            baseline: Self.baseline([Self.figure("append/a", ratios: [0.5, 0.5, 0.5]), Self.figure("mail/m", ratios: nil, rates: [100, 100, 100])]))
+        #expect(verdict.passed)
+        #expect(verdict.figures.map(\.id) == ["append/a"])
+    }
+
+    @Test func aGatedFigureTheRunDidNotMeasureFailsAndANewOneDoesNot() {
+        let verdict = ReleaseVerdict.judge(
+            run: [Self.figure("append/new", ratios: [0.1, 0.1])], baseline: Self.baseline([Self.figure("append/gone", ratios: [0.5, 0.5])]))
+        #expect(verdict.figures.map(\.outcome) == [.new, .missing])
+        #expect(verdict.failures.map(\.id) == ["append/gone"])
+    }
+}
+
+@Suite struct BaselineFileTests {
+    @Test func aBaselineReadsBackAsItWasWritten() throws {
+        let baseline = ReleaseVerdictTests.baseline([
+            ReleaseVerdictTests.figure("append/a", ratios: [0.49, 0.5, 0.51]), ReleaseVerdictTests.figure("schedule/check", ratios: nil),
+        ])
+        let decoded = try Baseline.decode(baseline.encoded())
+        #expect(decoded == baseline)
+        #expect(decoded.figures[0].medianRatio == 0.5)
+        #expect(decoded.figures[1].isGated == false)
+    }
+
+    @Test func aBaselineOfAnotherFormatIsRefused() throws {
+        var baseline = ReleaseVerdictTests.baseline([])
+        baseline.format = 99
+        #expect(throws: Baseline.UnknownFormat.self) { try Baseline.decode(baseline.encoded()) }
+    }
+}
+
+@Suite struct DotChartTests {
+    final class Collector: NSObject, XMLParserDelegate {
+        var elements: [String] = []
+        var text = ""
+        func parser(_ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
+            elements.append(name)
+        }
+        func parser(_ parser: XMLParser, foundCharacters string: String) { text += string }
+    }
+
+    @Test func theChartIsWellFormedSVGWithItsLabelsEscaped() throws {
+        let chart = DotChart(
+            title: "http: ratio to /healthz <gated> & \"quoted\"", axisLabel: "× GET /healthz",
+            rows: [
+                .init(label: "GET /v1/conversations?filter[side]=seller&x=<1>", values: [0.05, 0.06, 0.055], baseline: 0.058, band: 0.05...0.058),
+                .init(label: "POST /v1/conversations/{id}/messages", values: [0.02, 0.03], baseline: 0.04, band: 0.035...0.04, failed: true),
+                .init(label: "no baseline", values: []),
+            ])
+        let svg = chart.svg
+        let parser = XMLParser(data: Data(svg.utf8))
+        let collector = Collector()
+        parser.delegate = collector
+        #expect(parser.parse(), "\(parser.parserError.map { "\($0)" } ?? "")")
+        #expect(collector.elements.first == "svg")
+        #expect(collector.elements.filter { $0 == "circle" }.count == 3 + 1 + 2 + 1)
+        #expect(collector.text.contains("filter[side]=seller&x=<1>"))
+        #expect(collector.text.contains("<gated> & \"quoted\""))
+    }
+
+    @Test func aLogarithmicChartOfRatesApartByOrdersOfMagnitudeIsWellFormed() {
+        let chart = DotChart(
+            title: "http: requests per second", axisLabel: "requests/s",
+            rows: [.init(label: "GET /healthz", values: [60_000, 68_000], baseline: 65_000), .init(label: "POST", values: [450, 2_100])],
+            logarithmic: true)
+        let svg = chart.svg
+        #expect(XMLParser(data: Data(svg.utf8)).parse())
+        #expect(!svg.contains("nan") && !svg.contains("inf"))
+    }
+
+    @Test func anEmptyChartIsStillWellFormed() {
+        let parser = XMLParser(data: Data(DotChart(title: "nothing", axisLabel: "x", rows: []).svg.utf8))
+        #expect(parser.parse())
+    }
+}
