@@ -57,9 +57,12 @@ final class PushMock: @unchecked Sendable {
         process.standardOutput = try FileHandle(forWritingTo: log)
         process.standardError = try FileHandle(forWritingTo: log)
         try process.run()
-        let deadline = ContinuousClock.now + .seconds(20)
+        // Generous: when every suite starts at once on two cores, a start (or a wait) can take seconds.
+        let deadline = ContinuousClock.now + .seconds(60)
         while !FileManager.default.fileExists(atPath: ready.path) {
             guard process.isRunning, ContinuousClock.now < deadline else {
+                // Written meanwhile (the wait overran the deadline): started after all.
+                if FileManager.default.fileExists(atPath: ready.path) { break }
                 process.terminate()
                 let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
                 throw Failure(description: "the push mock did not start (is python3-h2 installed? `make test` installs it): \(text)")

@@ -170,13 +170,17 @@ final class BehaviourServer: @unchecked Sendable {
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
         try process.run()
-        let deadline = ContinuousClock.now + .seconds(20)
+        // Generous, and the file is read once more after every wait before the deadline is
+        // looked at: when every suite starts at once on two cores, a wait can overrun by seconds.
+        let deadline = ContinuousClock.now + .seconds(60)
         var text = ""
-        while process.isRunning && ContinuousClock.now < deadline {
+        while true {
+            let running = process.isRunning
             text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
             if text.hasSuffix("\n"), let port = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
                 return BehaviourServer(port: port, process: process, stdin: stdin, output: output)
             }
+            if !running || ContinuousClock.now >= deadline { break }
             try await Task.sleep(for: .milliseconds(20))
         }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
