@@ -139,7 +139,7 @@ let package = Package(
 
         // The release benchmark's pure parts: figures, the baseline file, the margin rule and the
         // verdict, the SVG plots. Foundation only, so its tests need no database and build fast.
-        .target(name: "BenchmarkVerdict", path: "Benchmarks/BenchmarkVerdict", swiftSettings: swiftSettings),
+        .target(name: "BenchmarkVerdict", dependencies: ["Encodings"], path: "Benchmarks/BenchmarkVerdict", swiftSettings: swiftSettings),
 
         .executableTarget(
             name: "InboxBenchmarks",
@@ -195,6 +195,7 @@ let package = Package(
             name: "MailerTests",
             dependencies: [
                 "Mailer", "Mail", "MailTesting", "InboxTesting", "EventLog", "Projections", "InboxDomain", "PostgresClient", "Lifecycle", "InboxAPI", "HTTPServer",
+                "Encodings",
             ],
             swiftSettings: swiftSettings),
         .testTarget(

@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 
 /// A horizontal dot chart as SVG, written directly (no gnuplot): one row per figure, each round a
@@ -115,21 +116,8 @@ public struct DotChart: Sendable {
     public static let legend =
         "small dots: this run's rounds; ring: their median; black tick: the baseline's median; green band: where a gated figure passes (the baseline less the margin)"
 
-    /// Escapes the five characters XML gives a meaning to.
-    public static func escape(_ text: String) -> String {
-        var escaped = ""
-        for character in text {
-            switch character {
-            case "&": escaped += "&amp;"
-            case "<": escaped += "&lt;"
-            case ">": escaped += "&gt;"
-            case "\"": escaped += "&quot;"
-            case "'": escaped += "&apos;"
-            default: escaped.append(character)
-            }
-        }
-        return escaped
-    }
+    /// Escapes the five characters XML gives a meaning to (`HTML.escape`).
+    public static func escape(_ text: String) -> String { HTML.escape(text) }
 
     /// 1, 2 or 5 times a power of ten, at or above `value`: an axis that ends on a round number.
     static func niceCeiling(_ value: Double) -> Double {

@@ -1,4 +1,5 @@
 import EventLog
+import Encodings
 import Foundation
 import HTTPServer
 import InboxDomain

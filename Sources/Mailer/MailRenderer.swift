@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 import InboxDomain
 import Mail

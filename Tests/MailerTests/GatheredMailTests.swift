@@ -1,3 +1,4 @@
+import Encodings
 import EventLog
 import Foundation
 import InboxDomain

@@ -1,4 +1,5 @@
-/// Text put into HTML: a mail's HTML part, the unsubscribe pages.
+/// Text put into HTML or XML: a mail's HTML part, the unsubscribe pages, the release benchmark's
+/// report and its SVG charts (`&#39;` is XML's too).
 public enum HTML {
     /// `text` with the five characters that could end an element or an attribute escaped.
     public static func escape(_ text: String) -> String {
