@@ -193,13 +193,27 @@ public struct MailMessage: Sendable, Hashable {
     public func rendered() -> [UInt8] { MailComposer.compose(self) }
 }
 
-enum Header {
+public enum Header {
+    /// Text from data (a saved search's name, written by another tier) made fit for a subject
+    /// or header value that `checkText` accepts: each character that could start a header of its
+    /// own becomes a space, and past `limit` characters the rest becomes `…`. A mailer that passed
+    /// such text on as it is would fail to compose the mail on every try, and lose it.
+    public static func fitting(_ text: String, limit: Int = 200) -> String {
+        var fitted = String(String.UnicodeScalarView(text.unicodeScalars.map { isRefused($0) ? " " : $0 }))
+        if fitted.count > limit { fitted = String(fitted.prefix(max(0, limit - 1))) + "…" }
+        return fitted
+    }
+
+    static func isRefused(_ scalar: Unicode.Scalar) -> Bool {
+        (scalar.properties.generalCategory == .control && scalar != "\t") || scalar == "\u{2028}" || scalar == "\u{2029}"
+    }
+
     /// Refuses text with control characters (CR, LF, NUL, ...; tab is allowed) or over `limit` characters.
     static func checkText(_ text: String, what: String, limit: Int) throws {
         guard text.count <= limit else {
             throw MailError(.invalidHeaderValue, "\(what) is longer than \(limit) characters.")
         }
-        if let bad = text.unicodeScalars.first(where: { ($0.properties.generalCategory == .control && $0 != "\t") || $0 == "\u{2028}" || $0 == "\u{2029}" }) {
+        if let bad = text.unicodeScalars.first(where: isRefused) {
             let name =
                 switch bad {
                 case "\r": "a carriage return (CR)"

@@ -94,8 +94,9 @@ public enum MailRenderer {
         let counts = items.map { max(1, ItemIds(json: $0.ids).watchIds.count) }
         let total = counts.reduce(0, +)
         let quoted = quote(name ?? "", language)
+        // The name is another tier's data: in the subject, without line breaks and at most 100 characters.
         let subject = (total == 1 ? words(Texts.searchOne, language) : words(Texts.searchMany, language).replacingOccurrences(of: "%d", with: "\(total)"))
-            .replacingOccurrences(of: "%@", with: quoted)
+            .replacingOccurrences(of: "%@", with: quote(Header.fitting(name ?? "", limit: 100), language))
         let token = "search:" + searchId
         return Content(
             subject: subject, intro: words(Texts.searchIntro, language).replacingOccurrences(of: "%@", with: quoted),

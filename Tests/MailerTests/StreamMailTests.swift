@@ -212,6 +212,24 @@ import Testing
         #expect(odd.unsubscribeURL == nil)
     }
 
+    /// A search's name comes from another tier's event, unchecked: a line break or a NUL in it,
+    /// or a name of thousands of characters, still gives a mail (a subject the composer accepts).
+    @Test func aSearchNameThatCouldStartAHeaderOrIsHugeStillGivesAMail() throws {
+        let contact = Contact(personId: "p-s", address: try MailAddress("p@example.com"), language: .en)
+        let match = MailOutboxStore.Item(
+            outboxId: 1, category: "saved_searches", event: "saved_search_matched", ids: #"{"savedSearchId":"s1","watchId":"w1"}"#, happenedAt: start)
+        func subject(_ name: String) throws -> String {
+            try MailRenderer.render(
+                MailOutboxStore.Claimed(
+                    personId: "p-s", stream: .search(savedSearchId: "s1"), claim: UUID(), attempts: 0, messageID: nil, items: [match], searchName: name),
+                to: contact, from: sender, links: nil, date: start
+            ).subject
+        }
+        #expect(try subject("Rolex\r\nBcc: x@example.com\u{0}") == "Wristler: a new watch for “Rolex  Bcc: x@example.com ”")
+        let long = try subject(String(repeating: "ab", count: 5_000))
+        #expect(long == "Wristler: a new watch for “" + String(repeating: "ab", count: 50).dropLast() + "…”")
+    }
+
     @Test func amountsAreWrittenAsEachLanguageWritesThem() {
         let amount = Money(amount: 123_456_789, currency: "EUR")
         #expect(MailRenderer.money(amount, .en) == "1,234,567.89 EUR")
