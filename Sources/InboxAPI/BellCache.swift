@@ -11,7 +11,7 @@ import Threads
 /// and PostgreSQL is most of a bell page's cost. A page is answered from here while it is known
 /// to be current:
 /// - the bell projection announces whose bell a transaction changed (`BellChanges`), delivered by
-///   PostgreSQL when, and only when, it commits; `BellCacheListener` forgets those people's pages;
+///   PostgreSQL when, and only when, it commits; `CacheListener` forgets those people's pages;
 /// - a write of the person's own through this server forgets their pages before it is answered,
 ///   so their next read here shows it;
 /// - a page read while its person's bell changed is not kept (each change is numbered, and a page
@@ -203,7 +203,6 @@ public final class CacheListener: Service {
     }
 }
 
-public typealias BellCacheListener = CacheListener
 
 /// The listener's turns: nothing to read, only announcements to pass on.
 struct CacheListening: LoopWork {

@@ -92,9 +92,10 @@ import Testing
     }
 
     @Test func announcementsRoundTripAndWhatCannotBeReadIsEverybody() {
-        #expect(BellChanges.change(from: #"["p1","a \"quoted\" id"]"#) == .people(["p1", "a \"quoted\" id"]))
-        #expect(BellChanges.change(from: "*") == .everybody)
-        #expect(BellChanges.change(from: "p1,p2") == .everybody)
+        // nil: everybody (every name) may have changed.
+        #expect(Announcement.names(from: #"["p1","a \"quoted\" id"]"#) == ["p1", "a \"quoted\" id"])
+        #expect(Announcement.names(from: "*") == nil)
+        #expect(Announcement.names(from: "p1,p2") == nil)
     }
 }
 
@@ -112,7 +113,7 @@ import Testing
 
         // A lifetime far past the test: every refresh below comes from an announcement or a write.
         let cache = BellCache(lifetime: .seconds(600))
-        let listener = BellCacheListener(cache: cache, configuration: db.configuration)
+        let listener = CacheListener(cache: cache, configuration: db.configuration)
         let listening = Task { try await listener.run() }
         defer { listening.cancel() }
         let api = APIServer(

@@ -13,11 +13,6 @@ import PostgresClient
 public enum BellChanges {
     public static let channel = "inbox_bell"
 
-    public enum Change: Equatable, Sendable {
-        case people([String])
-        case everybody
-    }
-
     /// Announces that the bells of `people` changed, on the transaction of `connection`.
     public static func announce(people: some Collection<String>, on connection: PostgresConnection) throws {
         try Announcement.announce(people, channel: channel, on: connection)
@@ -26,10 +21,5 @@ public enum BellChanges {
     /// Announces that anybody's bell may have changed (the tables were swapped for a replay's).
     public static func announceEverybody(on connection: PostgresConnection) throws {
         try connection.notify(channel, payload: "*")
-    }
-
-    /// What a payload says; a payload this release cannot read is taken as everybody, the safe side.
-    public static func change(from payload: String) -> Change {
-        Announcement.names(from: payload).map { .people($0) } ?? .everybody
     }
 }
