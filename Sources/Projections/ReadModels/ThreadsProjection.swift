@@ -115,23 +115,26 @@ public struct ThreadsProjection: Projection {
         let places = messageIds.isEmpty ? [:] : try Self.messagePlaces(loads.removeFirst())
         let fold = try ThreadsFold.fold(events, conversations: conversations, sides: sides, messages: places)
         let changedSides = fold.changedSides
+        let changedConversations = fold.changedConversations
         let writes = [
-            writeWatches(fold.watches, context: context), writeConversations(fold.changedConversations, context: context),
+            writeWatches(fold.watches, context: context), writeConversations(changedConversations, context: context),
             writeMessages(fold.newMessages, context: context), writeSides(changedSides, context: context),
         ].compactMap { $0 } + writeUnreadCounts(ThreadsFold.unreadDeltas(of: changedSides), context: context)
         // Live and inline, whoever keeps conversation lists in memory learns whose changed when this commits.
-        let announcements = context.mode == .replay ? [] : Announcement.statements(Self.subjects(fold), channel: ThreadChanges.channel)
+        let announcements =
+            context.mode == .replay
+            ? [] : Announcement.statements(Self.subjects(changedConversations, changedSides), channel: ThreadChanges.channel)
         _ = try context.connection.pipeline(writes + announcements)
     }
 
     /// The lists a batch changed (`ThreadChanges`): both sides of every thread it touched.
-    static func subjects(_ fold: ThreadsFold) -> Set<String> {
+    static func subjects(_ conversations: [ThreadsFold.Conversation], _ sides: [ThreadsFold.Side]) -> Set<String> {
         var subjects = Set<String>()
-        for conversation in fold.changedConversations {
+        for conversation in conversations {
             subjects.insert(ThreadChanges.buyer(conversation.buyerId))
             if let shop = conversation.shopId { subjects.insert(ThreadChanges.seller(shop)) }
         }
-        for side in fold.changedSides {
+        for side in sides {
             subjects.insert(side.side == ConversationSide.buyer.rawValue ? ThreadChanges.buyer(side.ownerId) : ThreadChanges.seller(side.ownerId))
         }
         return subjects
