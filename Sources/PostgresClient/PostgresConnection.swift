@@ -12,7 +12,7 @@ public final class PostgresConnection {
     /// Names handed out so far; a name is never reused, even for a statement forgotten since.
     private var preparedNames = 0
     /// Statements without rows held back by `executeWithNext`, to go in front of the next one.
-    private var heldBack: [String] = []
+    private var heldBack: [PostgresStatement] = []
 
     /// Opens a connection, blocking until the server answers or `connect_timeout` passes.
     public init(configuration: PostgresConfiguration, applicationName: String = "inbox") throws {
@@ -66,7 +66,7 @@ public final class PostgresConnection {
     /// Whether a transaction is open (or failed and not yet rolled back).
     public var isInTransaction: Bool {
         // A held-back BEGIN opens one (or the statement it goes with fails).
-        if heldBack.first == "BEGIN", let handle, PQtransactionStatus(handle) == PQTRANS_IDLE { return true }
+        if heldBack.first?.sql == "BEGIN", let handle, PQtransactionStatus(handle) == PQTRANS_IDLE { return true }
         flushHeldBack()
         guard let handle else { return false }
         let status = PQtransactionStatus(handle)
@@ -126,10 +126,16 @@ public final class PostgresConnection {
     /// Runs SQL without parameters; it may hold several statements (migrations). Never put values in it.
     @discardableResult
     public func execute(_ sql: String) throws -> PostgresRows {
+        // A statement held back with values needs the extended protocol: a pipeline, of which `sql`
+        // is then one statement (with no values, and not several).
+        if heldBack.contains(where: { !$0.binds.isEmpty }) {
+            // (`SELECT` alone, when only what is held back is to go, answers one row of no columns.)
+            return try pipeline([PostgresStatement(sql.isEmpty ? "SELECT" : sql, binds: [])])[0]
+        }
         let connection = try liveHandle()
         // Statements held back go first, in the same message (the simple protocol runs them in
         // order and stops at the first error, which is the one returned).
-        let text = heldBack.isEmpty ? sql : (heldBack + [sql]).joined(separator: "; ")
+        let text = heldBack.isEmpty ? sql : (heldBack.map(\.sql) + [sql]).joined(separator: "; ")
         heldBack = []
         return try PostgresRows(checking: PQexec(connection, text), connection: self, sql: text)
     }
@@ -143,7 +149,14 @@ public final class PostgresConnection {
     /// An inline write's transaction is some thirty statements, each a round trip to PostgreSQL;
     /// on a busy machine the waits between them were more than half of its time.
     public func executeWithNext(_ sql: String) {
-        heldBack.append(sql)
+        heldBack.append(PostgresStatement(sql, binds: []))
+    }
+
+    /// `executeWithNext` for a statement with values (a checkpoint's update before a `COMMIT`, say):
+    /// it goes in front of the next statement in a pipeline, so when the next is an `execute`, that
+    /// must be a single statement with no values of its own.
+    public func executeWithNext(_ statement: PostgresStatement) {
+        heldBack.append(statement)
     }
 
     /// Sends the statements held back, alone; an error is left for the transaction's state to
@@ -178,13 +191,14 @@ public final class PostgresConnection {
     public func pipeline(_ statements: [PostgresStatement]) throws -> [PostgresRows] {
         if statements.isEmpty { return [] }
         let connection = try liveHandle()
-        // Held-back statements lead, never prepared, and their (empty) results are not the caller's.
+        // Held-back statements lead, and their (empty) results are not the caller's; those without
+        // values (BEGIN, SAVEPOINT) are never prepared.
         let leading = heldBack.count
-        let statements = heldBack.map { PostgresStatement($0, binds: []) } + statements
+        let statements = heldBack + statements
         heldBack = []
         // Statements not yet prepared are prepared first: libpq's synchronous calls cannot run in pipeline mode.
         let names = try statements.enumerated().map { index, statement in
-            index < leading ? nil : try preparedName(statement.sql, statement.binds, on: connection)
+            index < leading && statement.binds.isEmpty ? nil : try preparedName(statement.sql, statement.binds, on: connection)
         }
         guard PQenterPipelineMode(connection) == 1 else { throw failure("cannot enter pipeline mode") }
         defer { PQexitPipelineMode(connection) }

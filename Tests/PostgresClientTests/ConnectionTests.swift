@@ -213,6 +213,36 @@ import Testing
         #expect(try await db.client.query("SELECT count(*) FROM marks") { try $0.decode(Int64.self, at: 0) } == [1])
     }
 
+    /// A statement with values held in front of a `COMMIT` (an inline projection's checkpoint
+    /// update): they go in one pipeline; when the held one fails, the `COMMIT` does not run and
+    /// its error is the `COMMIT`'s.
+    @Test func aHeldStatementWithValuesGoesWithTheNextExecuteAndFailsIt() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE marks (id int PRIMARY KEY CHECK (id > 0))")
+        try await db.client.withConnection { connection in
+            try connection.execute("BEGIN")
+            connection.executeWithNext(PostgresStatement("INSERT INTO marks VALUES ($1)", Int32(1)))
+            connection.executeWithNext("SAVEPOINT after_insert")
+            connection.executeWithNext(PostgresStatement("INSERT INTO marks VALUES ($1)", Int32(2)))
+            #expect(try connection.execute("COMMIT").commandTag == "COMMIT")
+            #expect(!connection.isInTransaction)
+            try connection.execute("BEGIN")
+            connection.executeWithNext(PostgresStatement("INSERT INTO marks VALUES ($1)", Int32(3)))
+            connection.executeWithNext(PostgresStatement("INSERT INTO marks VALUES ($1)", Int32(-1)))
+            let refused = #expect(throws: PostgresError.self) { try connection.execute("COMMIT") }
+            #expect(refused?.sqlState == .checkViolation, "\(String(describing: refused))")
+            #expect(connection.isTransactionFailed)
+            try connection.execute("ROLLBACK")
+            // Asking about the transaction sends what is held, with its values.
+            try connection.execute("BEGIN")
+            connection.executeWithNext(PostgresStatement("INSERT INTO marks VALUES ($1)", Int32(4)))
+            #expect(!connection.isTransactionFailed)
+            try connection.execute("COMMIT")
+        }
+        #expect(try await db.client.query("SELECT id FROM marks ORDER BY id") { try $0.decode(Int32.self, at: 0) } == [1, 2, 4])
+    }
+
     @Test func aCopyGoesAfterTheStatementsHeldBeforeIt() async throws {
         let db = try await TestDatabase.make(migrated: false)
         defer { Task { await db.drop() } }

@@ -114,6 +114,33 @@ import Testing
         db.client.close()
     }
 
+    /// The checkpoint rows are locked in one statement for every projection concerned: when they
+    /// cannot be had (here a lock timeout while another session holds one), the append still
+    /// commits and every projection is left to the projector.
+    @Test func anInlineAppendThatCannotLockTheCheckpointsCommitsAndLeavesThemToTheProjector() async throws {
+        try await withTestDatabase { db in
+            try await db.append(Self.started)
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            let holder = try db.connect()
+            defer { holder.close() }
+            try holder.execute("BEGIN")
+            try holder.query("SELECT 1 FROM projection_checkpoints WHERE projection = 'threads' FOR UPDATE")
+            let message = try NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "s", body: "Yes"))
+            let (appended, outcome) = try await db.client.withConnection { connection in
+                try connection.execute("SET lock_timeout = '300ms'")
+                defer { _ = try? connection.execute("RESET lock_timeout") }
+                return try InlineProjections().appendReporting([message], on: connection)
+            }
+            #expect(appended.count == 1 && appended[0].wasAppended)
+            #expect(outcome.applied.isEmpty)
+            #expect(outcome.deferred == ["bell", "threads"])
+            try holder.execute("COMMIT")
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages WHERE message_id = 'm1'", Int.self) == 1)
+            #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
+        }
+    }
+
     @Test func theLiveTablesAreCreatedByTheFirstProjectorAndRecordTheirVersion() async throws {
         try await withTestDatabase { db in
             try await db.withProjectors { try await db.waitUntilProjected() }

@@ -113,27 +113,54 @@ public struct InlineProjections: Sendable {
     }
 
     /// Applies events this open transaction has just appended.
+    ///
+    /// One round trip locks the checkpoint rows of every projection the events concern (in name
+    /// order, the order a replay's swap locks them in), says whether this transaction is next in
+    /// the log, and reads what each has not applied yet. Each projection then applies behind a
+    /// savepoint of its own (a projection that cannot is rolled back to it and deferred), and the
+    /// checkpoints of those that applied are moved with the statement that follows `project`
+    /// (`executeWithNext`: the caller's `COMMIT`), in its round trip. Send something after it.
     public func project(_ records: [RecordedEvent], on connection: PostgresConnection) throws -> Outcome {
         var outcome = Outcome()
         if records.isEmpty { return outcome }
         let own = DecodedBatch(records.sorted { $0.checkpoint < $1.checkpoint })
         guard let last = own.checkpoint else { return outcome }
-        // In name order, the order a replay's swap locks them in.
-        for projection in projections.sorted(by: { $0.name < $1.name }) {
+        let concerned = projections.sorted(by: { $0.name < $1.name }).filter { projection in
             let types = projection.eventTypes
-            guard own.records.contains(where: { types.contains($0.type) }) else { continue }
+            return own.records.contains(where: { types.contains($0.type) })
+        }
+        if concerned.isEmpty { return outcome }
+        // The locks behind a savepoint too: when they cannot be had (a statement timeout while a
+        // swap holds them, say), every projection is left to the async projector.
+        connection.executeWithNext("SAVEPOINT inline_projection_locks")
+        let positions: [String: (ProjectionPosition, pending: [RecordedEvent])]
+        let isNext: Bool
+        do {
+            (positions, isNext) = try ProjectionState.readLockedNextAndPending(concerned.map(\.name), limit: catchUpLimit + 1, on: connection)
+            connection.executeWithNext("RELEASE SAVEPOINT inline_projection_locks")
+        } catch let error as PostgresError where error.isConnectionError {
+            throw error
+        } catch {
+            try connection.execute("ROLLBACK TO SAVEPOINT inline_projection_locks")
+            try connection.execute("RELEASE SAVEPOINT inline_projection_locks")
+            outcome.deferred = concerned.map(\.name)
+            return outcome
+        }
+        var advances: [PostgresStatement] = []
+        for projection in concerned {
+            guard isNext, let (live, pending) = positions[projection.name], live.version == projection.version, pending.count <= catchUpLimit
+            else {
+                outcome.deferred.append(projection.name)
+                continue
+            }
             // The savepoint and its release go with the statements after them, in one round trip
             // (PostgresConnection.executeWithNext); the rollbacks go at once.
             connection.executeWithNext("SAVEPOINT inline_projection")
             do {
-                if try applyInOrder(own, ending: last, to: projection, on: connection) {
-                    connection.executeWithNext("RELEASE SAVEPOINT inline_projection")
-                    outcome.applied.append(projection.name)
-                } else {
-                    try connection.execute("ROLLBACK TO SAVEPOINT inline_projection")
-                    try connection.execute("RELEASE SAVEPOINT inline_projection")
-                    outcome.deferred.append(projection.name)
-                }
+                let applied = try apply([DecodedBatch(pending), own], to: projection, on: connection)
+                connection.executeWithNext("RELEASE SAVEPOINT inline_projection")
+                advances.append(ProjectionState.advanceStatement(projection.name, to: last, applied: applied))
+                outcome.applied.append(projection.name)
             } catch let error as PostgresError where error.isConnectionError {
                 throw error
             } catch {
@@ -142,30 +169,22 @@ public struct InlineProjections: Sendable {
                 outcome.deferred.append(projection.name)
             }
         }
+        // Updates of rows this transaction holds locked: they fail only when the transaction does,
+        // and then so does the statement they go with.
+        for advance in advances { connection.executeWithNext(advance) }
         return outcome
     }
 
-    /// Brings `projection` up to this transaction and applies its events; false when it cannot
-    /// do so in log order.
-    private func applyInOrder(
-        _ own: DecodedBatch, ending last: Checkpoint, to projection: any Projection, on connection: PostgresConnection
-    ) throws -> Bool {
-        // The checkpoint row locked, whether this transaction is next in the log, and everything
-        // committed before it (its own events are not readable to itself: their transaction id is
-        // the snapshot's xmin): one round trip.
-        let (state, isNext, pending) = try ProjectionState.readLockedNextAndPending(projection.name, limit: catchUpLimit + 1, on: connection)
-        guard let live = state, live.version == projection.version, isNext else { return false }
+    /// Applies what was committed before this transaction and then its own events to
+    /// `projection`; how many events it applied.
+    private func apply(_ batches: [DecodedBatch], to projection: any Projection, on connection: PostgresConnection) throws -> Int {
         let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .inline)
-        var checkpoint = live.checkpoint
         var applied = 0
-        if pending.count > catchUpLimit { return false }
-        for batch in [DecodedBatch(pending), own] where !batch.records.isEmpty {
+        for batch in batches where !batch.records.isEmpty {
             let result = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
             try ProjectionBatchApplier.park(result.parked, into: "projection_dead_letters", on: connection)
             applied += result.applied
-            checkpoint = batch.checkpoint ?? checkpoint
         }
-        try ProjectionState.advance(projection.name, to: last, applied: applied, on: connection)
-        return true
+        return applied
     }
 }

@@ -36,23 +36,44 @@ enum ProjectionState {
     }
 
     /// For an inline apply, in one round trip (a pipeline, each statement with a snapshot taken
-    /// after the one before it finished, so after the lock is held): the projection's row,
-    /// locked; whether this transaction is next in the log (no older one still writing: the
-    /// snapshot's xmin is its own id); and the first `limit` events committed after the
-    /// checkpoint, read from the row itself (`EventStore.read(after:limit:on:)`'s statement).
+    /// after the one before it finished, so after the locks are held): the rows of the
+    /// projections `names`, locked in name order (the order a replay's swap locks them in);
+    /// whether this transaction is next in the log (no older one still writing: the snapshot's
+    /// xmin is its own id); and for each the first `limit` events committed after its checkpoint,
+    /// read from the row itself (`EventStore.read(after:limit:on:)`'s statement). A projection
+    /// without a row is absent from the answer.
     static func readLockedNextAndPending(
-        _ name: String, limit: Int, on connection: PostgresConnection
-    ) throws -> (ProjectionPosition?, isNext: Bool, pending: [RecordedEvent]) {
+        _ names: [String], limit: Int, on connection: PostgresConnection
+    ) throws -> (positions: [String: (ProjectionPosition, pending: [RecordedEvent])], isNext: Bool) {
         let results = try connection.pipeline([
-            PostgresStatement(readSQL + " FOR UPDATE", name),
+            PostgresStatement(
+                """
+                SELECT projection, version, transaction_id::text::bigint AS transaction_id, position, events_applied
+                FROM projection_checkpoints WHERE projection = ANY($1) ORDER BY projection FOR UPDATE
+                """, names),
             PostgresStatement("SELECT pg_snapshot_xmin(pg_current_snapshot()) = pg_current_xact_id()"),
             PostgresStatement(
                 """
-                SELECT e.* FROM projection_checkpoints c CROSS JOIN LATERAL read_events_after(c.transaction_id, c.position, $2) AS e
-                WHERE c.projection = $1 ORDER BY e.transaction_id, e.position
-                """, name, Int32(clamping: limit)),
+                SELECT c.projection AS inbox_projection, e.* FROM projection_checkpoints c
+                CROSS JOIN LATERAL read_events_after(c.transaction_id, c.position, $2) AS e
+                WHERE c.projection = ANY($1) ORDER BY c.projection, e.transaction_id, e.position
+                """, names, Int32(clamping: limit)),
         ])
-        return (try position(results[0]), try results[1].scalar(Bool.self), try results[2].map(RecordedEvent.init(row:)))
+        var pending: [String: [RecordedEvent]] = [:]
+        for row in results[2] {
+            pending[try row.decode(String.self, "inbox_projection"), default: []].append(try RecordedEvent(row: row))
+        }
+        var positions: [String: (ProjectionPosition, pending: [RecordedEvent])] = [:]
+        for row in results[0] {
+            let name = try row.decode(String.self, "projection")
+            positions[name] = (try position(row), pending[name] ?? [])
+        }
+        return (positions, try results[1].scalar(Bool.self))
+    }
+
+    /// `advance`'s statement, for a caller that sends it with others.
+    static func advanceStatement(_ name: String, to checkpoint: Checkpoint, applied: Int) -> PostgresStatement {
+        PostgresStatement(advanceSQL, name, Int64(checkpoint.transactionId), checkpoint.position, Int64(applied))
     }
 
     private static let readSQL = """
@@ -62,20 +83,25 @@ enum ProjectionState {
 
     private static func position(_ rows: PostgresRows) throws -> ProjectionPosition? {
         guard let row = rows.first else { return nil }
-        return ProjectionPosition(
+        return try position(row)
+    }
+
+    private static func position(_ row: PostgresRow) throws -> ProjectionPosition {
+        ProjectionPosition(
             version: Int(try row.decode(Int32.self, "version")),
             checkpoint: Checkpoint(transactionId: try row.decode(UInt64.self, "transaction_id"), position: try row.decode(Int64.self, "position")),
             eventsApplied: try row.decode(Int64.self, "events_applied"))
     }
 
     static func advance(_ name: String, to checkpoint: Checkpoint, applied: Int, on connection: PostgresConnection) throws {
-        try connection.query(
-            """
-            UPDATE projection_checkpoints
-            SET transaction_id = $2::text::xid8, position = $3, events_applied = events_applied + $4, updated_at = clock_timestamp()
-            WHERE projection = $1
-            """, name, Int64(checkpoint.transactionId), checkpoint.position, Int64(applied))
+        try connection.query(advanceSQL, name, Int64(checkpoint.transactionId), checkpoint.position, Int64(applied))
     }
+
+    private static let advanceSQL = """
+        UPDATE projection_checkpoints
+        SET transaction_id = $2::text::xid8, position = $3, events_applied = events_applied + $4, updated_at = clock_timestamp()
+        WHERE projection = $1
+        """
 }
 
 /// The advisory locks of the runtime.
