@@ -109,11 +109,16 @@ public final class ConversationListCache: AnnouncedCache, Sendable {
             shard.bytes += body.count - (shard.pages[key]?.body.count ?? 0)
             shard.pages[key] = Page(body: body, subjects: subjects, readAt: ticket.change, expiresAt: now + lifetime * Double.random(in: 0.75...1))
             if shard.bytes > shardCapacity {
-                // Let pages go (in no particular order) until a quarter is free.
-                for (key, page) in shard.pages {
-                    shard.pages[key] = nil
+                // Let other pages go (in no particular order) until a quarter is free; the page
+                // just read only when it does not fit alone.
+                for (other, page) in shard.pages where other != key {
+                    shard.pages[other] = nil
                     shard.bytes -= page.body.count
                     if shard.bytes <= shardCapacity * 3 / 4 { break }
+                }
+                if shard.bytes > shardCapacity {
+                    shard.pages[key] = nil
+                    shard.bytes -= body.count
                 }
             }
         }

@@ -51,6 +51,26 @@ import Testing
         #expect(cache.page(Self.key("sam")) == nil)
     }
 
+    /// A full stripe lets other pages go for the one just read (it used to pick in dictionary
+    /// order, the new page too, so a page read and kept was sometimes not there the next moment);
+    /// a page larger than a stripe's share is not kept at all.
+    @Test func aPageJustKeptIsNotTheOneLetGoAndOneTooLargeIsNotKept() {
+        // 1,000 bytes a stripe; every page below is one person's, so all go to one stripe.
+        let cache = ConversationListCache(capacityBytes: 32 * 1_000)
+        cache.setListening(true)
+        func key(_ limit: Int) -> ConversationListCache.Key {
+            ConversationListCache.Key(person: "pat", side: "buyer", archived: false, cursor: nil, limit: limit, named: 0)
+        }
+        for limit in 1...40 {
+            cache.keep([UInt8](repeating: 1, count: 400), for: key(limit), subjects: ["buyer:pat"], ticket: cache.ticket())
+            #expect(cache.page(key(limit))?.count == 400, "page \(limit) was let go as it was kept")
+        }
+        #expect(cache.statistics.bytes <= 1_000)
+        cache.keep([UInt8](repeating: 2, count: 1_500), for: key(41), subjects: ["buyer:pat"], ticket: cache.ticket())
+        #expect(cache.page(key(41)) == nil)
+        #expect(cache.statistics.bytes <= 1_000)
+    }
+
     @Test func memoryIsBoundedAndForgettingSubjectsForgetsThePagesReadBefore() {
         let cache = ConversationListCache(capacityBytes: 32 * 1_000)
         cache.setListening(true)
