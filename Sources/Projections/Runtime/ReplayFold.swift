@@ -19,7 +19,14 @@ import PostgresClient
 /// tables with exactly the rows the live projector would hold after the same events.
 protocol ReplayFold: Sendable {
     mutating func apply(_ events: [ProjectedEvent]) throws
+    /// Writes, and lets go of, the rows no later event can change (a message), so that the fold
+    /// does not hold them until the end. Called after every batch.
+    mutating func writeSettled(in context: ProjectionContext) throws
     func write(in context: ProjectionContext) throws
+}
+
+extension ReplayFold {
+    mutating func writeSettled(in context: ProjectionContext) throws {}
 }
 
 enum ReplayFolds {
@@ -152,8 +159,9 @@ struct BellReplayFold: ReplayFold {
     }
 }
 
-/// The threads in memory: conversations, their sides, where each message stands, the messages
-/// made, and the watches. The unread counters are counted from the sides once, at the end.
+/// The threads in memory: conversations, their sides, where each message stands, and the watches;
+/// the messages a batch made until they are written after it. The unread counters are counted from
+/// the sides once, at the end.
 struct ThreadsReplayFold: ReplayFold {
     private var conversations: [String: ThreadsFold.Conversation] = [:]
     private var sides: [ThreadsFold.SideKey: ThreadsFold.Side] = [:]
@@ -216,6 +224,31 @@ struct ThreadsReplayFold: ReplayFold {
         watches.merge(fold.watches) { _, new in new }
     }
 
+    /// A message is never changed once made: written after the batch that made it.
+    mutating func writeSettled(in context: ProjectionContext) throws {
+        if messages.isEmpty { return }
+        try Self.copy(messages, in: context)
+        messages.removeAll()
+    }
+
+    private static func copy(_ messages: [ThreadsFold.Message], in context: ProjectionContext) throws {
+        if messages.isEmpty { return }
+        try context.connection.copyIn(
+            """
+            COPY \(context.table("messages")) (message_id, conversation_id, seq, author_side, author_id, body, attachment_handles,
+                offer_amount, offer_currency, sent_at) FROM STDIN
+            """
+        ) { writer in
+            for m in messages {
+                try writer.write(row: [
+                    m.id, m.conversationId, String(m.seq), m.authorSide, m.authorId, m.body,
+                    ThreadsProjection.jsonArray(m.attachmentHandles), m.offer.map { String($0.amount) }, m.offer?.currency,
+                    m.sentAt.postgresText,
+                ])
+            }
+        }
+    }
+
     func write(in context: ProjectionContext) throws {
         let connection = context.connection
         try connection.copyIn(
@@ -246,20 +279,7 @@ struct ThreadsReplayFold: ReplayFold {
                 ])
             }
         }
-        try connection.copyIn(
-            """
-            COPY \(context.table("messages")) (message_id, conversation_id, seq, author_side, author_id, body, attachment_handles,
-                offer_amount, offer_currency, sent_at) FROM STDIN
-            """
-        ) { writer in
-            for m in messages {
-                try writer.write(row: [
-                    m.id, m.conversationId, String(m.seq), m.authorSide, m.authorId, m.body,
-                    ThreadsProjection.jsonArray(m.attachmentHandles), m.offer.map { String($0.amount) }, m.offer?.currency,
-                    m.sentAt.postgresText,
-                ])
-            }
-        }
+        try Self.copy(messages, in: context)
         try connection.copyIn("COPY \(context.table("thread_watches")) (watch_id, shop_id, status) FROM STDIN") { writer in
             for (id, watch) in watches { try writer.write(row: [id, watch.shopId, watch.status]) }
         }
@@ -299,6 +319,8 @@ final class ReplayFoldState: @unchecked Sendable {
             }
         }
     }
+
+    func writeSettled(in context: ProjectionContext) throws { try fold.writeSettled(in: context) }
 
     func write(in context: ProjectionContext) throws { try fold.write(in: context) }
 }

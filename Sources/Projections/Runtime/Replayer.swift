@@ -163,19 +163,23 @@ public final class Replayer: Sendable {
         _ projection: any Projection, fold: any ReplayFold, from feed: ReplayFeed, report: @Sendable (Int64?) -> Void
     ) async throws {
         let state = ReplayFoldState(fold)
+        let schema = Self.schemaName(for: projection)
         var index = 0
         var last: Checkpoint?
         while true {
             let batch = try await feed.batch(index)
             guard let checkpoint = batch.checkpoint else { break }
             try await state.apply(batch, projection: projection)
+            // In a transaction of its own: a replay that stops is prepared again, which drops it.
+            try await client.withConnection { connection in
+                try state.writeSettled(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
+            }
             last = checkpoint
             report(await feed.finished(index, events: batch.records.count))
             if batch.records.count < batchSize { break }
             index += 1
         }
         guard let last else { return }
-        let schema = Self.schemaName(for: projection)
         try await client.withConnection { connection in
             try connection.transaction { connection in
                 try state.write(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
