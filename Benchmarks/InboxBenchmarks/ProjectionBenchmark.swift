@@ -207,7 +207,7 @@ struct ProjectionBenchmark: Benchmark {
         guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
         let key = peak ? "VmHWM:" : "VmRSS:"
         guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(key) }),
-            let kib = Double(line.dropFirst(key.count).split(separator: " ").first ?? "")
+            let kib = Double(line.dropFirst(key.count).split(whereSeparator: { $0 == " " || $0 == "\t" }).first ?? "")
         else { return 0 }
         return kib / 1024
     }
