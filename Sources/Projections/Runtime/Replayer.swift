@@ -53,11 +53,16 @@ public final class Replayer: Sendable {
     public let client: PostgresClient
     public let projections: [any Projection]
     public let batchSize: Int
+    /// The most events a replay folds in memory (the bell's and the threads' state, about 1 GiB a
+    /// million events of the simulation's mix): a longer log goes through SQL batch by batch, as
+    /// every projection did before, slower but in bounded memory. `INBOX_REPLAY_MEMORY_EVENTS`.
+    public let inMemoryEventLimit: Int64
 
-    public init(client: PostgresClient, projections: [any Projection], batchSize: Int = 20_000) {
+    public init(client: PostgresClient, projections: [any Projection], batchSize: Int = 20_000, inMemoryEventLimit: Int64 = 2_000_000) {
         self.client = client
         self.projections = projections.sorted { $0.name < $1.name }
         self.batchSize = batchSize
+        self.inMemoryEventLimit = inMemoryEventLimit
     }
 
     public static func schemaName(for projection: any Projection) -> String { "replay_\(projection.name)" }
@@ -126,7 +131,7 @@ public final class Replayer: Sendable {
             for projection in projections {
                 group.addTask { [self] in
                     do {
-                        if let fold = ReplayFolds.make(for: projection) {
+                        if total <= inMemoryEventLimit, let fold = ReplayFolds.make(for: projection) {
                             try await replayInMemory(projection, fold: fold, from: feed, report: report)
                         } else {
                             try await replayThroughSQL(projection, from: feed, report: report)
