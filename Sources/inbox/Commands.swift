@@ -131,7 +131,9 @@ extension Command {
     ) { arguments, configuration, log in
         let (projections, flags) = try ProjectionCommands.selected(arguments, command: "replay", extraFlags: ["--no-swap"])
         try await withDatabase(configuration, log: log, migrate: true) { database in
-            try await ProjectionCommands.replay(projections, swap: !flags.contains("--no-swap"), database: database, log: log)
+            try await ProjectionCommands.replay(
+                projections, swap: !flags.contains("--no-swap"), inMemoryEventLimit: Int64(configuration.replayMemoryEvents), database: database,
+                log: log)
         }
     }
 

@@ -94,6 +94,8 @@ struct InboxConfiguration: Sendable {
     /// `INBOX_MAIL_BATCH`, `INBOX_MAIL_POLL_SECONDS`: entries decided and mails claimed per
     /// step; the wait between two looks when nothing woke the mailer.
     var mailBatch: Int = 100
+    /// `INBOX_REPLAY_MEMORY_EVENTS`: the longest log a replay folds in memory (`Replayer`).
+    var replayMemoryEvents: Int = 2_000_000
     var mailPollSeconds: Int = 5
     /// `INBOX_PUBLIC_URL`: where the API is reached from the internet (mails' unsubscribe links
     /// point at `<url>/mail/unsubscribe`); nil: mails carry no unsubscribe link.
@@ -294,6 +296,12 @@ struct InboxConfiguration: Sendable {
             "INBOX_MAIL_ATTEMPTS", "--mail-attempts", 1...100, default: 10, unit: "a whole number",
             meaning: "temporary failures of one mail (1 min, 5 min, 30 min, 2 h, then every 6 h apart) before it is dropped and counted (1-100)") {
             $0.mailAttempts = $1
+        },
+        wholeNumber(
+            "INBOX_REPLAY_MEMORY_EVENTS", "--replay-memory-events", 0...1_000_000_000, default: 2_000_000, unit: "a whole number",
+            meaning: "the longest log `inbox replay` folds the bell and the threads of in memory, about 1 GiB a million events; "
+                + "a longer one goes batch by batch through SQL, slower, in bounded memory (0-1000000000)") {
+            $0.replayMemoryEvents = $1
         },
         wholeNumber(
             "INBOX_MAIL_BATCH", "--mail-batch", 1...10_000, default: 100, unit: "a whole number",

@@ -40,8 +40,10 @@ enum ProjectionCommands {
     }
 
     /// Rebuilds `projections` beside the live tables and swaps them in, printing progress.
-    static func replay(_ projections: [any Projection], swap: Bool, database: Database, log: Logger) async throws {
-        let replayer = Replayer(client: database.client, projections: projections)
+    static func replay(
+        _ projections: [any Projection], swap: Bool, inMemoryEventLimit: Int64, database: Database, log: Logger
+    ) async throws {
+        let replayer = Replayer(client: database.client, projections: projections, inMemoryEventLimit: inMemoryEventLimit)
         let lock = try await replayer.lock()
         defer { lock.close() }
         let names = projections.map(\.name).joined(separator: ", ")

@@ -63,11 +63,12 @@ extension TestDatabase {
     }
 
     /// Rebuilds `projections` beside the live tables (without swapping) and returns, per table, the
-    /// number of rows that differ between the two (both ways) and the number of live rows.
+    /// number of rows that differ between the two (both ways) and the number of live rows. With an
+    /// `inMemoryEventLimit` below the log's length, every projection replays through SQL.
     public func compareWithReplay(
-        _ projections: [any Projection] = InboxProjections.all
+        _ projections: [any Projection] = InboxProjections.all, inMemoryEventLimit: Int64 = 2_000_000
     ) async throws -> [(table: String, differing: Int, rows: Int, examples: [String])] {
-        let replayer = Replayer(client: client, projections: projections, batchSize: 2000)
+        let replayer = Replayer(client: client, projections: projections, batchSize: 2000, inMemoryEventLimit: inMemoryEventLimit)
         try await replayer.prepare()
         try await replayer.catchUp()
         return try await client.withConnection { connection in

@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import InboxDomain
 import PostgresClient
+import Synchronization
 
 /// An event a projection could not read or apply: parked with its error, counted, never retried.
 public struct DeadLetter: Sendable, Hashable {
@@ -36,6 +37,30 @@ public struct DecodedBatch: Sendable {
                 unreadable.append((record, "\(error)"))
             }
         }
+        self.events = events
+        self.unreadable = unreadable
+    }
+
+    /// Decodes `records` on every core: the decoding is most of a replay's client time.
+    public init(decodingInParallel records: [RecordedEvent], registry: EventTypeRegistry = InboxCatalogue.registry) {
+        let parts = min(ProcessInfo.processInfo.activeProcessorCount, max(1, records.count / 1_000))
+        if parts <= 1 {
+            self.init(records, registry: registry)
+            return
+        }
+        let decoded = Mutex<[Int: DecodedBatch]>([:])
+        let size = (records.count + parts - 1) / parts
+        DispatchQueue.concurrentPerform(iterations: parts) { part in
+            let slice = Array(records[min(records.count, part * size)..<min(records.count, (part + 1) * size)])
+            let batch = DecodedBatch(slice, registry: registry)
+            decoded.withLock { $0[part] = batch }
+        }
+        let batches = decoded.withLock { parts in parts.sorted { $0.key < $1.key }.map(\.value) }
+        self.init(records: records, events: batches.flatMap(\.events), unreadable: batches.flatMap(\.unreadable))
+    }
+
+    private init(records: [RecordedEvent], events: [ProjectedEvent], unreadable: [(record: RecordedEvent, error: String)]) {
+        self.records = records
         self.events = events
         self.unreadable = unreadable
     }

@@ -8,10 +8,12 @@ import PostgresClient
 /// ones, while the live ones keep serving, then swaps them in in one transaction.
 ///
 /// - Each projection gets a schema of its own (`replay_<name>`) with its tables at this release's
-///   version, filled by the same apply code as the live projector, in `.replay` mode, which never
-///   enqueues a notification.
-/// - The log is read once for all the projections being replayed; each batch and the replay's
-///   checkpoint commit together, so a replay that is stopped can be started again (it starts over).
+///   version, filled by the same fold as the live projector, in `.replay` mode, which never
+///   enqueues a notification: the bell and the threads fold in memory and write their rows once
+///   with COPY (`ReplayFold`), the others apply each batch through SQL.
+/// - The log is read once for all the projections being replayed, and decoded on every core; each
+///   projection goes at its own pace, at most a few batches ahead of the slowest. A replay that is
+///   stopped is started again from the start (`prepare()`).
 /// - `swap()` locks the live checkpoint rows (waiting for any batch of the async projector and any
 ///   inline writer), applies what is left, moves the live tables out and the new ones in, and
 ///   sets the live checkpoint to the replay's, all in one transaction. The old tables are dropped
@@ -51,11 +53,16 @@ public final class Replayer: Sendable {
     public let client: PostgresClient
     public let projections: [any Projection]
     public let batchSize: Int
+    /// The most events a replay folds in memory (the bell's and the threads' state, about 1 GiB a
+    /// million events of the simulation's mix): a longer log goes through SQL batch by batch, as
+    /// every projection did before, slower but in bounded memory. `INBOX_REPLAY_MEMORY_EVENTS`.
+    public let inMemoryEventLimit: Int64
 
-    public init(client: PostgresClient, projections: [any Projection], batchSize: Int = 20_000) {
+    public init(client: PostgresClient, projections: [any Projection], batchSize: Int = 20_000, inMemoryEventLimit: Int64 = 2_000_000) {
         self.client = client
         self.projections = projections.sorted { $0.name < $1.name }
         self.batchSize = batchSize
+        self.inMemoryEventLimit = inMemoryEventLimit
     }
 
     public static func schemaName(for projection: any Projection) -> String { "replay_\(projection.name)" }
@@ -105,45 +112,88 @@ public final class Replayer: Sendable {
     }
 
     /// Applies the log to the new tables until what is left is less than one batch. Calls
-    /// `progress` after every batch.
+    /// `progress` after every batch all the projections have taken in.
     ///
-    /// The log is read and decoded once per batch; the projections apply it at the same time, each
-    /// on a connection of its own, in a transaction with its own replay checkpoint; and the next batch
-    /// is read while they do.
-    public func catchUp(progress: @Sendable (Progress) -> Void = { _ in }) async throws {
+    /// The log is read and decoded once per batch (`ReplayFeed`), the next batch read while the
+    /// last is applied. A projection with a `ReplayFold` folds every batch in memory and writes its
+    /// tables, its dead letters and its replay checkpoint in one transaction at the end; the others
+    /// apply each batch on a connection of their own, in a transaction with their replay checkpoint.
+    public func catchUp(progress: @escaping @Sendable (Progress) -> Void = { _ in }) async throws {
         let started = ContinuousClock.now
         let total = try await client.withConnection { connection in
             try connection.query("SELECT count(*) FROM events").scalar(Int64.self)
         }
-        var done: Int64 = 0
-        var pending = prefetch(after: try await replayCheckpoint())
-        while true {
-            let batch = try await pending.value
-            guard let last = batch.checkpoint else { return }
-            if batch.records.count == batchSize { pending = prefetch(after: last) }
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for projection in projections {
-                    group.addTask { [self] in
-                        try await client.withConnection { connection in
-                            try connection.transaction { connection in try self.apply(batch, to: projection, on: connection) }
+        let feed = ReplayFeed(client: client, after: try await replayCheckpoint(), batchSize: batchSize, readers: projections.count)
+        let report: @Sendable (Int64?) -> Void = { done in
+            if let done { progress(Progress(eventsDone: done, eventsTotal: max(total, done), elapsed: ContinuousClock.now - started)) }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for projection in projections {
+                group.addTask { [self] in
+                    do {
+                        if total <= inMemoryEventLimit, let fold = ReplayFolds.make(for: projection) {
+                            try await replayInMemory(projection, fold: fold, from: feed, report: report)
+                        } else {
+                            try await replayThroughSQL(projection, from: feed, report: report)
                         }
+                    } catch {
+                        await feed.stop()
+                        throw error
                     }
                 }
-                try await group.waitForAll()
             }
-            done += Int64(batch.records.count)
-            progress(Progress(eventsDone: done, eventsTotal: max(total, done), elapsed: ContinuousClock.now - started))
-            if batch.records.count < batchSize { return }
+            try await group.waitForAll()
         }
     }
 
-    /// Reads and decodes the batch after `checkpoint` on a pooled connection's thread.
-    private func prefetch(after checkpoint: Checkpoint) -> Task<DecodedBatch, any Error> {
-        let client = self.client
-        let limit = batchSize
-        return Task {
+    /// Applies batch after batch to the projection's new tables, each in a transaction with the
+    /// replay checkpoint.
+    private func replayThroughSQL(_ projection: any Projection, from feed: ReplayFeed, report: @Sendable (Int64?) -> Void) async throws {
+        var index = 0
+        while true {
+            let batch = try await feed.batch(index)
+            if batch.checkpoint == nil { return }
             try await client.withConnection { connection in
-                DecodedBatch(try EventStore.read(after: checkpoint, limit: limit, on: connection))
+                try connection.transaction { connection in try self.apply(batch, to: projection, on: connection) }
+            }
+            report(await feed.finished(index, events: batch.records.count))
+            if batch.records.count < batchSize { return }
+            index += 1
+        }
+    }
+
+    /// Folds the whole log into the projection's rows in memory, then writes them with COPY, the
+    /// dead letters and the replay checkpoint in one transaction.
+    private func replayInMemory(
+        _ projection: any Projection, fold: any ReplayFold, from feed: ReplayFeed, report: @Sendable (Int64?) -> Void
+    ) async throws {
+        let state = ReplayFoldState(fold)
+        let schema = Self.schemaName(for: projection)
+        var index = 0
+        var last: Checkpoint?
+        while true {
+            let batch = try await feed.batch(index)
+            guard let checkpoint = batch.checkpoint else { break }
+            try await state.apply(batch, projection: projection)
+            // In a transaction of its own: a replay that stops is prepared again, which drops it.
+            try await client.withConnection { connection in
+                try state.writeSettled(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
+            }
+            last = checkpoint
+            report(await feed.finished(index, events: batch.records.count))
+            if batch.records.count < batchSize { break }
+            index += 1
+        }
+        guard let last else { return }
+        try await client.withConnection { connection in
+            try connection.transaction { connection in
+                try state.write(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
+                try ProjectionBatchApplier.park(state.outcome.parked, into: "\"\(schema)\".dead_letters", on: connection)
+                try connection.query(
+                    """
+                    UPDATE projection_replays SET transaction_id = $2::text::xid8, position = $3, events_applied = events_applied + $4
+                    WHERE projection = $1
+                    """, projection.name, Int64(last.transactionId), last.position, Int64(state.outcome.applied))
             }
         }
     }
@@ -151,13 +201,18 @@ public final class Replayer: Sendable {
     /// Builds the new tables' other indexes (primary keys exist from the start) and updates their
     /// statistics. `swap()` does it first if it has not been done.
     public func buildIndexes() async throws {
-        let projections = self.projections
-        for projection in projections {
-            try await client.withConnection { connection in
-                let schema = Self.schemaName(for: projection)
-                try projection.createIndexes(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
-                for table in projection.tableNames { try connection.execute("ANALYZE \"\(schema)\".\(table)") }
+        // One projection per connection at the same time: each index is built by one server process.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for projection in projections {
+                group.addTask { [client] in
+                    try await client.withConnection { connection in
+                        let schema = Self.schemaName(for: projection)
+                        try projection.createIndexes(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
+                        for table in projection.tableNames { try connection.execute("ANALYZE \"\(schema)\".\(table)") }
+                    }
+                }
             }
+            try await group.waitForAll()
         }
     }
 
