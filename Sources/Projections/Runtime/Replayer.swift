@@ -188,12 +188,7 @@ public final class Replayer: Sendable {
         try await client.withConnection { connection in
             try connection.transaction { connection in
                 try state.write(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
-                try ProjectionBatchApplier.park(state.outcome.parked, into: "\"\(schema)\".dead_letters", on: connection)
-                try connection.query(
-                    """
-                    UPDATE projection_replays SET transaction_id = $2::text::xid8, position = $3, events_applied = events_applied + $4
-                    WHERE projection = $1
-                    """, projection.name, Int64(last.transactionId), last.position, Int64(state.outcome.applied))
+                try Self.record(state.outcome, of: projection, through: last, on: connection)
             }
         }
     }
@@ -316,8 +311,15 @@ public final class Replayer: Sendable {
         guard let last = batch.checkpoint else { return }
         let schema = Self.schemaName(for: projection)
         let context = ProjectionContext(connection: connection, schema: schema, mode: .replay)
-        let outcome = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
-        try ProjectionBatchApplier.park(outcome.parked, into: "\"\(schema)\".dead_letters", on: connection)
+        try Self.record(try ProjectionBatchApplier.apply(batch, to: projection, in: context), of: projection, through: last, on: connection)
+    }
+
+    /// Parks what `outcome` parked in the projection's replay dead letters and moves its replay
+    /// checkpoint to `last`, counting what it applied.
+    private static func record(
+        _ outcome: ProjectionBatchApplier.Outcome, of projection: any Projection, through last: Checkpoint, on connection: PostgresConnection
+    ) throws {
+        try ProjectionBatchApplier.park(outcome.parked, into: "\"\(schemaName(for: projection))\".dead_letters", on: connection)
         try connection.query(
             """
             UPDATE projection_replays SET transaction_id = $2::text::xid8, position = $3, events_applied = events_applied + $4
