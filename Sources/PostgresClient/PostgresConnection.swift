@@ -175,10 +175,18 @@ public final class PostgresConnection {
         do {
             value = try body(self)
         } catch {
+            // What the body held back goes nowhere: it would run, or fail, before the ROLLBACK.
+            heldBack = []
             if isOpen { _ = try? execute("ROLLBACK") }
             throw error
         }
-        try execute("COMMIT")
+        do {
+            try execute("COMMIT")
+        } catch {
+            // A statement held in front of the COMMIT failed, so the COMMIT did not run.
+            if isOpen && isInTransaction { _ = try? execute("ROLLBACK") }
+            throw error
+        }
         return value
     }
 

@@ -243,6 +243,35 @@ import Testing
         #expect(try await db.client.query("SELECT id FROM marks ORDER BY id") { try $0.decode(Int32.self, at: 0) } == [1, 2, 4])
     }
 
+    /// `transaction` ends its transaction whatever fails: a held statement that fails its `COMMIT`
+    /// (the `COMMIT` then did not run) is rolled back, and a body that throws with statements held
+    /// rolls back without sending them.
+    @Test func aTransactionWhoseHeldStatementFailsItsCommitIsRolledBack() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE marks (id int PRIMARY KEY CHECK (id > 0))")
+        struct Refused: Error {}
+        try await db.client.withConnection { connection in
+            #expect(throws: PostgresError.self) {
+                try connection.transaction { connection in
+                    try connection.query("INSERT INTO marks VALUES ($1)", Int32(1))
+                    connection.executeWithNext(PostgresStatement("INSERT INTO marks VALUES ($1)", Int32(-1)))
+                }
+            }
+            #expect(!connection.isInTransaction)
+            #expect(throws: Refused.self) {
+                try connection.transaction { connection in
+                    try connection.query("INSERT INTO marks VALUES ($1)", Int32(2))
+                    connection.executeWithNext(PostgresStatement("INSERT INTO marks VALUES ($1)", Int32(3)))
+                    throw Refused()
+                }
+            }
+            #expect(!connection.isInTransaction)
+            try connection.transaction { connection in _ = try connection.query("INSERT INTO marks VALUES ($1)", Int32(4)) }
+        }
+        #expect(try await db.client.query("SELECT id FROM marks ORDER BY id") { try $0.decode(Int32.self, at: 0) } == [4])
+    }
+
     @Test func aCopyGoesAfterTheStatementsHeldBeforeIt() async throws {
         let db = try await TestDatabase.make(migrated: false)
         defer { Task { await db.drop() } }
