@@ -154,7 +154,10 @@ import Testing
     @Test func killingAProjectorWithSIGKILLMidStreamLosesAndDoublesNothing() async throws {
         try await withTestDatabase { db in
             var simulation = MarketplaceSimulation(configuration: .init(people: 400, shops: 30, watches: 800, seed: 23))
-            try await Self.appendSimulated(&simulation, count: 6000, to: db)
+            // More than the projector's largest batch (10,000) past the first two batches: with
+            // 6,000, a quiet machine's projector sometimes had all of it done between the look below
+            // and the kill.
+            try await Self.appendSimulated(&simulation, count: 16_000, to: db)
             let environment = InboxCLI.databaseEnvironment(db.url)
 
             let first = try InboxCLI.start(["project"], environment: environment)
