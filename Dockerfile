@@ -22,7 +22,7 @@
 FROM swift:6.0-bookworm AS build
 
 # Headers and pkg-config files for the system-library targets in Package.swift
-# (CLibPQ, COpenSSL, CCurl, CNGHTTP2, CMicroHTTPD, CMagic).
+# (CLibPQ, COpenSSL, CCurl, CNGHTTP2, CMicroHTTPD, CMagic, CArgon2).
 RUN export DEBIAN_FRONTEND=noninteractive \
     && apt-get -q update \
     && apt-get -q install -y \
@@ -32,6 +32,8 @@ RUN export DEBIAN_FRONTEND=noninteractive \
         libnghttp2-dev \
         libmicrohttpd-dev \
         libmagic-dev \
+        libjansson-dev \
+        libargon2-dev \
         pkg-config \
     && rm -rf /var/lib/apt/lists/*
 
@@ -65,6 +67,8 @@ RUN export DEBIAN_FRONTEND=noninteractive \
         libnghttp2-14 \
         libmicrohttpd12 \
         libmagic1 \
+        libjansson4 \
+        libargon2-1 \
         ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 

@@ -34,6 +34,12 @@ let package = Package(
         .systemLibrary(
             name: "CMagic", path: "Sources/CLibraries/CMagic", pkgConfig: "libmagic",
             providers: [.apt(["libmagic-dev"])]),
+        .systemLibrary(
+            name: "CJansson", path: "Sources/CLibraries/CJansson", pkgConfig: "jansson",
+            providers: [.apt(["libjansson-dev"])]),
+        .systemLibrary(
+            name: "CArgon2", path: "Sources/CLibraries/CArgon2", pkgConfig: "libargon2",
+            providers: [.apt(["libargon2-dev"])]),
         // Non-variadic entry points for the variadic C functions Swift cannot call.
         .target(
             name: "CShims", dependencies: ["CCurl", "CMicroHTTPD"],
@@ -53,7 +59,7 @@ let package = Package(
         .target(
             name: "Crypto", dependencies: ["COpenSSL", "Encodings"], swiftSettings: swiftSettings),
         .target(
-            name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL", "CNGHTTP2", "CMagic"],
+            name: "LinkedLibraries", dependencies: ["CShims", "CCurl", "CMicroHTTPD", "CLibPQ", "COpenSSL", "CNGHTTP2", "CMagic", "CJansson"],
             swiftSettings: swiftSettings),
 
         // HTTP/2 client for the push fan-out to APNs and FCM: libnghttp2 over OpenSSL on one epoll
@@ -72,9 +78,13 @@ let package = Package(
         // The domain: events, categories, rules. No I/O.
         .target(name: "InboxDomain", swiftSettings: swiftSettings),
 
+        // JSON text into InboxDomain's `JSONValue` on libjansson, with JSONDecoder deciding whatever
+        // libjansson does not take as it is. The only module that touches jansson pointers.
+        .target(name: "JSONParsing", dependencies: ["CJansson", "InboxDomain"], swiftSettings: swiftSettings),
+
         // The append-only event log, its migrations and the embedded PostgreSQL.
         .target(
-            name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "Crypto", "Encodings", "Lifecycle"],
+            name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "JSONParsing", "Crypto", "Encodings", "Lifecycle"],
             swiftSettings: swiftSettings),
 
         // Read models derived from the log, and the drivers that keep them current.
@@ -92,7 +102,7 @@ let package = Package(
 
         // The push protocol without I/O: texts, collapse keys, APNs and FCM payloads, their answers,
         // provider tokens.
-        .target(name: "PushProtocol", dependencies: ["InboxDomain", "Encodings", "Crypto"], swiftSettings: swiftSettings),
+        .target(name: "PushProtocol", dependencies: ["InboxDomain", "JSONParsing", "Encodings", "Crypto"], swiftSettings: swiftSettings),
 
         // The push fan-out: deciding the outbox into deliveries, sending them through APNs and FCM
         // (or a logging transport), recording every answer.
@@ -125,7 +135,19 @@ let package = Package(
         .target(
             name: "InboxAPI", dependencies: [
                 "HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Devices", "Encodings", "Lifecycle",
-                "Fanout", "Uploads", "Mail",
+                "Fanout", "Uploads", "Mail", "JSONParsing",
+            ],
+            swiftSettings: swiftSettings),
+
+        // Password hashing: Argon2id from Debian's libargon2, the only module that touches it.
+        .target(name: "PasswordHashing", dependencies: ["CArgon2"], swiftSettings: swiftSettings),
+
+        // The identity role: accounts, second factors, sign-in sessions with rotating refresh tokens,
+        // Apple and Google, and the OAuth token endpoint that issues the access tokens the API verifies.
+        .target(
+            name: "Identity", dependencies: [
+                "PasswordHashing", "Crypto", "Encodings", "EventLog", "HTTP2Client", "HTTPServer", "InboxAPI", "InboxDomain", "Lifecycle",
+                "PostgresClient", "Threads",
             ],
             swiftSettings: swiftSettings),
 
@@ -133,7 +155,7 @@ let package = Package(
             name: "inbox",
             dependencies: [
                 "EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle", "HTTPServer", "InboxAPI",
-                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol", "Uploads", "Schedule", "Mail", "Mailer",
+                "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol", "Uploads", "Schedule", "Mail", "Mailer", "JSONParsing", "Identity", "PasswordHashing",
             ],
             swiftSettings: swiftSettings),
 
@@ -145,7 +167,7 @@ let package = Package(
             name: "InboxBenchmarks",
             dependencies: [
                 "BenchmarkVerdict", "EventLog", "PostgresClient", "InboxDomain", "Lifecycle", "Projections", "InboxSimulation", "HTTPServer", "InboxAPI", "Crypto", "Encodings",
-                "Fanout", "HTTP2Client", "PushProtocol", "Schedule", "Mailer", "Mail",
+                "Fanout", "HTTP2Client", "PushProtocol", "Schedule", "Mailer", "Mail", "Identity", "PasswordHashing",
             ],
             path: "Benchmarks/InboxBenchmarks", swiftSettings: swiftSettings),
 
@@ -205,15 +227,25 @@ let package = Package(
                 "PushProtocol",
             ],
             swiftSettings: swiftSettings),
+        // The identity role through real sockets, with local Apple and Google (Tests/IdentityTests/ProviderServer.swift).
+        .testTarget(
+            name: "IdentityTests",
+            dependencies: [
+                "Identity", "PasswordHashing", "InboxAPI", "HTTPServer", "InboxTesting", "EventLog", "PostgresClient", "Crypto", "Projections",
+                "InboxDomain", "Encodings", "Threads", "Lifecycle",
+            ],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "BenchmarkVerdictTests", dependencies: ["BenchmarkVerdict"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(
+            name: "JSONParsingTests", dependencies: ["JSONParsing", "InboxDomain"], swiftSettings: swiftSettings),
+        .testTarget(
             name: "PushProtocolTests", dependencies: ["PushProtocol", "InboxDomain", "Crypto", "EventLog"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ProjectionTests",
-            dependencies: ["Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient", "Lifecycle"],
+            dependencies: ["Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient", "Lifecycle", "JSONParsing"],
             swiftSettings: swiftSettings),
         // The projections' folds, pure: no database, no InboxTesting. EventLog only for `RecordedEvent`.
         .testTarget(

@@ -10,6 +10,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
     case fanout
     case schedule
     case mail
+    case identity
 
     var summary: String {
         switch self {
@@ -19,6 +20,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         case .fanout: "the push fan-out from outbox to TLS HTTP/2 (nghttpd as APNs and FCM) beside h2load against the same server"
         case .schedule: "one shop_unanswered reminder check over 100,000 threads of 2,000 shops (400 days of history, 3,500 in the window) and its plan"
         case .mail: "the mail outbox end to end: 2,000 people's notifications decided, rendered and sent over SMTP to a local sink, beside render-only"
+        case .identity: "the token endpoint under wrk: password sign-ins at two Argon2id costs, refreshes and guest tokens beside /healthz (needs wrk)"
         }
     }
 
@@ -30,6 +32,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         case .fanout: FanoutBenchmark(rounds: options.rounds, scale: options.scale)
         case .schedule: ScheduleBenchmark(rounds: options.rounds, scale: options.scale)
         case .mail: MailBenchmark(rounds: options.rounds, scale: options.scale)
+        case .identity: IdentityBenchmark(rounds: options.rounds, scale: options.scale)
         }
     }
 
@@ -37,7 +40,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
     var unit: String {
         switch self {
         case .append, .projection: "events"
-        case .http: "requests"
+        case .http, .identity: "requests"
         case .fanout: "pushes"
         case .schedule: "messages"
         case .mail: "mails"

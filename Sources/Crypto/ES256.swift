@@ -57,6 +57,22 @@ public final class ES256PublicKey: @unchecked Sendable {
 
     /// The key as PEM (SubjectPublicKeyInfo).
     public var pem: String { ES256Signature.writePEM { PEM_write_bio_PUBKEY($0, key) } }
+
+    /// The point's `x` and `y` (32 bytes each), as a JWK carries them: what a JWKS publishes.
+    public var coordinates: (x: [UInt8], y: [UInt8]) {
+        get throws {
+            let length = i2d_PUBKEY(key, nil)
+            guard length == 91 else { throw CryptoError("The key is not an uncompressed P-256 point.") }
+            var der = [UInt8](repeating: 0, count: Int(length))
+            let written = der.withUnsafeMutableBufferPointer { buffer -> Int32 in
+                var pointer: UnsafeMutablePointer<UInt8>? = buffer.baseAddress
+                return i2d_PUBKEY(key, &pointer)
+            }
+            // SubjectPublicKeyInfo of prime256v1: 26 bytes of header, 0x04, then x and y.
+            guard written == length, der[26] == 0x04 else { throw CryptoError("The key is not an uncompressed P-256 point.") }
+            return (Array(der[27..<59]), Array(der[59..<91]))
+        }
+    }
 }
 
 /// An ECDSA P-256 private key, for signing ES256 tokens (`inbox token`, tests).

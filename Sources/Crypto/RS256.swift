@@ -79,3 +79,60 @@ public final class RS256PublicKey: @unchecked Sendable {
         SHA256Signing.verify(signature, of: data, with: key)
     }
 }
+
+extension RS256PublicKey {
+    /// From a JWK's `n` and `e` (RFC 7518 §6.3.1: the modulus and the exponent, big-endian bytes), as
+    /// Apple and Google publish their ID-token keys. A modulus under 2048 bits is refused (RFC 7518 §3.3),
+    /// and so is one over 8192 bits (no provider uses one; a bound on what a fetched document costs).
+    public convenience init(modulus: [UInt8], exponent: [UInt8]) throws {
+        let modulus = Array(modulus.drop { $0 == 0 })
+        guard (256...1024).contains(modulus.count), (1...8).contains(exponent.count) else {
+            throw CryptoError("An RS256 key's modulus is 2048 to 8192 bits and its exponent at most 8 bytes.")
+        }
+        guard let n = BN_bin2bn(modulus, Int32(modulus.count), nil) else { throw CryptoError("Out of memory.") }
+        defer { BN_free(n) }
+        guard let e = BN_bin2bn(exponent, Int32(exponent.count), nil) else { throw CryptoError("Out of memory.") }
+        defer { BN_free(e) }
+        guard let builder = OSSL_PARAM_BLD_new() else { throw CryptoError("Out of memory.") }
+        defer { OSSL_PARAM_BLD_free(builder) }
+        // The parameters point at the names they were pushed with (OpenSSL 3.0 copies neither), so
+        // the names are C strings of their own that live until the key is made.
+        guard let nName = strdup(OSSL_PKEY_PARAM_RSA_N), let eName = strdup(OSSL_PKEY_PARAM_RSA_E) else { throw CryptoError("Out of memory.") }
+        defer {
+            free(nName)
+            free(eName)
+        }
+        guard OSSL_PARAM_BLD_push_BN(builder, nName, n) == 1, OSSL_PARAM_BLD_push_BN(builder, eName, e) == 1,
+            let parameters = OSSL_PARAM_BLD_to_param(builder)
+        else { throw CryptoError("The RSA key's parameters cannot be built.") }
+        defer { OSSL_PARAM_free(parameters) }
+        guard let context = EVP_PKEY_CTX_new_from_name(nil, "RSA", nil) else { throw CryptoError("OpenSSL has no RSA keys.") }
+        defer { EVP_PKEY_CTX_free(context) }
+        var key: OpaquePointer?
+        // EVP_PKEY_PUBLIC_KEY: the public key and the key's parameters.
+        let selection = Int32(OSSL_KEYMGMT_SELECT_PUBLIC_KEY | OSSL_KEYMGMT_SELECT_ALL_PARAMETERS)
+        guard EVP_PKEY_fromdata_init(context) == 1, EVP_PKEY_fromdata(context, &key, selection, parameters) == 1, let key else {
+            throw CryptoError("n and e are not an RSA public key.")
+        }
+        self.init(key: key)
+    }
+
+    /// The key's `n` and `e` as a JWK carries them (big-endian, no leading zeros): what a test's
+    /// provider publishes in its JWKS.
+    public var components: (modulus: [UInt8], exponent: [UInt8]) {
+        get throws {
+            func parameter(_ name: String) throws -> [UInt8] {
+                var number: OpaquePointer?
+                guard EVP_PKEY_get_bn_param(key, name, &number) == 1, let number else { throw CryptoError("The key has no \(name).") }
+                defer { BN_free(number) }
+                var bytes = [UInt8](repeating: 0, count: Int((BN_num_bits(number) + 7) / 8))
+                _ = bytes.withUnsafeMutableBufferPointer { BN_bn2bin(number, $0.baseAddress) }
+                return bytes
+            }
+            return (try parameter(OSSL_PKEY_PARAM_RSA_N), try parameter(OSSL_PKEY_PARAM_RSA_E))
+        }
+    }
+
+    /// The key as PEM (SubjectPublicKeyInfo).
+    public var pem: String { ES256Signature.writePEM { PEM_write_bio_PUBKEY($0, key) } }
+}

@@ -27,7 +27,8 @@ public enum SHA256 {
     /// (RFC 9562's custom UUIDs: version 5 would claim SHA-1) with the RFC variant, in lower case.
     /// The same name is always the same UUID; a different name collides only as SHA-256 does.
     public static func uuidString(naming name: some Collection<UInt8>) -> String {
-        var bytes = Array(digest(name).prefix(16))
+        var bytes = digest(name)
+        bytes.removeLast(bytes.count - 16)
         bytes[6] = bytes[6] & 0x0F | 0x80  // version 8
         bytes[8] = bytes[8] & 0x3F | 0x80  // variant 10: RFC 9562
         return Hex.uuidString(bytes)

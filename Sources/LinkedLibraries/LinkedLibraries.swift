@@ -1,4 +1,5 @@
 import CCurl
+import CJansson
 import CLibPQ
 import CMagic
 import CMicroHTTPD
@@ -40,6 +41,9 @@ public enum LinkedLibraries {
 
     /// libmagic's version (5.44 is 544): the type of an upload, read from its bytes.
     public static var magicVersion: Int { Int(magic_version()) }
+
+    /// libjansson's version: the API's and the log's JSON reading (docs/api.md, "Reading JSON").
+    public static var janssonVersion: String { jansson_version_str().map { String(cString: $0) } ?? "unknown" }
 
     public static var openSSLVersion: String { String(cString: OpenSSL_version(OPENSSL_VERSION)) }
 

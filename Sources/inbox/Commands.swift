@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import Lifecycle
 import LinkedLibraries
+import PasswordHashing
 import PostgresClient
 import Projections
 
@@ -22,19 +23,19 @@ struct Command: Sendable {
 }
 
 extension Command {
-    static let all: [Command] = [run, serve, project, fanout, schedule, mail, migrate, replay, events, status, token, version, help]
+    static let all: [Command] = [run, serve, identity, project, fanout, schedule, mail, migrate, replay, events, status, token, account, version, help]
 
     static func named(_ name: String) -> Command? { all.first { $0.name == name } }
 
     static let run = Command(
         name: "run", synopsis: "run",
-        summary: "Migrates, then runs the tier: the projectors, the push fan-out, the schedule, the mailer and the API (with its caches' listener), until "
-            + "SIGTERM or SIGINT stops them in order. The default command."
+        summary: "Migrates, then runs the tier: the projectors, the push fan-out, the schedule, the mailer and the API (with its caches' listener "
+            + "and the identity role's sign-in), until SIGTERM or SIGINT stops them in order. The default command."
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "run")
         try await withDatabase(configuration, log: log, migrate: true) { database in
             log.info("the inbox tier is running", metadata: ["database": database.description])
-            let (api, pool) = try await Roles.api(database: database, configuration: configuration, log: log)
+            let (api, pool) = try await Roles.api(database: database, configuration: configuration, log: log, withIdentity: true)
             defer { pool.close() }
             FileHandle.standardOutput.write(Data(gettingStarted(configuration).utf8))
             let fanout = try Roles.fanout(database: database, configuration: configuration, log: log)
@@ -132,8 +133,10 @@ extension Command {
         let (projections, flags) = try ProjectionCommands.selected(arguments, command: "replay", extraFlags: ["--no-swap"])
         try await withDatabase(configuration, log: log, migrate: true) { database in
             try await ProjectionCommands.replay(
-                projections, swap: !flags.contains("--no-swap"), inMemoryEventLimit: Int64(configuration.replayMemoryEvents), database: database,
-                log: log)
+                projections, swap: !flags.contains("--no-swap"), inMemoryEventLimit: Int64(configuration.replayMemoryEvents),
+                spillDirectory: configuration.replaySpillDirectory.map { URL(fileURLWithPath: $0, isDirectory: true) }
+                    ?? FileManager.default.temporaryDirectory,
+                database: database, log: log)
         }
     }
 
@@ -174,6 +177,8 @@ extension Command {
         print("libmicrohttpd \(LinkedLibraries.microhttpdVersion)")
         print("libnghttp2 \(LinkedLibraries.nghttp2Version)")
         print("libmagic \(LinkedLibraries.magicVersion / 100).\(LinkedLibraries.magicVersion % 100)")
+        print("libjansson \(LinkedLibraries.janssonVersion)")
+        print("libargon2 (Argon2 \(Argon2id.algorithmVersion >> 4).\(Argon2id.algorithmVersion & 0xF))")
     }
 
     static let help = Command(
@@ -202,6 +207,7 @@ extension Command {
           TOKEN=$(swift run inbox token --person 7)
           curl -H "Authorization: Bearer $TOKEN" http://\(configuration.httpHost):\(configuration.httpPort)/v1/me/notifications
           swift run inbox status
+          curl -d grant_type=urn:wristler:guest -d client_id=wristler-app http://\(configuration.httpHost):\(configuration.httpPort)/oauth/token
         \(Roles.mailDestination(configuration))
         Ctrl-C stops, and stops the embedded database.
 

@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 import InboxDomain
+import JSONParsing
 import Lifecycle
 import PostgresClient
 
@@ -96,7 +97,7 @@ enum EventsCommand {
     static func parseEvents(_ text: String) throws -> ([NewEvent], [String: ExpectedVersion]) {
         let document: JSONValue
         do {
-            document = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+            document = try JSONValue(parsing: text)
         } catch {
             throw UsageError(description: "the event is not valid JSON: \(conciseJSONError(error))")
         }

@@ -94,8 +94,13 @@ struct InboxConfiguration: Sendable {
     /// `INBOX_MAIL_BATCH`, `INBOX_MAIL_POLL_SECONDS`: entries decided and mails claimed per
     /// step; the wait between two looks when nothing woke the mailer.
     var mailBatch: Int = 100
-    /// `INBOX_REPLAY_MEMORY_EVENTS`: the longest log a replay folds in memory (`Replayer`).
+    /// `INBOX_REPLAY_MEMORY_EVENTS`: the events of the log whose state a replay folds in memory
+    /// at a time; a longer log is folded in slices of people (`Replayer`); and what a projector
+    /// from empty tables folds in memory before its first commit (`Projector.Options`). 0: through SQL.
     var replayMemoryEvents: Int = 2_000_000
+    /// `INBOX_REPLAY_SPILL_DIR`: where a replay in slices keeps the later slices' events; nil:
+    /// the system's temporary folder.
+    var replaySpillDirectory: String?
     var mailPollSeconds: Int = 5
     /// `INBOX_PUBLIC_URL`: where the API is reached from the internet (mails' unsubscribe links
     /// point at `<url>/mail/unsubscribe`); nil: mails carry no unsubscribe link.
@@ -103,6 +108,9 @@ struct InboxConfiguration: Sendable {
     /// The Mail module's settings (`INBOX_SMTP_*`, `INBOX_MAIL_FROM`, `INBOX_MAIL_FOLDER`) as
     /// given, read together by `mailConfiguration()` (they are checked against each other).
     var mailSettings: [String: String] = [:]
+    /// The identity role's settings (`InboxConfiguration+Identity.swift`), each checked as it is
+    /// read and kept as given; `identityConfiguration()` makes them one value.
+    var identityValues: [String: String] = [:]
 
     /// How mail is sent: `MailConfiguration` of the mail settings, the data folder and the
     /// unsubscribe keys. Throws a sentence naming the setting that is wrong.
@@ -252,7 +260,7 @@ struct InboxConfiguration: Sendable {
                 meaning: "the Firebase service account's JSON file (project_id, client_email, private_key, token_uri)") { $0.fcmServiceAccountFile = $1 },
         url("INBOX_FCM_URL", "--fcm-url", default: "https://fcm.googleapis.com", meaning: "FCM's host") { $0.fcmURL = $1 },
         Setting(variable: "INBOX_PUSH_CA_FILE", flag: "--push-ca-file", defaultValue: "(unset: the system's certificates)",
-                meaning: "PEM certificates trusted for APNs, FCM and the token endpoint besides the system's") { $0.pushCAFile = $1 },
+                meaning: "PEM certificates trusted for APNs, FCM and the token endpoint besides the system's; also for Apple's and Google's sign-in keys") { $0.pushCAFile = $1 },
         wholeNumber(
             "INBOX_PUSH_DEADLINE_SECONDS", "--push-deadline-seconds", 60...2_419_200, default: 86_400, unit: "a whole number of seconds",
             meaning: "how long a push is retried before it is given up and counted (60-2419200)") { $0.pushDeadlineSeconds = $1 },
@@ -299,9 +307,15 @@ struct InboxConfiguration: Sendable {
         },
         wholeNumber(
             "INBOX_REPLAY_MEMORY_EVENTS", "--replay-memory-events", 0...1_000_000_000, default: 2_000_000, unit: "a whole number",
-            meaning: "the longest log `inbox replay` folds the bell and the threads of in memory, about 1 GiB a million events; "
-                + "a longer one goes batch by batch through SQL, slower, in bounded memory (0-1000000000)") {
+            meaning: "the events `inbox replay` folds the bell and the threads of in memory at a time; a longer log is folded "
+                + "in slices of people of about this many events, the later ones kept on disk meanwhile; and the events a projector "
+                + "whose tables are empty folds in memory before it writes them, with its checkpoint, in one transaction; 0: "
+                + "batch by batch through SQL, slower (0-1000000000)") {
             $0.replayMemoryEvents = $1
+        },
+        Setting(variable: "INBOX_REPLAY_SPILL_DIR", flag: "--replay-spill-dir", defaultValue: "(unset: the system's temporary folder)",
+                meaning: "where `inbox replay` keeps the events of the slices after the first until their turn (about the log's size)") {
+            $0.replaySpillDirectory = $1
         },
         wholeNumber(
             "INBOX_MAIL_BATCH", "--mail-batch", 1...10_000, default: 100, unit: "a whole number",
@@ -331,7 +345,7 @@ struct InboxConfiguration: Sendable {
              meaning: "the sender, Name <address> or address"),
         mail("INBOX_MAIL_FOLDER", "--mail-folder", default: "(unset: <INBOX_DATA_DIR>/mail)",
              meaning: "where mails are written as .eml files when INBOX_SMTP_URL is unset"),
-    ]
+    ] + identitySettings
 
     /// A setting of the Mail module: kept as given, and checked with the others when mail starts
     /// (`mailConfiguration()`), since several are only meaningful together.

@@ -41,9 +41,10 @@ enum ProjectionCommands {
 
     /// Rebuilds `projections` beside the live tables and swaps them in, printing progress.
     static func replay(
-        _ projections: [any Projection], swap: Bool, inMemoryEventLimit: Int64, database: Database, log: Logger
+        _ projections: [any Projection], swap: Bool, inMemoryEventLimit: Int64, spillDirectory: URL, database: Database, log: Logger
     ) async throws {
-        let replayer = Replayer(client: database.client, projections: projections, inMemoryEventLimit: inMemoryEventLimit)
+        let replayer = Replayer(
+            client: database.client, projections: projections, inMemoryEventLimit: inMemoryEventLimit, spillDirectory: spillDirectory)
         let lock = try await replayer.lock()
         defer { lock.close() }
         let names = projections.map(\.name).joined(separator: ", ")
@@ -110,7 +111,8 @@ final class ProgressPrinter: @unchecked Sendable {
         last = progress
         let now = ContinuousClock.now
         let interval: Duration = onTerminal ? .milliseconds(200) : .seconds(5)
-        guard now - lastPrinted >= interval else { return }
+        // A stage (the next slice, a projection sent through SQL) is always said.
+        guard progress.stage != nil || now - lastPrinted >= interval else { return }
         lastPrinted = now
         let text = progress.description
         if onTerminal {

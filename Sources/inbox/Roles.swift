@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 import HTTPServer
+import Identity
 import InboxAPI
 import Lifecycle
 import Mail
@@ -16,7 +17,8 @@ import Uploads
 enum Roles {
     /// One projector per projection, each under its own lease.
     static func projectors(_ projections: [any Projection], database: Database, configuration: InboxConfiguration, log: Logger) -> [ServiceGroup.Member] {
-        let options = Projector.Options(pollInterval: .milliseconds(configuration.pollIntervalMilliseconds))
+        let options = Projector.Options(
+            inMemoryEvents: configuration.replayMemoryEvents, pollInterval: .milliseconds(configuration.pollIntervalMilliseconds))
         return projections.map { projection in
             let projector = Projector(projection: projection, configuration: database.client.configuration.connection, options: options, logger: log)
             return ServiceGroup.Member("the projector of \(projection.name)", projector, shutdownDeadline: .seconds(30))
@@ -25,7 +27,11 @@ enum Roles {
 
     /// The API and, when bell pages are kept in memory, the listener that tells the cache of
     /// changes. Their pool of request connections is closed by `body`'s caller after they stopped.
-    static func api(database: Database, configuration: InboxConfiguration, log: Logger) async throws -> (members: [ServiceGroup.Member], pool: PostgresClient) {
+    /// `withIdentity`: the identity role's routes are served beside the API's (`inbox run`: one
+    /// host, as the app guide has it), and the API verifies the tokens it signs with no setting.
+    static func api(
+        database: Database, configuration: InboxConfiguration, log: Logger, withIdentity: Bool = false
+    ) async throws -> (members: [ServiceGroup.Member], pool: PostgresClient) {
         // Requests get a pool of their own whose statements cannot run for ever.
         let requestClient = try InboxRoutes.requestPool(connection: database.client.configuration.connection, size: configuration.poolSize)
         do {
@@ -46,19 +52,14 @@ enum Roles {
             let uploads = UploadSettings(
                 directory: URL(fileURLWithPath: configuration.uploadsFolder, isDirectory: true),
                 allowPrivateSources: configuration.uploadsAllowPrivateSources)
+            let gate = AppVersionGate(client: requestClient)
+            let identity = withIdentity ? try Roles.identity(database: database, client: requestClient, gate: gate, configuration: configuration, log: log) : nil
             let routes = InboxRoutes.all(
                 client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, conversationCache: conversationCache, uploads: uploads,
-                unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) })
-            let logRequest: @Sendable (RequestLogLine) -> Void = { line in
-                var metadata: Logger.Metadata = [
-                    "method": line.method, "route": line.route, "status": String(line.status),
-                    "durationMs": line.duration.millisecondsText, "requestId": line.requestId,
-                ]
-                metadata["error"] = line.error
-                log.log(level: line.error == nil ? .info : .error, "request", metadata: metadata)
-            }
+                unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) }) + (identity?.routes ?? [])
+            let logRequest = requestLogLines(to: log)
             let api = APIServer(
-                routes: routes, gate: AppVersionGate(client: requestClient), verifier: try DevelopmentKey.verifier(configuration, log: log),
+                routes: routes, gate: gate, verifier: try DevelopmentKey.verifier(configuration, log: log, identityKeys: identity?.keys.tokenKeys),
                 services: services, metrics: metrics, rateLimiter: RateLimiter(), log: logRequest)
             let operations = configuration.opsPort.map { _ in
                 APIServer(routes: InboxRoutes.operations(routes), gate: nil, metrics: metrics, log: logRequest)
@@ -70,7 +71,16 @@ enum Roles {
                 let listener = CacheListener(caches: caches, configuration: database.client.configuration.connection, logger: log)
                 members.append(ServiceGroup.Member("the caches' listener", listener, shutdownDeadline: .seconds(5)))
             }
-            members.append(ServiceGroup.Member("the API", APIService(api: api, operations: operations, configuration: configuration, log: log), shutdownDeadline: .seconds(15)))
+            if let identity {
+                members.append(ServiceGroup.Member("the identity role's housekeeping", identity.maintenance, shutdownDeadline: .seconds(5)))
+            }
+            members.append(
+                ServiceGroup.Member(
+                    "the API",
+                    APIService(
+                        api: api, operations: operations, configuration: configuration, log: log,
+                        bodyLimits: InboxRoutes.bodyLimits + (identity == nil ? [] : IdentityRoutes.bodyLimits)),
+                    shutdownDeadline: .seconds(15)))
             return (members, requestClient)
         } catch {
             requestClient.close()
@@ -100,7 +110,11 @@ struct APIService: Service {
     let operations: APIServer?
     let configuration: InboxConfiguration
     let log: Logger
+    /// The body limits of the server besides its own (`HTTPServer.Configuration.bodyLimits`).
+    var bodyLimits: [HTTPServer.BodyLimit] = InboxRoutes.bodyLimits
     var gracePeriod: Duration = .seconds(10)
+    /// What the start-up line calls the server.
+    var name = "the API"
 
     func run() async throws {
         let api = self.api
@@ -108,7 +122,7 @@ struct APIService: Service {
             configuration: .init(
                 host: configuration.httpHost, port: configuration.httpPort, blockingThreads: configuration.httpThreads,
                 maximumBodyBytes: configuration.httpMaximumBodyBytes, connectionsPerAddress: configuration.httpConnectionsPerAddress,
-                requestDeadlineSeconds: configuration.httpRequestDeadlineSeconds, bodyLimits: InboxRoutes.bodyLimits),
+                requestDeadlineSeconds: configuration.httpRequestDeadlineSeconds, bodyLimits: bodyLimits),
             replying: { request in api.reply(request) })
         let operationsServer: HTTPServer?
         do {
@@ -126,10 +140,10 @@ struct APIService: Service {
             server.shutdown(gracePeriod: .zero)
             throw error
         }
-        announce("the API", port: server.port)
+        announce(name, port: server.port)
         if let operationsServer { announce("the operations listener", port: operationsServer.port) }
         await waitUntilCancelled()
-        log.info("the API takes no new connection; finishing the requests in flight", metadata: ["inFlight": String(server.requestsInFlight)])
+        log.info("\(name) takes no new connection; finishing the requests in flight", metadata: ["inFlight": String(server.requestsInFlight)])
         let grace = gracePeriod
         try await BlockingThread.run {
             operationsServer?.shutdown(gracePeriod: grace)
@@ -150,5 +164,18 @@ extension Duration {
         let hundredths = components.seconds * 100_000 + components.attoseconds / 10_000_000_000_000
         let fraction = hundredths % 100
         return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
+    }
+}
+
+/// Each answered request as one log line (`request`, with its method, route, status, duration and
+/// id; at error level when it failed), as every role that serves HTTP logs them.
+func requestLogLines(to log: Logger) -> @Sendable (RequestLogLine) -> Void {
+    { line in
+        var metadata: Logger.Metadata = [
+            "method": line.method, "route": line.route, "status": String(line.status),
+            "durationMs": line.duration.millisecondsText, "requestId": line.requestId,
+        ]
+        metadata["error"] = line.error
+        log.log(level: line.error == nil ? .info : .error, "request", metadata: metadata)
     }
 }

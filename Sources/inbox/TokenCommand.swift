@@ -21,18 +21,24 @@ enum DevelopmentKey {
         return key
     }
 
-    /// The verifier `serve` uses: the identity tier's keys, or the development key.
-    static func verifier(_ configuration: InboxConfiguration, log: Logger) throws -> TokenVerifier {
+    /// The verifier `serve` uses: the identity tier's keys (`INBOX_TOKEN_KEYS`), or the development
+    /// key; and, in either case, `identityKeys`, the keys of the identity role running in the
+    /// same process (`inbox run`), so that its tokens verify with no setting.
+    static func verifier(_ configuration: InboxConfiguration, log: Logger, identityKeys: TokenKeys? = nil) throws -> TokenVerifier {
+        let own = identityKeys?.keys ?? [:]
+        if !own.isEmpty {
+            log.info("verifying the identity role's access tokens", metadata: ["kids": own.keys.sorted().joined(separator: ",")])
+        }
         if let path = configuration.tokenKeysPath {
             let keys = try TokenKeys.load(path: path)
             log.info("verifying access tokens with the identity tier's keys", metadata: ["path": path, "kids": keys.keys.keys.sorted().joined(separator: ",")])
-            return TokenVerifier(keys: keys)
+            return TokenVerifier(keys: TokenKeys(keys: keys.keys.merging(own) { configured, _ in configured }))
         }
         let key = try load(dataDirectory: configuration.dataDirectory)
         log.info("verifying access tokens with the development key (set INBOX_TOKEN_KEYS in production)", metadata: [
             "path": configuration.dataDirectory + "/dev-token-key.pem",
         ])
-        return TokenVerifier(keys: TokenKeys(keys: [kid: try key.publicKey]))
+        return TokenVerifier(keys: TokenKeys(keys: own.merging([kid: try key.publicKey]) { identity, _ in identity }))
     }
 }
 

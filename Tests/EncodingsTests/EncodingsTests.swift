@@ -87,3 +87,24 @@ import Testing
         #expect(bytes[8] & 0x3F == digest[8] & 0x3F)
     }
 }
+
+/// Random UUIDs from OpenSSL's generator (message and saved-search ids).
+@Suite struct RandomUUIDTests {
+    @Test func aRandomUUIDIsVersion4WithTheRFCVariantInLowerCaseAndNeverRepeats() throws {
+        var seen = Set<String>()
+        var bitsSet = [Int](repeating: 0, count: 128)
+        for _ in 0..<2_000 {
+            let id = RandomUUID.string()
+            #expect(id == id.lowercased() && id.utf8.count == 36)
+            let uuid = try #require(UUID(uuidString: id))
+            let bytes = withUnsafeBytes(of: uuid.uuid) { Array($0) }
+            #expect(bytes[6] >> 4 == 4, "version 4 (RFC 9562, random)")
+            #expect(bytes[8] >> 6 == 0b10, "the RFC variant")
+            #expect(seen.insert(id).inserted)
+            for bit in 0..<128 where bytes[bit / 8] & (0x80 >> UInt8(bit % 8)) != 0 { bitsSet[bit] += 1 }
+        }
+        // The 122 random bits each come out set about half the time (and the six stamped ones fixed).
+        let stamped: Set<Int> = [48, 49, 50, 51, 64, 65]
+        for bit in 0..<128 where !stamped.contains(bit) { #expect((800...1_200).contains(bitsSet[bit]), "bit \(bit): \(bitsSet[bit]) of 2,000") }
+    }
+}

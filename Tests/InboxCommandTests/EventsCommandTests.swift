@@ -211,7 +211,13 @@ import Testing
             _ = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"person-before-security""#) }
 
             _ = try await Self.append(Self.event(person: "after", payload: #"{"n":2}"#), to: db)
-            let line = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"person-after-security""#) }
+            let line: String
+            do {
+                line = try await follower.waitForStdoutLine(timeout: .seconds(15)) { $0.contains(#""stream":"person-after-security""#) }
+            } catch {
+                // An event held back that long means a writing transaction open somewhere in the cluster.
+                throw InboxCLI.Failure(description: "\(error)\nthe cluster's writers: \(await db.writersHoldingReadersBack())")
+            }
             let object = try #require(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
             #expect(object["position"] as? Int == 2)
             #expect(object["type"] as? String == "password_changed")

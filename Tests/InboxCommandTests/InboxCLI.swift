@@ -1,5 +1,6 @@
 import Foundation
 import InboxTesting
+import Synchronization
 import Testing
 
 /// How one run of the `inbox` binary ended, with everything it wrote.
@@ -105,6 +106,8 @@ final class RunningInbox: Sendable {
     let folder: URL
     let stdoutFile: URL
     let stderrFile: URL
+    /// The exit status as `waitpid` gave it, when this harness reaped the child itself (see `reapIfExited`).
+    private let reaped = Mutex<Int32?>(nil)
 
     fileprivate init(_ arguments: [String], environment: [String: String], stdin: String?) throws {
         self.arguments = arguments
@@ -194,16 +197,39 @@ final class RunningInbox: Sendable {
 
     /// Sends `signal` to the process.
     func send(_ signal: Int32) {
-        if process.isRunning { kill(process.processIdentifier, signal) }
+        if process.isRunning && reaped.withLock({ $0 == nil }) { kill(process.processIdentifier, signal) }
+    }
+
+    /// Reaps the child when it has exited and Foundation has not noticed: with many children at
+    /// once, Foundation's `Process` on Linux was seen to leave some as zombies with `isRunning`
+    /// true for good (as `Subprocess` says of `runuser`), and `waitUntilExit` then spun for ever on
+    /// a thread of the cooperative pool; two such waits stopped the whole test run. `wait`: block
+    /// until it exits (only after SIGKILL, so the wait is short). The status, once reaped, is kept.
+    @discardableResult
+    private func reapIfExited(wait: Bool = false) -> Int32? {
+        reaped.withLock { reaped in
+            if reaped != nil { return reaped }
+            var status: Int32 = 0
+            if waitpid(process.processIdentifier, &status, wait ? 0 : WNOHANG) == process.processIdentifier { reaped = status }
+            // -1 (ECHILD): Foundation reaped it first, and `isRunning` says so.
+            return reaped
+        }
     }
 
     /// Waits for the process to end; after `timeout` it is killed and the wait fails.
     func waitForExit(timeout: Duration = .seconds(60)) async throws -> InboxResult {
         let deadline = ContinuousClock.now + timeout
         while process.isRunning {
+            if let status = reapIfExited() {
+                // Exited behind Foundation's back: the status is waitpid's.
+                let signalled = status & 0x7F != 0
+                return InboxResult(
+                    status: signalled ? status & 0x7F : (status >> 8) & 0xFF, reason: signalled ? .uncaughtSignal : .exit, stdout: stdoutSoFar,
+                    stderr: stderrSoFar)
+            }
             if ContinuousClock.now >= deadline {
                 kill(process.processIdentifier, SIGKILL)
-                process.waitUntilExit()
+                reapIfExited(wait: true)
                 throw InboxCLI.Failure(
                     description: "\(commandLine) did not finish within \(timeout) and was killed; "
                         + "stdout: \(stdoutSoFar) stderr: \(stderrSoFar)")
@@ -217,9 +243,10 @@ final class RunningInbox: Sendable {
 
     /// Kills the process if it still runs and removes its folder.
     func cleanUp() {
-        if process.isRunning {
+        if process.isRunning && reapIfExited() == nil {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            // Not `waitUntilExit`, which spins for ever on an exit Foundation missed.
+            reapIfExited(wait: true)
         }
         try? FileManager.default.removeItem(at: folder)
     }

@@ -32,6 +32,11 @@ import Testing
         #expect(LinkedLibraries.magicVersion >= 500, "libmagic \(LinkedLibraries.magicVersion)")
     }
 
+    @Test func libjanssonIsLinkedAndSaysItsVersion() {
+        // 2.14 is bookworm's; JSON parsing needs json_object_iter_key_len, there since 2.14.
+        #expect(LinkedLibraries.janssonVersion.hasPrefix("2."), "\(LinkedLibraries.janssonVersion)")
+    }
+
     @Test func theCurlShimReachesLibcurl() {
         #expect(LinkedLibraries.curlShimWorks)
     }

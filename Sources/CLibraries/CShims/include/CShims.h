@@ -10,6 +10,7 @@
 #include <sys/types.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
 #include <microhttpd.h>
 
 CURLcode wristler_curl_easy_setopt_long(CURL *handle, CURLoption option, long value);
@@ -33,5 +34,9 @@ uint16_t wristler_mhd_bound_port(struct MHD_Daemon *daemon);
 
 /// The socket of a connection (MHD_get_connection_info is variadic); -1 when unknown.
 int wristler_mhd_connection_socket(struct MHD_Connection *connection);
+
+/// The client's IPv4 address in network byte order, as libmicrohttpd kept it at accept (no
+/// system call); 0 when unknown or not IPv4.
+uint32_t wristler_mhd_client_ipv4(struct MHD_Connection *connection);
 
 #endif

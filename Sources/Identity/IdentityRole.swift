@@ -1,0 +1,43 @@
+import EventLog
+import Foundation
+import InboxAPI
+import Lifecycle
+import PostgresClient
+
+/// The identity role put together: its keys, the token endpoint, the account administration, the
+/// routes and the housekeeping service. `inbox identity` serves the routes on a server of its own;
+/// `inbox run` beside the API's, whose verifier then knows `keys` with no setting.
+public struct IdentityRole: Sendable {
+    public let keys: SigningKeys
+    public let endpoint: TokenEndpoint
+    public let administration: AccountAdministration
+    public let routes: [Route]
+    public let maintenance: IdentityMaintenance
+
+    /// `keysDirectory` and `signingKid`: `SigningKeys.load`. `client`: a pool of the request
+    /// threads' (blocking) connections. `gate`: the app's minimum versions (426).
+    public static func make(
+        configuration: IdentityConfiguration, keysDirectory: String, signingKid: String?, client: PostgresClient, gate: AppVersionGate?,
+        validator: EventValidator?, log: Logger, now: @escaping @Sendable () -> Date = { Date() }
+    ) throws -> IdentityRole {
+        let (keys, created) = try SigningKeys.load(directory: keysDirectory, signingKid: signingKid, now: now())
+        if let created {
+            log.info("made the identity role's first signing key", metadata: ["kid": created, "folder": keysDirectory])
+        }
+        log.info("signing access tokens", metadata: ["kid": keys.signingKid, "published": keys.publicKeys.keys.sorted().joined(separator: ",")])
+        let hasher = try PasswordHasher(cost: configuration.passwordCost, concurrency: configuration.hashConcurrency)
+        let providers = [configuration.apple, configuration.google].compactMap { $0 }
+        let social = providers.isEmpty ? nil : try SocialTokenVerifier(providers: providers, caFile: configuration.caFile)
+        let appleCodes = try configuration.appleCodeExchange.map {
+            try AppleCodeExchanger(configuration: $0, client: client, caFile: configuration.caFile, log: log)
+        }
+        let endpoint = TokenEndpoint(
+            configuration: configuration, client: client, keys: keys, hasher: hasher, social: social, appleCodes: appleCodes, gate: gate,
+            validator: validator, log: log, now: now)
+        let administration = AccountAdministration(client: client, hasher: hasher, validator: validator, now: now)
+        return IdentityRole(
+            keys: keys, endpoint: endpoint, administration: administration,
+            routes: try IdentityRoutes.routes(endpoint: endpoint, keys: keys, administration: administration),
+            maintenance: IdentityMaintenance(client: client, log: log, now: now))
+    }
+}

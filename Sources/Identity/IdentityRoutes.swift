@@ -1,0 +1,201 @@
+import Foundation
+import HTTPServer
+import InboxAPI
+import InboxDomain
+
+/// The identity role's routes, for an `APIServer` of its own (`inbox identity`) or beside the API's
+/// (`inbox run`, one host as the app guide has it):
+///
+/// | route | access | |
+/// | --- | --- | --- |
+/// | `POST /oauth/token` | open | the token endpoint (OAuth 2.0, form-encoded) |
+/// | `POST /oauth/apple/return` | open | Apple's `form_post` of its web flow: `303` to the app's link |
+/// | `GET /.well-known/jwks.json` | open | the public keys access tokens are signed with |
+/// | `POST /internal/v1/accounts` | service credential | the website's sign-up: a new account |
+/// | `GET`, `PATCH /internal/v1/accounts/{personId}` | service credential | an account; its password, verification, block |
+///
+/// The OAuth routes are not in the JSON:API OpenAPI document: they are OAuth's, described in
+/// docs/identity.md.
+public enum IdentityRoutes {
+    public static let tokenPath = "/oauth/token"
+    public static let appleReturnPath = "/oauth/apple/return"
+    public static let keysPath = "/.well-known/jwks.json"
+
+    public static func routes(endpoint: TokenEndpoint, keys: SigningKeys, administration: AccountAdministration) throws -> [Route] {
+        let jwks = JSONAPI.bytes(try keys.jwks)
+        let oauth = RouteDescription("OAuth 2.0 (docs/identity.md)", responses: [200: .other(mediaType: "application/json", schema: Schema.anyObject)])
+        return [
+            Route(.post, tokenPath, describedAs: oauth) { context in endpoint.token(context.request) },
+            Route(.post, appleReturnPath, describedAs: oauth) { context in endpoint.appleReturn(context.request) },
+            Route(.get, keysPath, waits: false, describedAs: oauth) { _ in
+                // Public and rarely changing: caches may keep it a few minutes (a new key is added
+                // well before it signs, docs/tokens.md).
+                HTTPResponse(status: 200, headers: [("Content-Type", "application/json"), ("Cache-Control", "public, max-age=300")], body: jwks)
+            },
+        ] + AccountRoutes.routes(administration)
+    }
+
+    /// The token endpoint's body limit, answered in OAuth's shape.
+    public static let bodyLimits: [HTTPServer.BodyLimit] = [tokenPath, appleReturnPath].map { path in
+        HTTPServer.BodyLimit(
+            method: .post, path: path, maximumBytes: TokenEndpoint.maximumBodyBytes,
+            tooLarge: OAuthError.invalidRequest("The body is larger than \(TokenEndpoint.maximumBodyBytes) bytes.").response.withStatus(413))
+    }
+}
+
+extension HTTPResponse {
+    func withStatus(_ status: Int) -> HTTPResponse {
+        var response = self
+        response.status = status
+        return response
+    }
+}
+
+/// `/internal/v1/accounts`: how accounts come to exist besides Apple and Google (the website's
+/// sign-up), and what the website changes of them. JSON:API documents of type `accounts`, for
+/// other tiers with a service credential (`INBOX_SERVICE_CREDENTIALS`).
+///
+/// ```
+/// POST /internal/v1/accounts
+/// {"data": {"type": "accounts", "attributes": {"email": "anna@example.com", "password": "…", "givenName": "Anna"}}}
+/// ```
+enum AccountRoutes {
+    static let type = "accounts"
+
+    static func routes(_ administration: AccountAdministration) -> [Route] {
+        let attributes: [String: JSONValue] = [
+            "email": Schema.string(maximumLength: 254), "password": Schema.string(maximumLength: 1024), "givenName": Schema.string(),
+            "familyName": Schema.string(), "emailVerified": Schema.boolean, "blocked": Schema.boolean, "blockedReason": Schema.string(maximumLength: 1000),
+        ]
+        return [
+            Route(
+                .post, "/internal/v1/accounts", access: .service,
+                describedAs: RouteDescription(
+                    "Makes an account (the website's sign-up; service credential): 201, or 409 when the address has one.",
+                    body: Schema.resourceDocument(type: type, attributes: attributes, required: ["email"], id: false),
+                    responses: [201: .document(Schema.document)])
+            ) { context in
+                let data = try context.resourceDocument()
+                try requireType(data)
+                let fields = try Fields(data, allowed: ["email", "password", "givenName", "familyName", "emailVerified"])
+                guard let email = try fields.string("email") else {
+                    throw APIError(status: 422, code: .missingField, detail: "email is required.", source: .pointer("/data/attributes/email"))
+                }
+                let origin = context.service.map { "service:\($0)" } ?? "api"
+                let account = try run {
+                    try administration.create(
+                        email: email, password: try fields.string("password"), givenName: try fields.string("givenName") ?? "",
+                        familyName: try fields.string("familyName") ?? "", emailVerified: try fields.bool("emailVerified") ?? false,
+                        personId: data["id"]?.stringValue, origin: origin == "service:website" ? "web" : origin)
+                }
+                return JSONAPI.response(status: 201, .object(["data": resource(account)]))
+            },
+            Route(.get, "/internal/v1/accounts/{personId}", access: .service, describedAs: RouteDescription("An account (service credential).")) {
+                context in
+                let personId = context.parameters["personId"] ?? ""
+                guard let account = try run({ try administration.find(personId: personId) }) else {
+                    throw APIError(status: 404, code: .notFound, detail: "There is no account \(personId.prefix(200)).")
+                }
+                return JSONAPI.response(.object(["data": resource(account)]))
+            },
+            Route(
+                .patch, "/internal/v1/accounts/{personId}", access: .service,
+                describedAs: RouteDescription(
+                    "Changes an account (service credential): a new password (every session ends), the address verified, a block.",
+                    body: Schema.resourceDocument(type: type, attributes: attributes, required: [], id: true))
+            ) { context in
+                let personId = context.parameters["personId"] ?? ""
+                let data = try context.resourceDocument()
+                try requireType(data)
+                if let id = data["id"]?.stringValue, id != personId {
+                    throw APIError(status: 409, code: .idMismatch, detail: "The document's id is not the URL's.", source: .pointer("/data/id"))
+                }
+                let fields = try Fields(data, allowed: ["password", "emailVerified", "blocked", "blockedReason"])
+                try run {
+                    guard try administration.find(personId: personId) != nil else { throw AccountError.notFound }
+                    if let password = try fields.string("password") { try administration.setPassword(personId: personId, password: password) }
+                    if let verified = try fields.bool("emailVerified") { try administration.setEmailVerified(personId: personId, verified) }
+                    switch try fields.bool("blocked") {
+                    case true?: try administration.block(personId: personId, reason: try fields.string("blockedReason"))
+                    case false?: try administration.unblock(personId: personId)
+                    case nil: break
+                    }
+                }
+                guard let account = try run({ try administration.find(personId: personId) }) else {
+                    throw APIError(status: 404, code: .notFound, detail: "There is no account \(personId.prefix(200)).")
+                }
+                return JSONAPI.response(.object(["data": resource(account)]))
+            },
+        ]
+    }
+
+    static func resource(_ account: Account) -> JSONValue {
+        .object([
+            "type": .string(type), "id": .string(account.personId),
+            "attributes": .object([
+                "email": .string(account.email), "emailVerified": .bool(account.emailVerified), "givenName": .string(account.givenName),
+                "familyName": .string(account.familyName), "blocked": .bool(account.isBlocked), "secondFactor": .bool(account.hasSecondFactor),
+                "hasPassword": .bool(account.passwordHash != nil),
+            ]),
+        ])
+    }
+
+    static func requireType(_ data: [String: JSONValue]) throws(APIError) {
+        guard data["type"]?.stringValue == type else {
+            throw APIError(status: 409, code: .typeMismatch, detail: "The resource's type must be \(type).", source: .pointer("/data/type"))
+        }
+    }
+
+    /// An account operation's failures as JSON:API answers.
+    static func run<T>(_ body: () throws -> T) throws(APIError) -> T {
+        do {
+            return try body()
+        } catch let error as APIError {
+            throw error
+        } catch AccountError.emailTaken {
+            throw APIError(status: 409, code: APIError.Code("email_taken"), detail: "An account with this e-mail address exists.", source: .pointer("/data/attributes/email"))
+        } catch AccountError.personIdTaken {
+            throw APIError(status: 409, code: APIError.Code("person_id_taken"), detail: "An account with this person id exists.", source: .pointer("/data/id"))
+        } catch AccountError.notFound {
+            throw APIError(status: 404, code: .notFound, detail: "There is no such account.")
+        } catch AccountError.invalid(let reason) {
+            throw APIError(status: 422, code: .invalidField, detail: reason, source: .pointer("/data/attributes"))
+        } catch {
+            throw APIError(status: 500, code: .internalError, detail: "The request failed on our side; it can be retried.", cause: "\(error)")
+        }
+    }
+
+    /// The attributes of a document: only the named ones, each of its type.
+    struct Fields {
+        let values: [String: JSONValue]
+
+        init(_ data: [String: JSONValue], allowed: Set<String>) throws(APIError) {
+            guard case .object(let attributes)? = data["attributes"] ?? .object([:]) else {
+                throw APIError(status: 400, code: .invalidDocument, detail: "attributes must be an object.", source: .pointer("/data/attributes"))
+            }
+            if let unknown = attributes.keys.sorted().first(where: { !allowed.contains($0) }) {
+                throw APIError(
+                    status: 422, code: .unknownField, detail: "\(unknown) is not an attribute this route takes.", source: .pointer("/data/attributes/\(unknown)"))
+            }
+            values = attributes
+        }
+
+        func string(_ name: String) throws(APIError) -> String? {
+            switch values[name] {
+            case nil, .null?: return nil
+            case .string(let text)?: return text
+            default:
+                throw APIError(status: 422, code: .invalidField, detail: "\(name) must be a string.", source: .pointer("/data/attributes/\(name)"))
+            }
+        }
+
+        func bool(_ name: String) throws(APIError) -> Bool? {
+            switch values[name] {
+            case nil, .null?: return nil
+            case .bool(let value)?: return value
+            default:
+                throw APIError(status: 422, code: .invalidField, detail: "\(name) must be true or false.", source: .pointer("/data/attributes/\(name)"))
+            }
+        }
+    }
+}

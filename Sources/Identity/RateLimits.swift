@@ -1,0 +1,101 @@
+import Crypto
+import Foundation
+import PostgresClient
+import Threads
+
+/// The sign-in's rate limits: token buckets in PostgreSQL (`identity_rate_limits`), so that every
+/// identity node counts against the same limit (an attacker spreading guesses over nodes gains
+/// nothing). One statement per bucket, on the request's connection.
+///
+/// A refused attempt takes nothing from its bucket: an attacker who keeps hammering is told to
+/// wait until the bucket refills (`Retry-After`), no longer. Buckets are keyed by a digest of what
+/// they count (`address:203.0.113.7`, `account:anna@example.com`), so the table holds no client
+/// address nor any e-mail address that was typed.
+public struct RateLimits: Sendable {
+    public enum Counted: Sendable {
+        case address(String)
+        case account(String)
+
+        var text: String {
+            switch self {
+            case .address(let address): "address:\(address)"
+            case .account(let account): "account:\(account)"
+            }
+        }
+    }
+
+    public init() {}
+
+    /// Takes one attempt of `kind` for `counted` within `limit`, or throws `429 too_many_requests`
+    /// with the whole seconds until the next attempt would be let through.
+    public func take(_ kind: String, _ counted: Counted, limit: AttemptLimit, now: Date, on connection: PostgresConnection) throws {
+        let key = Data(SHA256.digest(Array("\(kind)|\(counted.text)".utf8))).base64EncodedString()
+        // The bucket as refilled since it was last touched; one taken when there is one.
+        let refill = "least($2::float8, bucket.tokens + greatest(0, extract(epoch FROM ($4::timestamptz - bucket.updated_at))::float8) * $3::float8)"
+        let row = try connection.query(
+            """
+            INSERT INTO identity_rate_limits AS bucket (key, tokens, updated_at) VALUES ($1, $2::float8 - 1, $4::timestamptz)
+            ON CONFLICT (key) DO UPDATE SET
+                tokens = \(refill) - CASE WHEN \(refill) >= 1 THEN 1 ELSE 0 END,
+                refused = \(refill) < 1,
+                updated_at = greatest(bucket.updated_at, $4::timestamptz)
+            RETURNING tokens, refused
+            """, key, limit.count, limit.perSecond, now
+        ).first
+        guard let row, try row.decode(Bool.self, "refused") else { return }
+        let tokens = try row.decode(Double.self, "tokens")
+        let wait = (1 - tokens) / limit.perSecond
+        throw OAuthError.tooManyRequests(retryAfter: max(1, Int(wait.rounded(.up))))
+    }
+
+    /// Forgets buckets untouched for a day: every limit has refilled long before.
+    public static func purge(before: Date, on connection: PostgresConnection) throws {
+        _ = try connection.query("DELETE FROM identity_rate_limits WHERE updated_at < $1::timestamptz", before)
+    }
+}
+
+/// The limits that only bound load (guest tokens, refreshes): token buckets in this process's
+/// memory, as the API's own rate limiter keeps them, so that a guest token costs no write to the
+/// database. Per node: behind a balancer of N identity nodes, one address may get up to N times
+/// the limit, which for these two is no risk (a guest token opens only what everybody may read; a
+/// refresh token cannot be guessed). The sign-in's attempts, which guard accounts, are counted in
+/// PostgreSQL by `RateLimits` instead.
+///
+/// Bounded memory: each of 32 stripes forgets its buckets idle for longer than a day every 1,000
+/// takes, and all of them when it holds more than 20,000 (about 2 MB each at most).
+public final class LocalRateLimits: Sendable {
+    private struct Bucket {
+        var tokens: Double
+        var updated: Date
+    }
+
+    private struct Stripe {
+        var buckets: [String: Bucket] = [:]
+        var takes = 0
+    }
+
+    static let maximumPerStripe = 20_000
+    private let stripes = Striped<Stripe>(count: 32) { Stripe() }
+
+    public init() {}
+
+    /// Takes one request of `kind` for `address` within `limit`, or throws `429 too_many_requests`.
+    public func take(_ kind: String, address: String, limit: AttemptLimit, now: Date) throws(OAuthError) {
+        let key = "\(kind)|\(address)"
+        let wait = stripes.withLock(for: key) { stripe -> Double? in
+            stripe.takes += 1
+            if stripe.takes % 1_000 == 0 { stripe.buckets = stripe.buckets.filter { now.timeIntervalSince($0.value.updated) < 86_400 } }
+            if stripe.buckets.count >= Self.maximumPerStripe { stripe.buckets.removeAll(keepingCapacity: true) }
+            var bucket = stripe.buckets[key] ?? Bucket(tokens: limit.count, updated: now)
+            bucket.tokens = min(limit.count, bucket.tokens + max(0, now.timeIntervalSince(bucket.updated)) * limit.perSecond)
+            bucket.updated = max(bucket.updated, now)
+            defer { stripe.buckets[key] = bucket }
+            if bucket.tokens >= 1 {
+                bucket.tokens -= 1
+                return nil
+            }
+            return (1 - bucket.tokens) / limit.perSecond
+        }
+        if let wait { throw OAuthError.tooManyRequests(retryAfter: max(1, Int(wait.rounded(.up)))) }
+    }
+}

@@ -1,0 +1,179 @@
+import EventLog
+import Foundation
+import HTTPServer
+import Identity
+import InboxAPI
+import Lifecycle
+import PostgresClient
+
+extension Roles {
+    /// The identity role on `client` (a pool of request connections): its keys from
+    /// `INBOX_IDENTITY_KEYS_DIR`, its settings, the catalogue's validator for the events it appends.
+    static func identity(
+        database: Database, client: PostgresClient, gate: AppVersionGate, configuration: InboxConfiguration, log: Logger
+    ) throws -> IdentityRole {
+        let settings: IdentityConfiguration
+        do {
+            settings = try configuration.identityConfiguration()
+        } catch let error as InboxConfiguration.Invalid {
+            throw UsageError(description: error.description)
+        }
+        return try IdentityRole.make(
+            configuration: settings, keysDirectory: configuration.identityKeysDirectory, signingKid: configuration.identitySigningKid, client: client,
+            gate: gate, validator: database.store.validator, log: log.with(["role": "identity"]))
+    }
+
+    /// `inbox identity`: the identity role alone, on a server of its own at INBOX_HTTP_HOST:PORT,
+    /// with `/healthz` and `/readyz` for its load balancer.
+    static func identityServer(database: Database, configuration: InboxConfiguration, log: Logger) async throws -> (members: [ServiceGroup.Member], pool: PostgresClient) {
+        let requestClient = try InboxRoutes.requestPool(connection: database.client.configuration.connection, size: configuration.poolSize)
+        do {
+            let services: ServiceCredentials
+            do {
+                services = try configuration.serviceCredentials.map(ServiceCredentials.parse) ?? ServiceCredentials()
+            } catch {
+                throw UsageError(description: "INBOX_SERVICE_CREDENTIALS (--service-credentials): \(error)")
+            }
+            let identity = try identity(database: database, client: requestClient, gate: AppVersionGate(client: requestClient), configuration: configuration, log: log)
+            let metrics = RequestMetrics()
+            let logRequest = requestLogLines(to: log)
+            let api = APIServer(
+                routes: identity.routes + OperationsRoutes.routes(client: requestClient, migrator: database.migrator), gate: nil, services: services,
+                metrics: metrics, log: logRequest)
+            return (
+                [
+                    ServiceGroup.Member("the identity role's housekeeping", identity.maintenance, shutdownDeadline: .seconds(5)),
+                    ServiceGroup.Member(
+                        "the identity role",
+                        APIService(
+                            api: api, operations: nil, configuration: configuration, log: log, bodyLimits: IdentityRoutes.bodyLimits,
+                            name: "the identity role"),
+                        shutdownDeadline: .seconds(15)),
+                ], requestClient
+            )
+        } catch {
+            requestClient.close()
+            throw error
+        }
+    }
+}
+
+extension Command {
+    static let identity = Command(
+        name: "identity", synopsis: "identity",
+        summary: "Runs the identity role alone: POST /oauth/token (sign-in by password with a second factor, Apple and Google, guest tokens, "
+            + "refreshes), /oauth/apple/return, /.well-known/jwks.json and /internal/v1/accounts on INBOX_HTTP_HOST:INBOX_HTTP_PORT, until "
+            + "SIGTERM or SIGINT. `inbox run` includes it."
+    ) { arguments, configuration, log in
+        try expectNoArguments(arguments, command: "identity")
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            let (members, pool) = try await Roles.identityServer(database: database, configuration: configuration, log: log)
+            defer { pool.close() }
+            try await Roles.run(members, database: database, log: log)
+        }
+    }
+
+    static let account = Command(
+        name: "account",
+        synopsis: "account create --email E [--given-name N] [--family-name N] [--verified] [--person-id ID] [--no-password] | "
+            + "account show|verify|unblock --email E | account password --email E | account block --email E [--reason TEXT] | "
+            + "account second-factor --email E on|off",
+        summary: "Operator's changes to accounts, each with its security event. A password is read from the first line of standard input, "
+            + "never from the arguments. `second-factor on` prints the otpauth:// URI and the ten recovery codes, once."
+    ) { arguments, configuration, log in
+        try await AccountCommand.run(arguments, configuration: configuration, log: log)
+    }
+}
+
+/// `inbox account ...`.
+enum AccountCommand {
+    static func run(_ arguments: [String], configuration: InboxConfiguration, log: Logger) async throws {
+        guard let action = arguments.first else { throw UsageError(description: "inbox account needs an action; `inbox account --help` lists them.") }
+        let options = try Options(arguments.dropFirst())
+        guard let email = options.email else { throw UsageError(description: "inbox account \(action) needs --email.") }
+        let (given, family, reason, personId, verified, rest) = (options.given, options.family, options.reason, options.personId, options.verified, options.rest)
+        let noPassword = options.noPassword
+        let settings: IdentityConfiguration
+        do { settings = try configuration.identityConfiguration() } catch let error as InboxConfiguration.Invalid { throw UsageError(description: error.description) }
+        let needsPassword = (action == "create" && !noPassword) || action == "password"
+        let password = needsPassword ? try readPassword() : nil
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            let hasher = try PasswordHasher(cost: settings.passwordCost, concurrency: 1)
+            let administration = AccountAdministration(client: database.client, hasher: hasher, validator: database.store.validator, service: "operator")
+            try await BlockingThread.run {
+                func existing() throws -> Account {
+                    guard let account = try administration.find(email: email) else { throw UsageError(description: "there is no account with \(email).") }
+                    return account
+                }
+                do {
+                    switch (action, rest) {
+                    case ("create", []):
+                        let account = try administration.create(
+                            email: email, password: password, givenName: given, familyName: family, emailVerified: verified, personId: personId, origin: "api")
+                        print("created account \(account.personId) for \(account.email)")
+                    case ("show", []):
+                        let account = try existing()
+                        print("person:        \(account.personId)")
+                        print("email:         \(account.email) (\(account.emailVerified ? "verified" : "not verified"))")
+                        print("name:          \(account.givenName) \(account.familyName)")
+                        print("password:      \(account.passwordHash == nil ? "none" : "set")")
+                        print("second factor: \(account.hasSecondFactor ? "on" : "off")")
+                        print("blocked:       \(account.blockedAt.map { "since \($0)" } ?? "no")")
+                    case ("verify", []): try administration.setEmailVerified(personId: try existing().personId, true)
+                    case ("password", []): try administration.setPassword(personId: try existing().personId, password: password ?? "")
+                    case ("block", []): try administration.block(personId: try existing().personId, reason: reason)
+                    case ("unblock", []): try administration.unblock(personId: try existing().personId)
+                    case ("second-factor", ["on"]):
+                        let account = try existing()
+                        let (totp, codes) = try administration.enableSecondFactor(personId: account.personId)
+                        print(totp.uri(account: account.email))
+                        for code in codes { print(code) }
+                    case ("second-factor", ["off"]): try administration.disableSecondFactor(personId: try existing().personId)
+                    default:
+                        throw UsageError(description: "inbox account has no action \(([action] + rest).joined(separator: " ")); `inbox account --help` lists them.")
+                    }
+                } catch let error as AccountError {
+                    throw UsageError(description: error.description)
+                }
+            }
+        }
+    }
+
+    struct Options {
+        var email: String?
+        var given = "", family = ""
+        var reason: String?, personId: String?
+        var verified = false, noPassword = false
+        var rest: [String] = []
+
+        init(_ arguments: ArraySlice<String>) throws {
+            var iterator = arguments.makeIterator()
+            while let argument = iterator.next() {
+                func value() throws -> String {
+                    guard let value = iterator.next() else { throw UsageError(description: "\(argument) needs a value.") }
+                    return value
+                }
+                switch argument {
+                case "--email": email = try value()
+                case "--given-name": given = try value()
+                case "--family-name": family = try value()
+                case "--reason": reason = try value()
+                case "--person-id": personId = try value()
+                case "--verified": verified = true
+                case "--no-password": noPassword = true
+                default:
+                    guard !argument.hasPrefix("--") else { throw UsageError(description: "inbox account has no flag \(argument).") }
+                    rest.append(argument)
+                }
+            }
+        }
+    }
+
+    /// The first line of standard input, without its line break.
+    static func readPassword() throws -> String {
+        guard let line = readLine(strippingNewline: true), !line.isEmpty else {
+            throw UsageError(description: "the password is read from the first line of standard input, which is empty.")
+        }
+        return line
+    }
+}

@@ -1,0 +1,116 @@
+import Crypto
+import Encodings
+import Foundation
+import Identity
+import InboxAPI
+import PasswordHashing
+import Testing
+
+/// The identity role's parts that need no database: TOTP against RFC 6238's own vectors, Argon2id,
+/// the strict form reader, the signing keys' folder and their JWKS, the provider keys' JWK form.
+@Suite struct IdentityPartsTests {
+    /// RFC 6238 appendix B, SHA-1, with the 8-digit codes it lists (their last 6 digits are the
+    /// 6-digit codes, since the code is the number modulo 10^digits).
+    @Test(arguments: [
+        (59, "94287082"), (1_111_111_109, "07081804"), (1_111_111_111, "14050471"), (1_234_567_890, "89005924"), (2_000_000_000, "69279037"),
+        (20_000_000_000, "65353130"),
+    ] as [(Int, String)])
+    func totpCodesAreRFC6238s(time: Int, code: String) {
+        let totp = TOTP(secret: Array("12345678901234567890".utf8))
+        let step = TOTP.step(at: Date(timeIntervalSince1970: TimeInterval(time)))
+        #expect(totp.code(step: step, digits: 8) == code)
+        #expect(totp.code(step: step) == String(code.suffix(6)))
+    }
+
+    @Test func aTOTPCodeMatchesOneStepEitherSideAndNeverAStepAlreadyAccepted() {
+        let totp = TOTP(secret: TOTP.newSecret())
+        let now = Date(timeIntervalSince1970: 1_800_000_015)
+        let step = TOTP.step(at: now)
+        #expect(totp.match(totp.code(step: step), at: now, after: 0) == step)
+        #expect(totp.match(totp.code(step: step - 1), at: now, after: 0) == step - 1)
+        #expect(totp.match(totp.code(step: step + 1), at: now, after: 0) == step + 1)
+        #expect(totp.match(totp.code(step: step - 2), at: now, after: 0) == nil)
+        #expect(totp.match(totp.code(step: step), at: now, after: step) == nil, "the step accepted last")
+        #expect(totp.match(totp.code(step: step - 1), at: now, after: step) == nil, "an earlier one")
+        #expect(totp.match("12345", at: now, after: 0) == nil && totp.match("12a456", at: now, after: 0) == nil)
+        #expect(totp.uri(account: "anna@example.com").hasPrefix("otpauth://totp/Wristler:anna@example.com?secret=\(Base32.encode(totp.secret))"))
+    }
+
+    @Test func base32IsRFC4648s() {
+        // RFC 4648 §10.
+        for (text, encoded) in [("f", "MY"), ("fo", "MZXQ"), ("foo", "MZXW6"), ("foob", "MZXW6YQ"), ("fooba", "MZXW6YTB"), ("foobar", "MZXW6YTBOI")] {
+            #expect(Base32.encode(Array(text.utf8)) == encoded)
+            #expect(Base32.decode(encoded.lowercased()) == Array(text.utf8))
+        }
+        #expect(Base32.decode("MZ1W") == nil)
+    }
+
+    @Test func argon2idHashesVerifyOnlyTheirPasswordAndCarryTheirCost() throws {
+        let cost = Argon2Cost(memoryKiB: 1024, iterations: 2)
+        let hash = try Argon2id.hash("correct horse battery", cost: cost)
+        #expect(hash.hasPrefix("$argon2id$v=19$m=1024,t=2,p=1$"))
+        #expect(Argon2id.verify("correct horse battery", against: hash))
+        #expect(!Argon2id.verify("correct horse batterY", against: hash))
+        #expect(!Argon2id.verify("correct horse battery", against: "$argon2i$not-ours"))
+        #expect(try Argon2id.hash("correct horse battery", cost: cost) != hash, "a salt of its own")
+        #expect(Argon2id.cost(of: hash) == cost)
+        #expect(throws: PasswordHashingError.self) { try Argon2id.hash(String(repeating: "x", count: 1025), cost: cost) }
+        #expect(!Argon2id.verify(String(repeating: "x", count: 1025), against: hash))
+    }
+
+    @Test func theFormReaderRefusesWhatIsNotPlainlyAForm() throws {
+        let form = try FormBody(Array("a=1&b=x+y%2Bz&c=&d".utf8))
+        #expect(form["a"] == "1" && form["b"] == "x y+z" && form["c"] == nil && form["d"] == nil)
+        for body in ["a=1&a=2", "a=%4", "a=%zz", "a=%00", "a=%0D%0A", "=x", "a=%C3%28", "b=\u{7F}"] {
+            #expect(throws: FormBody.Refusal.self, "\(body)") { try FormBody(Array(body.utf8)) }
+        }
+        #expect(throws: FormBody.Refusal.self) { try FormBody(Array(("a=" + String(repeating: "x", count: 1025)).utf8)) }
+        #expect(try FormBody(Array(("a=" + String(repeating: "x", count: 1025)).utf8), limits: ["a": 2000])["a"]?.count == 1025)
+        #expect(FormBody.encode([("state", "a b&c=d/é")]) == "state=a%20b%26c%3Dd%2F%C3%A9")
+    }
+
+    @Test func recoveryCodesAreReadForgivingCaseSpacesAndDashesOnly() {
+        let code = RecoveryCode.generate()
+        #expect(code.count == 19 && code.split(separator: "-").count == 4)
+        #expect(RecoveryCode.digest(code.uppercased().replacingOccurrences(of: "-", with: " ")) == RecoveryCode.digest(code))
+        #expect(RecoveryCode.normalized("k7qm-2xpa-93vd-hh4t") == nil, "9 is not base32")
+        #expect(RecoveryCode.normalized("ééééééééééééééé") == nil)
+    }
+
+    @Test func aKeysFolderGetsOneKeyAndWithSeveralTheSigningOneMustBeNamed() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("keys-\(UUID().uuidString.prefix(8))").path
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let (first, created) = try SigningKeys.load(directory: folder, signingKid: nil)
+        #expect(created == first.signingKid)
+        let attributes = try FileManager.default.attributesOfItem(atPath: folder + "/\(first.signingKid).pem")
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        #expect(try SigningKeys.load(directory: folder, signingKid: nil).created == nil, "kept, not made again")
+        try Data(try ES256PrivateKey.generate().pem.utf8).write(to: URL(fileURLWithPath: folder + "/2027-01-01-next.pem"))
+        #expect(throws: SigningKeys.Invalid.self) { try SigningKeys.load(directory: folder, signingKid: nil) }
+        let (both, _) = try SigningKeys.load(directory: folder, signingKid: "2027-01-01-next")
+        #expect(both.publicKeys.count == 2)
+        let token = try both.accessToken(
+            subject: "p1", scopes: [.accountRead], clientId: "wristler-app", sessionId: nil, guest: false, lifetime: 3600, issuer: nil, now: Date())
+        // The old key still verifies, and the new one signs.
+        let jwks = FileManager.default.temporaryDirectory.appendingPathComponent("jwks-\(UUID().uuidString.prefix(8)).json")
+        try Data(JSONAPI.bytes(try both.jwks)).write(to: jwks)
+        defer { try? FileManager.default.removeItem(at: jwks) }
+        let verifier = TokenVerifier(keys: try TokenKeys.load(path: jwks.path))
+        #expect(verifier.keys.keys.keys.sorted() == [first.signingKid, "2027-01-01-next"].sorted())
+        #expect(try verifier.verify(authorization: "Bearer \(token)").subject == "p1")
+        #expect(throws: SigningKeys.Invalid.self) { try SigningKeys.load(directory: folder, signingKid: "missing") }
+    }
+
+    @Test func anRSAKeyGoesToItsJWKFormAndBack() throws {
+        let key = try RS256PrivateKey.generate()
+        let (n, e) = try key.publicKey.components
+        #expect(n.count == 256 && e == [1, 0, 1])
+        let again = try RS256PublicKey(modulus: n, exponent: e)
+        let signature = try key.sign(Array("data".utf8))
+        #expect(again.verify(signature: signature, data: Array("data".utf8)))
+        #expect(throws: CryptoError.self) { try RS256PublicKey(modulus: Array(n.prefix(128)), exponent: e) }
+        let p256 = try ES256PrivateKey.generate()
+        let (x, y) = try p256.publicKey.coordinates
+        #expect(try ES256PublicKey(x: x, y: y).verify(signature: try p256.sign([1, 2, 3]), data: [1, 2, 3]))
+    }
+}
