@@ -79,9 +79,11 @@ struct ProjectionBenchmark: Benchmark {
         notes["people"] = "\(people)"
         notes["loadSeconds"] = String(format: "%.1f", loadSeconds)
         notes["peakResidentMemoryMiB"] = String(format: "%.0f", max(Self.peakResidentMiB(), Self.peakBeforeResets.withLock { $0 }))
+        // Only the catch-up leaves live tables (INBOX_BENCH_ONLY may have skipped it).
         let rows = try await client.withConnection { connection in
-            try InboxProjections.all.flatMap(\.tableNames).map { table in
-                "\(table)=\(try connection.query("SELECT count(*) FROM \(table)").scalar(Int64.self))"
+            try InboxProjections.all.flatMap(\.tableNames).compactMap { table -> String? in
+                guard try connection.query("SELECT to_regclass($1) IS NOT NULL", table).scalar(Bool.self) else { return nil }
+                return "\(table)=\(try connection.query("SELECT count(*) FROM \(table)").scalar(Int64.self))"
             }
         }
         notes["liveRowsAfterCatchUp"] = rows.joined(separator: ", ")
@@ -125,25 +127,57 @@ struct ProjectionBenchmark: Benchmark {
         return ["mix": mix.joined(separator: ", "), "streams": "\(versions.count)"]
     }
 
+    /// `INBOX_REPLAY_MEMORY_EVENTS` as `inbox replay` reads it: the events folded in memory at a time.
+    static var replayMemoryEvents: Int64 {
+        ProcessInfo.processInfo.environment["INBOX_REPLAY_MEMORY_EVENTS"].flatMap { Int64($0) } ?? 2_000_000
+    }
+
     static func replay(client: PostgresClient, events: Int, round: Int) async throws -> Measurement {
-        let replayer = Replayer(client: client, projections: InboxProjections.all, batchSize: replayBatch)
+        let replayer = Replayer(
+            client: client, projections: InboxProjections.all, batchSize: replayBatch, inMemoryEventLimit: replayMemoryEvents)
         try await replayer.prepare()
         let residentBefore = residentMiB(peak: false)
         let peakSoFar = residentMiB(peak: true)
         peakBeforeResets.withLock { $0 = max($0, peakSoFar) }
         resetPeakResident()
+        let cpuBefore = try await cpuSeconds(client: client)
         let started = ContinuousClock.now
-        try await replayer.catchUp()
+        try await replayer.catchUp { step in
+            // A line per slice, with what the process holds then: a slice's state is let go before the next.
+            if let stage = step.stage { progress("  \(stage); resident memory \(String(format: "%.0f", residentMiB(peak: false))) MiB") }
+        }
         try await replayer.buildIndexes()
         let elapsed = ContinuousClock.now - started
+        try await reportCPU(since: cpuBefore, events: events, what: "replay round \(round)", client: client)
         // The generator's state for the people stays resident from the loading: what the replay
         // itself holds is the peak over that.
         progress(
-            "  replay round \(round): resident memory \(String(format: "%.0f", residentBefore)) MiB before, peak "
+            "  replay round \(round): \(replayer.slices(forEvents: Int64(events))) slice(s) of at most \(replayMemoryEvents) events; "
+                + "resident memory \(String(format: "%.0f", residentBefore)) MiB before, peak "
                 + "\(String(format: "%.0f", residentMiB(peak: true))) MiB during")
         try await replayer.abandon()
         return Measurement(round: round, events: events, elapsed: elapsed)
     }
+
+    /// The projectors' options, as `inbox project` has them (`INBOX_REPLAY_MEMORY_EVENTS` too) but for the poll interval;
+    /// `INBOX_BENCH_PROJECT_MAX_BATCH` sets the largest batch, to compare sizes side by side.
+    static var catchUpOptions: Projector.Options {
+        var options = Projector.Options(inMemoryEvents: Int(replayMemoryEvents), pollInterval: .milliseconds(100))
+        if let text = ProcessInfo.processInfo.environment["INBOX_BENCH_PROJECT_MAX_BATCH"], let size = Int(text) {
+            options.maximumBatchSize = max(options.batchSize, size)
+        }
+        return options
+    }
+
+    /// What the catch-up's projectors stopped with, if any did.
+    final class StoppedProjectors: Sendable {
+        let failures = Mutex<[String]>([])
+    }
+
+    /// The longest a catch-up may go without moving a checkpoint: a projector whose tables are
+    /// empty folds up to `INBOX_REPLAY_MEMORY_EVENTS` events (2,000,000) before its first commit,
+    /// about three minutes here.
+    static let catchUpStall = Duration.seconds(600)
 
     static func catchUp(client: PostgresClient, events: Int, round: Int) async throws -> Measurement {
         try await client.transaction { connection in
@@ -156,28 +190,56 @@ struct ProjectionBenchmark: Benchmark {
                 .map { "\(try $0.decode(String.self, "x"))/\(try $0.decode(Int64.self, "position"))" }.first ?? ""
         }
         let configuration = client.configuration.connection
+        let residentBefore = residentMiB(peak: false)
+        peakBeforeResets.withLock { $0 = max($0, residentMiB(peak: true)) }
+        resetPeakResident()
+        let cpuBefore = try await cpuSeconds(client: client)
         let started = ContinuousClock.now
+        // A projector that stops (its error is not one it retries) or makes no progress for
+        // `catchUpStall` fails the benchmark, naming it, instead of leaving it waiting for ever.
+        let stopped = StoppedProjectors()
         let tasks = InboxProjections.all.map { projection in
             Task {
-                try await Projector(projection: projection, configuration: configuration, options: .init(pollInterval: .milliseconds(100)))
-                    .run()
+                do {
+                    try await Projector(projection: projection, configuration: configuration, options: catchUpOptions).run()
+                } catch is CancellationError {
+                } catch {
+                    stopped.failures.withLock { $0.append("the \(projection.name) projector stopped: \(error)") }
+                }
             }
         }
         defer { for task in tasks { task.cancel() } }
         let names = InboxProjections.all.map(\.name)
+        var lastSeen: [String] = []
+        var lastMoved = ContinuousClock.now
         while true {
             try await Task.sleep(for: .milliseconds(20))
-            let done = try await client.withConnection { connection in
-                let rows = try connection.query(
-                    "SELECT transaction_id::text AS x, position FROM projection_checkpoints WHERE projection = ANY($1)", names)
-                return try rows.count == names.count
-                    && rows.allSatisfy { "\(try $0.decode(String.self, "x"))/\(try $0.decode(Int64.self, "position"))" == head }
+            if let failure = stopped.failures.withLock({ $0.first }) {
+                throw BenchmarkFailure(description: "the catch-up did not finish: \(failure)")
             }
-            if done { break }
+            let checkpoints = try await client.withConnection { connection in
+                try connection.query(
+                    "SELECT projection || '=' || transaction_id::text || '/' || position FROM projection_checkpoints WHERE projection = ANY($1) ORDER BY 1",
+                    names
+                ).map { try $0.decode(String.self, at: 0) }
+            }
+            if checkpoints.count == names.count, checkpoints.allSatisfy({ $0.hasSuffix("=" + head) }) { break }
+            if checkpoints != lastSeen {
+                (lastSeen, lastMoved) = (checkpoints, ContinuousClock.now)
+            } else if ContinuousClock.now - lastMoved > catchUpStall {
+                throw BenchmarkFailure(
+                    description: "the catch-up did not finish: no checkpoint moved for \(catchUpStall) (\(checkpoints.joined(separator: ", ")); the head is \(head))")
+            }
         }
         let elapsed = ContinuousClock.now - started
         for task in tasks { task.cancel() }
         for task in tasks { _ = await task.result }
+        try await reportCPU(since: cpuBefore, events: events, what: "catch-up round \(round)", client: client)
+        // The projectors whose tables are empty fold up to `catchUpOptions.inMemoryEvents` events
+        // in memory before their first commit: what they held is the peak over the generator's state.
+        progress(
+            "  catch-up round \(round): resident memory \(String(format: "%.0f", residentBefore)) MiB before, peak "
+                + "\(String(format: "%.0f", residentMiB(peak: true))) MiB during")
         let parked = try await client.withConnection { connection in
             try connection.query("SELECT count(*) FROM projection_dead_letters").scalar(Int64.self)
         }
@@ -200,6 +262,25 @@ struct ProjectionBenchmark: Benchmark {
             low = high + 1
         }
         return Measurement(round: round, events: rows, elapsed: ContinuousClock.now - started)
+    }
+
+    /// CPU seconds used so far by this process and by the PostgreSQL server (its postmaster and
+    /// backends): figures the machine's other load hardly moves, unlike a rate.
+    static func cpuSeconds(client: PostgresClient) async throws -> (client: Double, server: Double) {
+        let postmaster = try await client.withConnection { connection in
+            ProcessCPU.parent(of: Int32(try connection.query("SELECT pg_backend_pid()").scalar(Int.self)))
+        }
+        return (ProcessCPU.seconds(of: getpid()), postmaster.map { ProcessCPU.seconds(of: $0, children: true) } ?? 0)
+    }
+
+    /// Prints the CPU a round used per event, client and server.
+    static func reportCPU(since before: (client: Double, server: Double), events: Int, what: String, client: PostgresClient) async throws {
+        let now = try await cpuSeconds(client: client)
+        let perEvent = { (seconds: Double) in String(format: "%.1f", seconds * 1_000_000 / Double(max(1, events))) }
+        progress(
+            "  \(what): CPU \(String(format: "%.1f", now.client - before.client)) s in this process "
+                + "(\(perEvent(now.client - before.client)) µs an event), \(String(format: "%.1f", now.server - before.server)) s in "
+                + "PostgreSQL (\(perEvent(now.server - before.server)) µs an event)")
     }
 
     /// The resident set now, or its peak since `resetPeakResident()` (Linux's VmRSS and VmHWM), in MiB.

@@ -1,5 +1,6 @@
 import Foundation
 import InboxDomain
+import JSONParsing
 import PostgresClient
 
 /// The append-only event log in PostgreSQL.
@@ -107,7 +108,8 @@ public final class EventStore: Sendable {
     public static func read(after checkpoint: Checkpoint, limit: Int, on connection: PostgresConnection) throws -> [RecordedEvent] {
         let rows = try connection.query(
             "SELECT * FROM read_events_after($1, $2, $3)", checkpoint.transactionId, checkpoint.position, Int32(clamping: limit))
-        return try rows.map(RecordedEvent.init(row:))
+        let columns = try RecordedEvent.Columns(rows)
+        return try (0..<rows.count).map { try RecordedEvent(row: rows[$0], columns: columns) }
     }
 
     /// Whether events of a later transaction than the checkpoint's have committed, readable or not.
@@ -158,6 +160,39 @@ public final class EventStore: Sendable {
 }
 
 extension RecordedEvent {
+    /// Where the columns of `events` are in a result: looked up once for all its rows, not per
+    /// row and column (a replay reads a million rows).
+    struct Columns {
+        let position, transactionId, streamId, streamVersion, type, schemaVersion, payload, metadata, idempotencyKey, recordedAt: Int
+
+        init(_ rows: PostgresRows) throws {
+            position = try rows.columnIndex("position")
+            transactionId = try rows.columnIndex("transaction_id")
+            streamId = try rows.columnIndex("stream_id")
+            streamVersion = try rows.columnIndex("stream_version")
+            type = try rows.columnIndex("type")
+            schemaVersion = try rows.columnIndex("schema_version")
+            payload = try rows.columnIndex("payload")
+            metadata = try rows.columnIndex("metadata")
+            idempotencyKey = try rows.columnIndex("idempotency_key")
+            recordedAt = try rows.columnIndex("recorded_at")
+        }
+    }
+
+    init(row: PostgresRow, columns: Columns) throws {
+        self.init(
+            position: try row.decode(Int64.self, at: columns.position),
+            transactionId: try row.decode(UInt64.self, at: columns.transactionId),
+            streamId: try row.decode(String.self, at: columns.streamId),
+            streamVersion: try row.decode(Int64.self, at: columns.streamVersion),
+            type: try row.decode(String.self, at: columns.type),
+            schemaVersion: Int(try row.decode(Int32.self, at: columns.schemaVersion)),
+            payloadJSON: try row.decode(PostgresRawJSON.self, at: columns.payload).text,
+            metadataJSON: try row.decode(PostgresRawJSON.self, at: columns.metadata).text,
+            idempotencyKey: try row.decode(String?.self, at: columns.idempotencyKey),
+            recordedAt: try row.decode(Date.self, at: columns.recordedAt))
+    }
+
     /// An event from a row of `events` (or of `read_events_after`).
     public init(row: PostgresRow) throws {
         self.init(
@@ -278,7 +313,7 @@ struct AppendRequest: Sendable {
         ]
         if let found = strings.first(where: { $0.value?.containsNUL == true }) { return found.field }
         guard mayHoldNUL(event.payloadJSON) else { return nil }
-        guard let payload = try? JSONDecoder().decode(JSONValue.self, from: Data(event.payloadJSON.utf8)) else {
+        guard let payload = try? JSONValue(parsing: event.payloadJSON) else {
             return event.payloadJSON.containsNUL ? "payload" : nil
         }
         return payload.pathToNUL.map { (["payload"] + $0).joined(separator: ".") }

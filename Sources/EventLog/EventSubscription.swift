@@ -93,10 +93,14 @@ struct SubscriptionWork: LoopWork {
 
 /// How long a reader that has read everything readable waits before it reads again (unless a
 /// NOTIFY wakes it first). While events have committed behind an older transaction that is still
-/// open (docs/event-log.md, gap-safe reads), it reads again after 10 ms, doubling up to the poll
-/// interval, rather than a whole poll interval later.
+/// open (docs/event-log.md, gap-safe reads), it reads again after 10 ms, doubling up to a second
+/// (or the poll interval, if shorter), rather than a whole poll interval later. Doubling up to the
+/// poll interval itself made the wait after the older transaction ended about as long as it had
+/// been open (held back for 7 s, a reader with a minute's poll interval could read 10 s later).
 public struct CaughtUpWait: Sendable {
     private var heldBackRetry = Duration.milliseconds(10)
+    /// The longest wait while events are held back: one cheap read a second while a transaction stays open.
+    public static let longestHeldBackWait = Duration.seconds(1)
 
     public init() {}
 
@@ -107,7 +111,7 @@ public struct CaughtUpWait: Sendable {
             heldBackRetry = .milliseconds(10)
             return pollInterval
         }
-        heldBackRetry = min(heldBackRetry * 2, pollInterval)
+        heldBackRetry = min(heldBackRetry * 2, pollInterval, Self.longestHeldBackWait)
         return heldBackRetry
     }
 }

@@ -66,7 +66,9 @@ public struct EventUpcaster: Sendable {
 public struct EventTypeRegistry: Sendable {
     private struct Entry: Sendable {
         let currentVersion: Int
+        let payloadType: ObjectIdentifier
         let decode: @Sendable (Data) throws -> any EventPayload
+        let decodeFrom: @Sendable (any Decoder) throws -> any EventPayload
     }
 
     private var entries: [String: Entry] = [:]
@@ -76,9 +78,27 @@ public struct EventTypeRegistry: Sendable {
 
     /// Registers a payload type under its `eventType`.
     public mutating func register<P: EventPayload>(_ type: P.Type) {
-        entries[P.eventType] = Entry(currentVersion: P.schemaVersion) { data in
-            try JSONDecoder().decode(P.self, from: data)
-        }
+        entries[P.eventType] = Entry(
+            currentVersion: P.schemaVersion, payloadType: ObjectIdentifier(P.self), decode: { data in try JSONDecoder().decode(P.self, from: data) },
+            decodeFrom: { decoder in try P(from: decoder) })
+    }
+
+    /// How a payload of `type` stored at `schemaVersion` is read when it is already of the current
+    /// shape (no upcaster between): the registered type's `init(from:)`, for a reader of JSON other
+    /// than `JSONDecoder` that gives the same values (`JanssonDecoding`). Nil for a type this
+    /// registry does not know or a payload that must be upcast first: `decode(type:schemaVersion:payload:)`
+    /// reads those.
+    public func currentReader(type: String, schemaVersion: Int) -> (@Sendable (any Decoder) throws -> any EventPayload)? {
+        guard let entry = entries[type], entry.currentVersion == schemaVersion else { return nil }
+        return entry.decodeFrom
+    }
+
+    /// Whether `payload` is what `decode(type:schemaVersion:payload:)` gives for a payload of
+    /// `type` and `schemaVersion` that was encoded from it: its type is the one registered for
+    /// `type`, and the version is that type's current one (no upcasting between them).
+    public func isCurrent(_ payload: any EventPayload, as type: String, schemaVersion: Int) -> Bool {
+        guard let entry = entries[type] else { return false }
+        return entry.currentVersion == schemaVersion && entry.payloadType == ObjectIdentifier(Swift.type(of: payload))
     }
 
     /// Registers a converter from one schema version to the next.

@@ -84,6 +84,10 @@ public final class PostgresRows: Sequence {
         return try self[0].decode(T.self, at: 0)
     }
 
+    /// Where the column `name` is, for a reader that decodes many rows by position
+    /// (`PostgresRow.decode(_:at:)`) instead of looking the name up in each.
+    public func columnIndex(_ name: String) throws -> Int { try column(named: name) }
+
     func column(named name: String) throws -> Int {
         guard let index = columnIndex[name] else {
             throw PostgresError(

@@ -8,7 +8,12 @@ public final class BlockingPool: @unchecked Sendable {
 
     // Guarded by `condition`.
     private let condition = NSCondition()
-    private var jobs: [Job] = []
+    /// Queued jobs from `head` on; a taken job's slot is emptied at once, so that nothing a done
+    /// job captured (a connection's job holds its caller's closure: a replay's batch of 20,000
+    /// events, a request's body) outlives it. Keeping the done jobs until the next compaction (1,024
+    /// of them) kept every batch a replay or a projector read, about 870 bytes an event, 13 GiB at
+    /// ten million (docs/benchmarks.md, issue 14).
+    private var jobs: [Job?] = []
     private var head = 0
     private var stopping = false
 
@@ -50,6 +55,7 @@ public final class BlockingPool: @unchecked Sendable {
                 return
             }
             let job = jobs[head]
+            jobs[head] = nil
             head += 1
             // Dropping the done jobs now and then keeps the queue from growing, without moving
             // every job on every take.
@@ -58,7 +64,7 @@ public final class BlockingPool: @unchecked Sendable {
                 head = 0
             }
             condition.unlock()
-            job()
+            job?()
         }
     }
 }

@@ -5,6 +5,7 @@ import InboxSimulation
 import InboxTesting
 import PostgresClient
 import Projections
+import Synchronization
 import Testing
 
 /// The read models against the log they come from: counters against a recount, live tables
@@ -57,11 +58,20 @@ import Testing
             #expect(people > 500, "the stream reaches many people's bells: \(people)")
 
             let comparison = try await db.compareWithReplay()
-            // And a log too long to fold in memory: every projection through SQL, batch by batch.
+            // Every projection through SQL, batch by batch.
             let throughSQL = try await db.compareWithReplay(inMemoryEventLimit: 0)
             for table in throughSQL {
                 #expect(table.differing == 0, "through SQL, \(table.table): \(table.differing) rows differ between live and replay: \(table.examples)")
             }
+            // And the log (12,000 events) folded in 8 slices of people, 7 of them spilled to disk and folded after.
+            let stages = Mutex<[String]>([])
+            let inSlices = try await db.compareWithReplay(inMemoryEventLimit: 1_500) { progress in
+                if let stage = progress.stage { stages.withLock { $0.append(stage) } }
+            }
+            for table in inSlices {
+                #expect(table.differing == 0, "in slices, \(table.table): \(table.differing) rows differ between live and replay: \(table.examples)")
+            }
+            #expect(stages.withLock { $0 }.filter { $0.hasPrefix("replay: slice ") }.count == 7, "\(stages.withLock { $0 })")
             for table in comparison {
                 #expect(table.differing == 0, "\(table.table): \(table.differing) rows differ between live and replay: \(table.examples)")
                 #expect(table.rows > 0, "\(table.table) is empty")

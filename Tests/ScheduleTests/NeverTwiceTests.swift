@@ -105,6 +105,10 @@ import Testing
             #expect(!logs[waiter].messages.contains("took the lease"))
             clocks[holder].advance(by: .seconds(900))
             try await waitUntil("the holder's next check reminds") { try await db.reminderRows().count == 2 }
+            // The check logs after its transaction commits: the row can be seen a moment before the line.
+            try await waitUntil("the holder's next check says so") {
+                logs[holder].records.filter { $0.message == "reminded shops of buyers waiting for an answer" }.count >= 2
+            }
             #expect(logs[holder].records.filter { $0.message == "reminded shops of buyers waiting for an answer" }.count == 2)
             #expect(!logs[waiter].messages.contains("reminded shops of buyers waiting for an answer"))
             for node in nodes { node.cancel() }

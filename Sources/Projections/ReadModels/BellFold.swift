@@ -71,16 +71,20 @@ struct BellFold {
 
     /// What `events` make of the bell, given the facts and entries they touch as stored.
     static func fold(_ events: [ProjectedEvent], facts: Facts, entries: [String: Entry], sendsNotifications: Bool) throws -> BellFold {
-        try rules.fold(events, from: BellFold(facts: facts, entries: entries, sendsNotifications: sendsNotifications))
+        var fold = BellFold(facts: facts, entries: entries, sendsNotifications: sendsNotifications)
+        // Room for what most batches make (an entry an event at most, but for a watch's many
+        // favouriters), so that the table is not grown again and again while they are made.
+        fold.entries.reserveCapacity(entries.count + events.count)
+        return try rules.fold(events, from: fold)
     }
 
     /// Makes the entries and outbox rows of what `event` notifies, planned with `facts`.
     mutating func notify(_ event: ProjectedEvent, _ facts: NotificationPlanner.Facts = NotificationPlanner.Facts()) {
         let position = event.record.position
         for notification in NotificationPlanner.notifications(for: event.payload, facts: facts) {
-            let idsJSON = BellProjection.json(notification.ids)
             switch notification.audience {
             case .person(let person):
+                let idsJSON = BellProjection.json(notification.ids)
                 let id = addEntry(for: notification, person: person, idsJSON: idsJSON, event: event)
                 guard notification.isSent && sendsNotifications else { continue }
                 outbox.append(
@@ -88,7 +92,9 @@ struct BellFold {
                         notificationId: id, audience: "person", recipientId: person, category: notification.category.rawValue,
                         event: notification.event, idsJSON: idsJSON, sourcePosition: position, createdAt: event.record.recordedAt))
             case .shop(let shop):
+                // A shop's news is only sent, never in a bell: nothing to make in a replay.
                 guard sendsNotifications else { continue }
+                let idsJSON = BellProjection.json(notification.ids)
                 outbox.append(
                     OutboxRow(
                         notificationId: BellProjection.notificationId(position: position, recipient: "shop:\(shop)"), audience: "shop",

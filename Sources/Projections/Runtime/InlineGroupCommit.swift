@@ -1,5 +1,6 @@
 import EventLog
 import Foundation
+import InboxDomain
 import PostgresClient
 
 /// Group commit for the inline driver: appends that arrive while another is committing join one
@@ -210,6 +211,7 @@ public final class InlineGroupCommit: @unchecked Sendable {
         // BEGIN goes with the group's first append, in one round trip.
         connection.executeWithNext("BEGIN")
         var records: [RecordedEvent] = []
+        var typed: [Int64: any EventPayload] = [:]
         // Runs of plain requests (no expected versions, no work of their own) go in one statement
         // each; when it is refused (an idempotency key reused, say), its requests run one by one.
         var joinedAppends: [Int: [AppendedEvent]] = [:]
@@ -238,6 +240,7 @@ public final class InlineGroupCommit: @unchecked Sendable {
             if let appended = joinedAppends[index] {
                 appendedByRequest[index] = appended
                 records += appended.filter(\.wasAppended).map(\.event)
+                typed.merge(InlineProjections.typedPayloads(of: ticket.append.events, appended: appended)) { first, _ in first }
                 continue
             }
             do {
@@ -271,13 +274,14 @@ public final class InlineGroupCommit: @unchecked Sendable {
                     throw PostgresError(.clientFailure, "An append of the group left its transaction failed.")
                 }
                 records += appendedByRequest[index].filter(\.wasAppended).map(\.event)
+                typed.merge(InlineProjections.typedPayloads(of: ticket.append.events, appended: appendedByRequest[index])) { first, _ in first }
             } catch {
                 return failAll(error)
             }
         }
         let outcome: InlineProjections.Outcome
         do {
-            outcome = try projections.project(records, on: connection)
+            outcome = try projections.project(records, typed: typed, on: connection)
             // A COMMIT of a failed transaction rolls it back and says so only in its tag (asking
             // first would cost a round trip of its own).
             if try connection.execute("COMMIT").commandTag != "COMMIT" {

@@ -72,7 +72,8 @@ public struct InlineProjections: Sendable {
         return try connection.transaction { connection in
             let appended = try prepared.run(on: connection)
             try also?(connection)
-            let outcome = try project(appended.filter(\.wasAppended).map(\.event), on: connection)
+            let outcome = try project(
+                appended.filter(\.wasAppended).map(\.event), typed: Self.typedPayloads(of: prepared.events, appended: appended), on: connection)
             return (appended, outcome)
         }
     }
@@ -120,10 +121,12 @@ public struct InlineProjections: Sendable {
     /// savepoint of its own (a projection that cannot is rolled back to it and deferred), and the
     /// checkpoints of those that applied are moved with the statement that follows `project`
     /// (`executeWithNext`: the caller's `COMMIT`), in its round trip. Send something after it.
-    public func project(_ records: [RecordedEvent], on connection: PostgresConnection) throws -> Outcome {
+    /// `typed`: the values the events were encoded from, by position (`typedPayloads`), so that
+    /// they are not decoded again.
+    public func project(_ records: [RecordedEvent], typed: [Int64: any EventPayload] = [:], on connection: PostgresConnection) throws -> Outcome {
         var outcome = Outcome()
         if records.isEmpty { return outcome }
-        let own = DecodedBatch(records.sorted { $0.checkpoint < $1.checkpoint })
+        let own = DecodedBatch(records.sorted { $0.checkpoint < $1.checkpoint }, typed: typed)
         guard let last = own.checkpoint else { return outcome }
         let concerned = projections.sorted(by: { $0.name < $1.name }).filter { projection in
             let types = projection.eventTypes
@@ -173,6 +176,16 @@ public struct InlineProjections: Sendable {
         // and then so does the statement they go with.
         for advance in advances { connection.executeWithNext(advance) }
         return outcome
+    }
+
+    /// The typed values of the events an append wrote, by their position in the log: `appended`
+    /// is `events`' answer, one for each, in their order.
+    static func typedPayloads(of events: [NewEvent], appended: [AppendedEvent]) -> [Int64: any EventPayload] {
+        var typed: [Int64: any EventPayload] = [:]
+        for (event, answer) in zip(events, appended) where answer.wasAppended {
+            if let value = event.typedPayload { typed[answer.event.position] = value }
+        }
+        return typed
     }
 
     /// Applies what was committed before this transaction and then its own events to

@@ -4,7 +4,11 @@ import InboxDomain
 import PostgresClient
 
 /// An event of the log with its payload decoded (and upcast) to the catalogue's current shape.
-public struct ProjectedEvent: Sendable {
+///
+/// A class: a batch's events are handed to every projection, filtered, sliced and kept by the
+/// folds, and a reference is one retain where the value (a `RecordedEvent` of five strings and
+/// the payload's box) was six.
+public final class ProjectedEvent: Sendable {
     public let record: RecordedEvent
     public let payload: any CatalogueEvent
 

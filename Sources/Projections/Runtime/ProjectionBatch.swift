@@ -24,13 +24,26 @@ public struct DecodedBatch: Sendable {
 
     /// Decodes `records`; with `types`, only those of these types (and those of types this release
     /// does not know, which are parked), for a reader that needs no others.
-    public init(_ records: [RecordedEvent], types: Set<String>? = nil, registry: EventTypeRegistry = InboxCatalogue.registry) {
+    ///
+    /// `typed` holds, by position, the values that events appended by this process were encoded
+    /// from (`NewEvent.typedPayload`); such a record takes its value instead of decoding its text again,
+    /// when the value is what decoding would give (`EventTypeRegistry.isCurrent`).
+    public init(
+        _ records: [RecordedEvent], types: Set<String>? = nil, registry: EventTypeRegistry = InboxCatalogue.registry,
+        typed: [Int64: any EventPayload] = [:]
+    ) {
         self.records = records
         var events: [ProjectedEvent] = []
         events.reserveCapacity(records.count)
         var unreadable: [(RecordedEvent, String)] = []
         for record in records {
             if let types, !types.contains(record.type), registry.isKnown(record.type) { continue }
+            if let value = typed[record.position], registry.isCurrent(value, as: record.type, schemaVersion: record.schemaVersion),
+                let event = value as? any CatalogueEvent
+            {
+                events.append(ProjectedEvent(record: record, payload: event))
+                continue
+            }
             do {
                 events.append(try ProjectedEvent.decode(record, registry: registry))
             } catch {
@@ -41,18 +54,19 @@ public struct DecodedBatch: Sendable {
         self.unreadable = unreadable
     }
 
-    /// Decodes `records` on every core: the decoding is most of a replay's client time.
-    public init(decodingInParallel records: [RecordedEvent], registry: EventTypeRegistry = InboxCatalogue.registry) {
+    /// Decodes `records` on every core: the decoding is most of a replay's client time. With
+    /// `types`, as `init(_:types:)`.
+    public init(decodingInParallel records: [RecordedEvent], types: Set<String>? = nil, registry: EventTypeRegistry = InboxCatalogue.registry) {
         let parts = min(ProcessInfo.processInfo.activeProcessorCount, max(1, records.count / 1_000))
         if parts <= 1 {
-            self.init(records, registry: registry)
+            self.init(records, types: types, registry: registry)
             return
         }
         let decoded = Mutex<[Int: DecodedBatch]>([:])
         let size = (records.count + parts - 1) / parts
         DispatchQueue.concurrentPerform(iterations: parts) { part in
             let slice = Array(records[min(records.count, part * size)..<min(records.count, (part + 1) * size)])
-            let batch = DecodedBatch(slice, registry: registry)
+            let batch = DecodedBatch(slice, types: types, registry: registry)
             decoded.withLock { $0[part] = batch }
         }
         let batches = decoded.withLock { parts in parts.sorted { $0.key < $1.key }.map(\.value) }

@@ -23,6 +23,11 @@ public final class Projector: Service {
         /// full) the batch doubles, up to `maximumBatchSize`, and falls back when it has caught up.
         public var batchSize = 1000
         public var maximumBatchSize = 10_000
+        /// A projection with an in-memory fold (the bell, the threads) whose live tables are empty
+        /// catches up on up to this many events as a replay does: folded in memory and written
+        /// with COPY, with its checkpoint, in one transaction (`INBOX_REPLAY_MEMORY_EVENTS`; about
+        /// 1 GiB a million events). 0: batch by batch through SQL from the start.
+        public var inMemoryEvents = 2_000_000
         public var pollInterval: Duration = .seconds(1)
         /// How often a node without the lease tries to take it.
         public var leaseRetry: Duration = .milliseconds(500)
@@ -30,11 +35,12 @@ public final class Projector: Service {
         public var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5))
 
         public init(
-            batchSize: Int = 1000, maximumBatchSize: Int = 10_000, pollInterval: Duration = .seconds(1),
+            batchSize: Int = 1000, maximumBatchSize: Int = 10_000, inMemoryEvents: Int = 2_000_000, pollInterval: Duration = .seconds(1),
             leaseRetry: Duration = .milliseconds(500), backoff: Backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5))
         ) {
             self.batchSize = max(1, batchSize)
             self.maximumBatchSize = max(self.batchSize, maximumBatchSize)
+            self.inMemoryEvents = max(0, inMemoryEvents)
             self.pollInterval = pollInterval
             self.leaseRetry = leaseRetry
             self.backoff = backoff
@@ -67,7 +73,7 @@ public final class Projector: Service {
     ) {
         self.projection = projection
         let logger = logger.with(["projection": projection.name])
-        let work = ProjectorWork(projection: projection, options: options, logger: logger, report: report)
+        let work = ProjectorWork(projection: projection, options: options, logger: logger, report: report, configuration: configuration)
         loop = LeasedLoop(
             name: "project-\(projection.name)", work: work, configuration: configuration,
             lease: Lease(lockClass: ProjectionLease.leaseLockClass, key: projection.name),
@@ -99,18 +105,27 @@ struct ProjectorWork: LoopWork {
         var idle = CaughtUpWait()
         var batchSize: Int
         var reportedMismatch: Int?
+        /// The in-memory catch-up from empty tables was refused (its rows could not be written):
+        /// batch by batch from here.
+        var foldRefused = false
     }
 
     private enum Outcome: Sendable {
         case applied(Int, [DeadLetter], Checkpoint, full: Bool)
         case caughtUp(heldBack: Bool)
         case moved(ProjectionPosition)
+        /// Nothing was applied; try again (batch by batch).
+        case refused
     }
 
     let projection: any Projection
     let options: Projector.Options
     let logger: Logger
     let report: @Sendable (Projector.Report) -> Void
+    /// For the in-memory catch-up's reader: a session of its own while it lasts (no lease is needed
+    /// to read), so that it reads the next batch while it folds this one. Batch by batch, the
+    /// projector reads on the lease's session and holds two connections, that one and the listener's.
+    let configuration: PostgresConfiguration
 
     func begin(_ state: inout State, on session: LeasedSession) async throws {
         let projection = self.projection
@@ -128,7 +143,7 @@ struct ProjectorWork: LoopWork {
             state.reportedMismatch = position.version
             return .releaseLease(retryAfter: options.pollInterval)
         }
-        switch try await nextBatch(after: position, limit: state.batchSize, on: session) {
+        switch try await nextBatch(after: position, limit: state.batchSize, state: &state, on: session) {
         case .applied(let count, let parked, let checkpoint, let full):
             state.position?.checkpoint = checkpoint
             state.batchSize = full ? min(state.batchSize * 2, options.maximumBatchSize) : options.batchSize
@@ -144,29 +159,103 @@ struct ProjectorWork: LoopWork {
             return .more
         case .caughtUp(let heldBack):
             return .wait(state.idle.wait(heldBack: heldBack, pollInterval: options.pollInterval))
+        case .refused:
+            return .more
         }
     }
 
     /// Reads the batch after `expected` and applies it with its checkpoint in one transaction, unless
     /// somebody moved the checkpoint meanwhile.
-    private func nextBatch(after expected: ProjectionPosition, limit: Int, on session: LeasedSession) async throws -> Outcome {
+    private func nextBatch(after expected: ProjectionPosition, limit: Int, state: inout State, on session: LeasedSession) async throws -> Outcome {
         let projection = self.projection
+        let types = projection.eventTypes
+        let batch = try await session.run { connection in try Self.read(after: expected.checkpoint, limit: limit, types: types, on: connection) }
+        guard let last = batch.records.last else {
+            let heldBack = try await session.run { connection in try EventStore.hasCommittedEvents(after: expected.checkpoint, on: connection) }
+            return .caughtUp(heldBack: heldBack)
+        }
+        let full = batch.records.count == limit
+        if full, expected.checkpoint == .start, expected.eventsApplied == 0, options.inMemoryEvents > 0, !state.foldRefused,
+            let fold = ReplayFolds.make(for: projection)
+        {
+            return try await catchUpInMemory(fold, from: expected, first: batch, state: &state, on: session)
+        }
         return try await session.run { connection -> Outcome in
-            let records = try EventStore.read(after: expected.checkpoint, limit: limit, on: connection)
-            guard let last = records.last else {
-                return .caughtUp(heldBack: try EventStore.hasCommittedEvents(after: expected.checkpoint, on: connection))
-            }
-            let batch = DecodedBatch(records, types: projection.eventTypes)
-            return try connection.transaction { connection -> Outcome in
+            try connection.transaction { connection -> Outcome in
                 guard let current = try ProjectionState.read(projection.name, on: connection, lock: true) else { throw LeaseLost() }
                 if current.checkpoint != expected.checkpoint || current.version != expected.version { return .moved(current) }
                 let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .live)
                 let outcome = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
                 try ProjectionBatchApplier.park(outcome.parked, into: "projection_dead_letters", on: connection)
                 try ProjectionState.advance(projection.name, to: last.checkpoint, applied: outcome.applied, on: connection)
-                return .applied(outcome.applied, outcome.parked, last.checkpoint, full: records.count == limit)
+                return .applied(outcome.applied, outcome.parked, last.checkpoint, full: full)
             }
         }
+    }
+
+    /// From empty tables (nothing applied yet), far behind: the log folded in memory by the
+    /// replay's fold (`ReplayFold`, `.live`: the bell enqueues what it sends), up to
+    /// `options.inMemoryEvents` events, the next batch read while one is folded; then the rows,
+    /// the outbox, the dead letters and the checkpoint written in one transaction that first locks
+    /// the checkpoint row and checks it has not moved, as every batch does. A process killed
+    /// before that commit has written nothing, and starts again.
+    private func catchUpInMemory(
+        _ type: any ReplayFold.Type, from expected: ProjectionPosition, first: DecodedBatch, state: inout State, on session: LeasedSession
+    ) async throws -> Outcome {
+        let projection = self.projection, types = projection.eventTypes, limit = Self.inMemoryBatch
+        // Ended once the batches are read (after a read still under way, should a fold throw).
+        let reader = PostgresSession(configuration: configuration, applicationName: "inbox-project-\(projection.name)-reader")
+        defer { reader.close() }
+        let fold = ReplayFoldState(type, mode: .live)
+        var unreadable: [DeadLetter] = []
+        var batch = first
+        var events = 0
+        var last = expected.checkpoint
+        while true {
+            guard let end = batch.records.last?.checkpoint else { break }
+            // The first batch is full (or this would not run); the others are a replay's size.
+            let more = events == 0 || batch.records.count == limit
+            events += batch.records.count
+            last = end
+            let next =
+                more && events < options.inMemoryEvents
+                ? Task { try await reader.run { connection in try Self.read(after: end, limit: limit, types: types, on: connection) } } : nil
+            unreadable += ProjectionBatchApplier.unreadable(batch, projection: projection)
+            try await fold.apply(batch.events.filter { types.contains($0.record.type) }, projection: projection)
+            guard let next else { break }
+            batch = try await next.value
+        }
+        let through = last, unreadableEvents = unreadable
+        do {
+            return try await session.run { connection -> Outcome in
+                try connection.transaction { connection -> Outcome in
+                    guard let current = try ProjectionState.read(projection.name, on: connection, lock: true) else { throw LeaseLost() }
+                    if current.checkpoint != expected.checkpoint || current.version != expected.version { return .moved(current) }
+                    let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .live)
+                    try fold.write(in: context)
+                    try type.finish(in: context)
+                    let parked = unreadableEvents + fold.outcome.parked
+                    try ProjectionBatchApplier.park(parked, into: "projection_dead_letters", on: connection)
+                    try ProjectionState.advance(projection.name, to: through, applied: fold.outcome.applied, on: connection)
+                    return .applied(fold.outcome.applied, parked, through, full: true)
+                }
+            }
+        } catch where ProjectionBatchApplier.isAboutTheEvents(error) {
+            // The database refused the rows (data it cannot take): batch by batch, where each
+            // event that fails on its own is parked.
+            logger.error("the in-memory catch-up's rows were refused; going on batch by batch", metadata: ["error": "\(error)"])
+            state.foldRefused = true
+            return .refused
+        }
+    }
+
+    /// The batches of an in-memory catch-up: a replay's.
+    static let inMemoryBatch = 20_000
+
+    /// Up to `limit` events after `checkpoint`, gap-safe, decoded (only `types`, and those this
+    /// release does not know) on every core.
+    private static func read(after checkpoint: Checkpoint, limit: Int, types: Set<String>, on connection: PostgresConnection) throws -> DecodedBatch {
+        DecodedBatch(decodingInParallel: try EventStore.read(after: checkpoint, limit: limit, on: connection), types: types)
     }
 
     private func reportMismatch(live: Int) {

@@ -20,13 +20,16 @@ actor ReplayFeed {
     private var oldest = 0
     private var waiting: [(index: Int, continuation: CheckedContinuation<Void, Never>)] = []
     private let start: Checkpoint
+    /// Where the feed ends even if the log goes on (a projection replayed again to where the others stand).
+    private let end: Checkpoint?
     private var stopped = false
     /// The events of the batches every reader has finished.
     private var eventsDone: Int64 = 0
 
-    init(client: PostgresClient, after start: Checkpoint, batchSize: Int, readers: Int, readAhead: Int = 3) {
+    init(client: PostgresClient, after start: Checkpoint, through end: Checkpoint? = nil, batchSize: Int, readers: Int, readAhead: Int = 3) {
         self.client = client
         self.start = start
+        self.end = end
         self.batchSize = batchSize
         self.readers = readers
         self.readAhead = max(1, readAhead)
@@ -77,7 +80,7 @@ actor ReplayFeed {
     private func task(for index: Int) -> Task<DecodedBatch, any Error> {
         if let task = batches[index] { return task }
         let previous = index == 0 ? nil : task(for: index - 1)
-        let client = client, limit = batchSize, start = start
+        let client = client, limit = batchSize, start = start, end = end
         let task = Task<DecodedBatch, any Error> {
             var after = start
             if let previous {
@@ -87,7 +90,10 @@ actor ReplayFeed {
             }
             let position = after
             return try await client.withConnection { connection in
-                DecodedBatch(decodingInParallel: try EventStore.read(after: position, limit: limit, on: connection))
+                var records = try EventStore.read(after: position, limit: limit, on: connection)
+                // Cut short, so that the reader takes it for the last.
+                if let end, let beyond = records.firstIndex(where: { $0.checkpoint > end }) { records.removeSubrange(beyond...) }
+                return DecodedBatch(decodingInParallel: records)
             }
         }
         batches[index] = task

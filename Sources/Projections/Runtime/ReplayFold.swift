@@ -18,38 +18,55 @@ import PostgresClient
 /// events that fail on their own, as the SQL driver does); `write` fills the context's empty
 /// tables with exactly the rows the live projector would hold after the same events.
 protocol ReplayFold: Sendable {
+    /// No rows yet: the state a replay (or one slice of it) starts from, or a live projector whose
+    /// tables are empty (`mode` `.live`: the bell then enqueues what it sends, and the write
+    /// announces that everything changed).
+    init(mode: ProjectionMode)
     mutating func apply(_ events: [ProjectedEvent]) throws
     /// Writes, and lets go of, the rows no later event can change (a message), so that the fold
     /// does not hold them until the end. Called after every batch.
     mutating func writeSettled(in context: ProjectionContext) throws
+    /// Fills the tables with the rows of this fold (of all the log, or of one slice).
     func write(in context: ProjectionContext) throws
+    /// What is made of every slice's rows once they are all written (counters counted in SQL).
+    static func finish(in context: ProjectionContext) throws
+    /// Where an event of a type this fold handles goes when the log is cut into slices: the slice
+    /// whose rows it can change (`ReplaySliceRouter`). Nil for a type the fold does not handle.
+    static func route(_ event: ProjectedEvent, _ router: ReplaySliceRouter) -> ReplaySliceRoute?
 }
 
 extension ReplayFold {
     mutating func writeSettled(in context: ProjectionContext) throws {}
+    static func finish(in context: ProjectionContext) throws {
+        // Live, whoever keeps conversation lists in memory learns that all of them changed.
+        if context.mode != .replay { try ThreadChanges.announceEverything(on: context.connection) }}
 }
 
 enum ReplayFolds {
     /// The in-memory fold of `projection`, for those that have one; the others replay through SQL.
-    static func make(for projection: any Projection) -> (any ReplayFold)? {
+    static func make(for projection: any Projection) -> (any ReplayFold.Type)? {
         switch projection {
-        case is BellProjection: BellReplayFold()
-        case is ThreadsProjection: ThreadsReplayFold()
+        case is BellProjection: BellReplayFold.self
+        case is ThreadsProjection: ThreadsReplayFold.self
         default: nil
         }
     }
 }
 
 extension ProjectionBatchApplier {
-    /// Applies a decoded batch to an in-memory fold: whole if it can, else event by event, parking
-    /// the events that fail on their own (as `apply(_:to:in:)` does behind savepoints).
-    static func apply(_ batch: DecodedBatch, to fold: inout some ReplayFold, projection: any Projection) throws -> Outcome {
-        var outcome = Outcome()
+    /// The batch's events `projection` cannot read, parked (as `apply(_:to:in:)` parks them).
+    static func unreadable(_ batch: DecodedBatch, projection: any Projection) -> [DeadLetter] {
         let types = projection.eventTypes
-        for (record, error) in batch.unreadable where !InboxCatalogue.isKnown(record.type) || types.contains(record.type) {
-            outcome.parked.append(deadLetter(record, projection: projection, error: error))
+        return batch.unreadable.filter { !InboxCatalogue.isKnown($0.record.type) || types.contains($0.record.type) }.map {
+            deadLetter($0.record, projection: projection, error: $0.error)
         }
-        let relevant = batch.events.filter { types.contains($0.record.type) }
+    }
+
+    /// Applies events of the projection's types to an in-memory fold: whole if it can, else event
+    /// by event, parking the events that fail on their own (as `apply(_:to:in:)` does behind
+    /// savepoints).
+    static func apply(_ relevant: [ProjectedEvent], to fold: inout some ReplayFold, projection: any Projection) throws -> Outcome {
+        var outcome = Outcome()
         if relevant.isEmpty { return outcome }
         do {
             try fold.apply(relevant)
@@ -73,16 +90,22 @@ extension ProjectionBatchApplier {
 
 /// The bell in memory: its facts, its entries (with each person's), and who has a counter row.
 struct BellReplayFold: ReplayFold {
+    private let mode: ProjectionMode
     private var facts = BellFold.Facts()
     private var entries: [String: BellFold.Entry] = [:]
     private var byPerson: [String: [String]] = [:]
     /// Everybody who ever had an entry has a counter row, even at 0 (`BellFold.Writes.counters`).
     private var counted: Set<String> = []
+    /// What a live catch-up sends (a replay sends nothing).
+    private var outbox: [BellFold.OutboxRow] = []
+
+    init(mode: ProjectionMode) { self.mode = mode }
 
     mutating func apply(_ events: [ProjectedEvent]) throws {
         let keys = BellFold.keys(of: events)
         // What BellProjection.loadEntries reads from the table.
         var loaded: [String: BellFold.Entry] = [:]
+        loaded.reserveCapacity(keys.entries.count)
         for id in keys.entries { if let entry = entries[id] { loaded[id] = entry } }
         for (person, upTo) in keys.readAllUpTo {
             for id in byPerson[person] ?? [] {
@@ -95,7 +118,7 @@ struct BellReplayFold: ReplayFold {
             }
         }
         // All the facts: the fold reads only those of the batch's keys, as if they were loaded.
-        let fold = try BellFold.fold(events, facts: facts, entries: loaded, sendsNotifications: false)
+        let fold = try BellFold.fold(events, facts: facts, entries: loaded, sendsNotifications: mode != .replay)
         var facts = fold.facts
         facts.changedConversations = []
         facts.favouriteChanges = [:]
@@ -114,6 +137,37 @@ struct BellReplayFold: ReplayFold {
             byPerson[entry.personId, default: []].append(entry.id)
         }
         counted.formUnion(writes.counters.keys)
+        outbox += fold.outbox
+    }
+
+    /// A person's entries are in the person's slice; a conversation's facts in its first buyer's
+    /// (whose bell its messages ring); a saved search's in its first creator's; who saved a watch
+    /// in the person's. A watch's price or sale rings the bells of the people who saved it, in
+    /// every slice.
+    static func route(_ event: ProjectedEvent, _ router: ReplaySliceRouter) -> ReplaySliceRoute? {
+        switch event.payload {
+        case let e as ConversationStarted: .slice(router.conversation(e.conversationId))
+        case let e as ConversationClosedByBlock: .slice(router.conversation(e.conversationId))
+        case let e as MessageSent: .slice(router.conversation(e.conversationId))
+        case let e as FavouriteAdded: .slice(router.person(e.personId))
+        case let e as FavouriteRemoved: .slice(router.person(e.personId))
+        case is WatchPriceChanged, is WatchStatusChanged: .everywhere
+        case let e as SavedSearchCreated: .slice(router.search(e.savedSearchId))
+        case let e as SavedSearchDeleted: .slice(router.search(e.savedSearchId))
+        case let e as SavedSearchMatched: .slice(router.person(e.personId))
+        case let e as any OrderEvent: .slice(router.person(e.buyerId))
+        case let e as SignedIn: .slice(router.person(e.personId))
+        case let e as PasswordChanged: .slice(router.person(e.personId))
+        case let e as SecondFactorEnabled: .slice(router.person(e.personId))
+        case let e as SecondFactorDisabled: .slice(router.person(e.personId))
+        case let e as EmailChanged: .slice(router.person(e.personId))
+        case let e as LegacyNotificationImported: .slice(router.person(e.personId))
+        case let e as NotificationRead: .slice(router.person(e.personId))
+        case let e as NotificationDeleted: .slice(router.person(e.personId))
+        case let e as AllNotificationsRead: .slice(router.person(e.personId))
+        case let e as AllNotificationsDeleted: .slice(router.person(e.personId))
+        default: nil
+        }
     }
 
     func write(in context: ProjectionContext) throws {
@@ -156,6 +210,43 @@ struct BellReplayFold: ReplayFold {
         try connection.copyIn("COPY \(context.table("bell_saved_searches")) (saved_search_id, person_id, deleted) FROM STDIN") { writer in
             for (id, search) in facts.searches { try writer.write(row: [id, search.personId, search.deleted.postgresText]) }
         }
+        guard context.mode != .replay else { return }
+        try Self.enqueue(outbox, on: connection)
+        try BellChanges.announceEverybody(on: connection)
+    }
+
+    /// The live path's enqueue (`BellProjection`), through COPY: a row already in the outbox (its
+    /// notification sent before the tables were emptied) is left as it is.
+    private static func enqueue(_ rows: [BellFold.OutboxRow], on connection: PostgresConnection) throws {
+        if rows.isEmpty { return }
+        try connection.execute(
+            """
+            CREATE TEMPORARY TABLE bell_outbox_catch_up (
+                ordinal bigint, notification_id text, audience text, recipient_id text, category text, event text, ids jsonb,
+                source_position bigint, created_at timestamptz
+            ) ON COMMIT DROP
+            """)
+        try connection.copyIn(
+            """
+            COPY bell_outbox_catch_up (ordinal, notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
+            FROM STDIN
+            """
+        ) { writer in
+            for (ordinal, row) in rows.enumerated() {
+                try writer.write(row: [
+                    String(ordinal), row.notificationId, row.audience, row.recipientId, row.category, row.event, row.idsJSON,
+                    String(row.sourcePosition), row.createdAt.postgresText,
+                ])
+            }
+        }
+        // In the order the live path would have enqueued them: the log's.
+        try connection.execute(
+            """
+            INSERT INTO notification_outbox (notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
+            SELECT notification_id, audience, recipient_id, category, event, ids, source_position, created_at FROM bell_outbox_catch_up
+            ORDER BY ordinal
+            ON CONFLICT (notification_id, audience, recipient_id) DO NOTHING
+            """)
     }
 }
 
@@ -163,6 +254,8 @@ struct BellReplayFold: ReplayFold {
 /// the messages a batch made until they are written after it. The unread counters are counted from
 /// the sides once, at the end.
 struct ThreadsReplayFold: ReplayFold {
+    init(mode: ProjectionMode) {}
+
     private var conversations: [String: ThreadsFold.Conversation] = [:]
     private var sides: [ThreadsFold.SideKey: ThreadsFold.Side] = [:]
     private var places: [String: ThreadsFold.MessagePlace] = [:]
@@ -174,6 +267,8 @@ struct ThreadsReplayFold: ReplayFold {
         // What ThreadsProjection.apply reads from the tables.
         var loadedConversations: [String: ThreadsFold.Conversation] = [:]
         var loadedSides: [ThreadsFold.SideKey: ThreadsFold.Side] = [:]
+        loadedConversations.reserveCapacity(keys.conversations.count)
+        loadedSides.reserveCapacity(keys.conversations.count * 2)
         for id in keys.conversations {
             if let conversation = conversations[id] { loadedConversations[id] = conversation }
             for side in ConversationSide.allCases {
@@ -182,6 +277,7 @@ struct ThreadsReplayFold: ReplayFold {
             }
         }
         var loadedPlaces: [String: ThreadsFold.MessagePlace] = [:]
+        loadedPlaces.reserveCapacity(keys.messages.count)
         for id in keys.messages { if let place = places[id] { loadedPlaces[id] = place } }
         let fold = try ThreadsFold.fold(events, conversations: loadedConversations, sides: loadedSides, messages: loadedPlaces)
         // The messages table's primary key would refuse a message id twice.
@@ -222,6 +318,23 @@ struct ThreadsReplayFold: ReplayFold {
         }
         messages.append(contentsOf: fold.newMessages)
         watches.merge(fold.watches) { _, new in new }
+    }
+
+    /// A thread's rows are in its first buyer's slice; a watch's status in its own.
+    static func route(_ event: ProjectedEvent, _ router: ReplaySliceRouter) -> ReplaySliceRoute? {
+        switch event.payload {
+        case let e as ConversationStarted: .slice(router.conversation(e.conversationId))
+        case let e as MessageSent: .slice(router.conversation(e.conversationId))
+        case let e as ConversationRead: .slice(router.conversation(e.conversationId))
+        case let e as ConversationArchived: .slice(router.conversation(e.conversationId))
+        case let e as ConversationUnarchived: .slice(router.conversation(e.conversationId))
+        case let e as ConversationMarkedNoReplyNeeded: .slice(router.conversation(e.conversationId))
+        case let e as ConversationClosedByBlock: .slice(router.conversation(e.conversationId))
+        // An order about no thread is nothing to threads.
+        case let e as OrderPaid: e.conversationId.map { .slice(router.conversation($0)) } ?? .nowhere
+        case let e as WatchStatusChanged: .slice(router.key(e.watchId))
+        default: nil
+        }
     }
 
     /// A message is never changed once made: written after the batch that made it.
@@ -283,9 +396,14 @@ struct ThreadsReplayFold: ReplayFold {
         try connection.copyIn("COPY \(context.table("thread_watches")) (watch_id, shop_id, status) FROM STDIN") { writer in
             for (id, watch) in watches { try writer.write(row: [id, watch.shopId, watch.status]) }
         }
+    }
+
+    static func finish(in context: ProjectionContext) throws {
+        // Live, whoever keeps conversation lists in memory learns that all of them changed.
+        if context.mode != .replay { try ThreadChanges.announceEverything(on: context.connection) }
         // Every owner of a side has a counter row from the side's start (ThreadsFold.unreadDeltas),
         // counting the owner's unread sides.
-        try connection.execute(
+        try context.connection.execute(
             """
             INSERT INTO \(context.table("unread_conversations")) (owner_id, side, unread_count)
             SELECT owner_id, side, count(*) FILTER (WHERE unread) FROM \(context.table("thread_sides")) GROUP BY owner_id, side
@@ -303,13 +421,14 @@ final class ReplayFoldState: @unchecked Sendable {
     private(set) var outcome = ProjectionBatchApplier.Outcome()
     private static let workers = DispatchQueue(label: "inbox-replay-fold", attributes: .concurrent)
 
-    init(_ fold: any ReplayFold) { self.fold = fold }
+    init(_ type: any ReplayFold.Type, mode: ProjectionMode = .replay) { fold = type.init(mode: mode) }
 
-    func apply(_ batch: DecodedBatch, projection: any Projection) async throws {
+    /// Folds `events` (all of the projection's types) on a worker thread.
+    func apply(_ events: [ProjectedEvent], projection: any Projection) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             Self.workers.async {
                 do {
-                    let applied = try ProjectionBatchApplier.apply(batch, to: &self.fold, projection: projection)
+                    let applied = try ProjectionBatchApplier.apply(events, to: &self.fold, projection: projection)
                     self.outcome.applied += applied.applied
                     self.outcome.parked += applied.parked
                     continuation.resume()

@@ -23,11 +23,14 @@ public final class Replayer: Sendable {
         public var eventsDone: Int64
         public var eventsTotal: Int64
         public var elapsed: Duration
+        /// After the pass over the log, the slice being folded (`replay: slice 2 of 5, 1843112 events`).
+        public var stage: String?
 
-        public init(eventsDone: Int64, eventsTotal: Int64, elapsed: Duration) {
+        public init(eventsDone: Int64, eventsTotal: Int64, elapsed: Duration, stage: String? = nil) {
             self.eventsDone = eventsDone
             self.eventsTotal = eventsTotal
             self.elapsed = elapsed
+            self.stage = stage
         }
 
         public var eventsPerSecond: Double {
@@ -37,6 +40,7 @@ public final class Replayer: Sendable {
 
         /// `replay: 120000 of about 1000000 events, 21000 events/s, about 42 s left`
         public var description: String {
+            if let stage { return stage }
             var text = "replay: \(eventsDone) of about \(eventsTotal) events, \(Int(eventsPerSecond)) events/s"
             if let remaining { text += ", about \(max(1, remaining.components.seconds)) s left" }
             return text
@@ -53,16 +57,29 @@ public final class Replayer: Sendable {
     public let client: PostgresClient
     public let projections: [any Projection]
     public let batchSize: Int
-    /// The most events a replay folds in memory (the bell's and the threads' state, about 1 GiB a
-    /// million events of the simulation's mix): a longer log goes through SQL batch by batch, as
-    /// every projection did before, slower but in bounded memory. `INBOX_REPLAY_MEMORY_EVENTS`.
+    /// The most events of the log whose state a replay folds in memory at a time
+    /// (`INBOX_REPLAY_MEMORY_EVENTS`): a longer log is folded in slices of people of about this
+    /// many events each (`SlicedReplay`), one after the other, the later ones kept on disk in
+    /// `spillDirectory` meanwhile. 0 replays every projection through SQL, batch by batch.
     public let inMemoryEventLimit: Int64
+    /// Where the events of the slices after the first wait for their turn (`INBOX_REPLAY_SPILL_DIR`).
+    public let spillDirectory: URL
 
-    public init(client: PostgresClient, projections: [any Projection], batchSize: Int = 20_000, inMemoryEventLimit: Int64 = 2_000_000) {
+    public init(
+        client: PostgresClient, projections: [any Projection], batchSize: Int = 20_000, inMemoryEventLimit: Int64 = 2_000_000,
+        spillDirectory: URL = FileManager.default.temporaryDirectory
+    ) {
         self.client = client
         self.projections = projections.sorted { $0.name < $1.name }
         self.batchSize = batchSize
         self.inMemoryEventLimit = inMemoryEventLimit
+        self.spillDirectory = spillDirectory
+    }
+
+    /// How many slices a log of `events` events is folded in.
+    public func slices(forEvents events: Int64) -> Int {
+        guard inMemoryEventLimit > 0 else { return 1 }
+        return Int(max(1, (events + inMemoryEventLimit - 1) / inMemoryEventLimit))
     }
 
     public static func schemaName(for projection: any Projection) -> String { "replay_\(projection.name)" }
@@ -88,8 +105,9 @@ public final class Replayer: Sendable {
     }
 
     /// Creates empty new tables for every projection, dropping what an earlier replay left.
-    public func prepare() async throws {
-        let projections = self.projections
+    public func prepare() async throws { try await prepare(projections) }
+
+    private func prepare(_ projections: [any Projection]) async throws {
         try await client.transaction { connection in
             for projection in projections {
                 let schema = Self.schemaName(for: projection)
@@ -112,29 +130,47 @@ public final class Replayer: Sendable {
     }
 
     /// Applies the log to the new tables until what is left is less than one batch. Calls
-    /// `progress` after every batch all the projections have taken in.
+    /// `progress` after every batch all the projections have taken in, and at each slice.
     ///
     /// The log is read and decoded once per batch (`ReplayFeed`), the next batch read while the
-    /// last is applied. A projection with a `ReplayFold` folds every batch in memory and writes its
-    /// tables, its dead letters and its replay checkpoint in one transaction at the end; the others
-    /// apply each batch on a connection of their own, in a transaction with their replay checkpoint.
+    /// last is applied. The projections with a `ReplayFold` fold in memory, in slices of people
+    /// when the log is longer than `inMemoryEventLimit` (`SlicedReplay`), and write their tables
+    /// with COPY, their dead letters and their replay checkpoint in one transaction at the end;
+    /// the others apply each batch on a connection of their own, in a transaction with their
+    /// replay checkpoint. A fold that cannot be sliced over this log (`ReplaySliceRouter`) is
+    /// rebuilt through SQL afterwards, to where the others stand.
     public func catchUp(progress: @escaping @Sendable (Progress) -> Void = { _ in }) async throws {
         let started = ContinuousClock.now
         let total = try await client.withConnection { connection in
             try connection.query("SELECT count(*) FROM events").scalar(Int64.self)
         }
-        let feed = ReplayFeed(client: client, after: try await replayCheckpoint(), batchSize: batchSize, readers: projections.count)
+        let start = try await replayCheckpoint()
+        let folds: [(any Projection, any ReplayFold.Type)] =
+            inMemoryEventLimit > 0 ? projections.compactMap { projection in ReplayFolds.make(for: projection).map { (projection, $0) } } : []
+        let throughSQL = projections.filter { projection in !folds.contains { $0.0.name == projection.name } }
+        let feed = ReplayFeed(client: client, after: start, batchSize: batchSize, readers: throughSQL.count + (folds.isEmpty ? 0 : 1))
         let report: @Sendable (Int64?) -> Void = { done in
             if let done { progress(Progress(eventsDone: done, eventsTotal: max(total, done), elapsed: ContinuousClock.now - started)) }
         }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for projection in projections {
+        let sliced = SlicedReplay(
+            client: client, folds: folds, slices: slices(forEvents: total), batchSize: batchSize, spillDirectory: spillDirectory)
+        let outcome = try await withThrowingTaskGroup(of: (hazards: [SlicedReplay.Member], last: Checkpoint?)?.self) { group in
+            for projection in throughSQL {
                 group.addTask { [self] in
                     do {
-                        if total <= inMemoryEventLimit, let fold = ReplayFolds.make(for: projection) {
-                            try await replayInMemory(projection, fold: fold, from: feed, report: report)
-                        } else {
-                            try await replayThroughSQL(projection, from: feed, report: report)
+                        try await replayThroughSQL(projection, from: feed, report: report)
+                        return nil
+                    } catch {
+                        await feed.stop()
+                        throw error
+                    }
+                }
+            }
+            if !folds.isEmpty {
+                group.addTask {
+                    do {
+                        return try await sliced.run(from: feed, report: report) { stage in
+                            progress(Progress(eventsDone: total, eventsTotal: total, elapsed: ContinuousClock.now - started, stage: stage))
                         }
                     } catch {
                         await feed.stop()
@@ -142,7 +178,19 @@ public final class Replayer: Sendable {
                     }
                 }
             }
-            try await group.waitForAll()
+            var outcome: (hazards: [SlicedReplay.Member], last: Checkpoint?)?
+            for try await result in group where result != nil { outcome = result }
+            return outcome
+        }
+        guard let outcome, let last = outcome.last, !outcome.hazards.isEmpty else { return }
+        for member in outcome.hazards {
+            progress(
+                Progress(
+                    eventsDone: total, eventsTotal: total, elapsed: ContinuousClock.now - started,
+                    stage: "replay: \(member.projection.name) cannot be folded in slices (\(member.hazard ?? "")): through SQL"))
+            try await prepare([member.projection])
+            let again = ReplayFeed(client: client, after: start, through: last, batchSize: batchSize, readers: 1)
+            try await replayThroughSQL(member.projection, from: again) { _ in }
         }
     }
 
@@ -159,37 +207,6 @@ public final class Replayer: Sendable {
             report(await feed.finished(index, events: batch.records.count))
             if batch.records.count < batchSize { return }
             index += 1
-        }
-    }
-
-    /// Folds the whole log into the projection's rows in memory, then writes them with COPY, the
-    /// dead letters and the replay checkpoint in one transaction.
-    private func replayInMemory(
-        _ projection: any Projection, fold: any ReplayFold, from feed: ReplayFeed, report: @Sendable (Int64?) -> Void
-    ) async throws {
-        let state = ReplayFoldState(fold)
-        let schema = Self.schemaName(for: projection)
-        var index = 0
-        var last: Checkpoint?
-        while true {
-            let batch = try await feed.batch(index)
-            guard let checkpoint = batch.checkpoint else { break }
-            try await state.apply(batch, projection: projection)
-            // In a transaction of its own: a replay that stops is prepared again, which drops it.
-            try await client.withConnection { connection in
-                try state.writeSettled(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
-            }
-            last = checkpoint
-            report(await feed.finished(index, events: batch.records.count))
-            if batch.records.count < batchSize { break }
-            index += 1
-        }
-        guard let last else { return }
-        try await client.withConnection { connection in
-            try connection.transaction { connection in
-                try state.write(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
-                try Self.record(state.outcome, of: projection, through: last, on: connection)
-            }
         }
     }
 
@@ -316,7 +333,7 @@ public final class Replayer: Sendable {
 
     /// Parks what `outcome` parked in the projection's replay dead letters and moves its replay
     /// checkpoint to `last`, counting what it applied.
-    private static func record(
+    static func record(
         _ outcome: ProjectionBatchApplier.Outcome, of projection: any Projection, through last: Checkpoint, on connection: PostgresConnection
     ) throws {
         try ProjectionBatchApplier.park(outcome.parked, into: "\"\(schemaName(for: projection))\".dead_letters", on: connection)
