@@ -350,9 +350,10 @@ struct HTTPBenchmark: Benchmark {
         var non2xx: Int
     }
 
-    static func wrk(url: String, script: String) throws -> WrkResult {
+    /// `timeout`: wrk's own for an answer (2 s when nil), past which it counts a socket error.
+    static func wrk(url: String, script: String, connections: Int = connections, seconds: Int = seconds, timeout: Int? = nil) throws -> WrkResult {
         let (status, output) = try Subprocess.run(
-            "/usr/bin/wrk", ["-t2", "-c\(connections)", "-d\(seconds)s", "--latency", "-s", script, url])
+            "/usr/bin/wrk", ["-t2", "-c\(connections)", "-d\(seconds)s", "--latency"] + (timeout.map { ["--timeout", "\($0)s"] } ?? []) + ["-s", script, url])
         guard status == 0 else { throw BenchmarkFailure(description: "wrk failed: \(output)") }
         func value(after label: String) -> String? {
             output.split(separator: "\n").first { $0.trimmingCharacters(in: .whitespaces).hasPrefix(label) }
@@ -364,14 +365,14 @@ struct HTTPBenchmark: Benchmark {
         }
         let words = line.trimmingCharacters(in: .whitespaces).split(separator: " ")
         let requests = Int(words[0]) ?? 0
-        let seconds = Double(words[3].dropLast(2).replacingOccurrences(of: "s", with: "")) ?? Double(Self.seconds)
+        let elapsed = Double(words[3].dropLast(2).replacingOccurrences(of: "s", with: "")) ?? Double(seconds)
         let errors = (value(after: "Socket errors:") ?? "").split(separator: ",").compactMap { $0.split(separator: " ").last.flatMap { Int($0) } }.reduce(0, +)
         let non2xx = Int(value(after: "Non-2xx or 3xx responses:") ?? "0") ?? 0
         // The script's own line, in microseconds.
         let percentiles = (value(after: percentilesLabel) ?? "").split(separator: " ").compactMap { Double($0) }.map { $0 / 1_000_000 }
         guard percentiles.count == 3 else { throw BenchmarkFailure(description: "wrk's script printed no percentiles: \(output)") }
         return WrkResult(
-            requests: requests, seconds: seconds, p50: percentiles[0], p99: percentiles[1], p999: percentiles[2], errors: errors, non2xx: non2xx)
+            requests: requests, seconds: elapsed, p50: percentiles[0], p99: percentiles[1], p999: percentiles[2], errors: errors, non2xx: non2xx)
     }
 
     static func format(_ seconds: Double) -> String { String(format: "%.2f ms", seconds * 1000) }

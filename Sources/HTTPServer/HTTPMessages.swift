@@ -9,6 +9,9 @@ public struct HTTPRequest: Sendable {
     /// Header values by lower-case name; a repeated header's values joined with ", ".
     public var headers: [String: String]
     public var body: [UInt8]
+    /// The address the connection came from (IPv4, in network byte order as the socket had it);
+    /// nil when unknown, as in a request a test makes by hand. `clientAddress` writes it down.
+    public var clientIPv4: UInt32?
 
     public struct QueryArgument: Sendable, Hashable {
         public var name: String
@@ -21,15 +24,27 @@ public struct HTTPRequest: Sendable {
         }
     }
 
-    public init(method: HTTPMethod, path: String, query: [QueryArgument] = [], headers: [String: String] = [:], body: [UInt8] = []) {
+    public init(
+        method: HTTPMethod, path: String, query: [QueryArgument] = [], headers: [String: String] = [:], body: [UInt8] = [],
+        clientIPv4: UInt32? = nil
+    ) {
         self.method = method
         self.path = path
         self.query = query
         self.headers = headers
         self.body = body
+        self.clientIPv4 = clientIPv4
     }
 
     public func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    /// The client's address in dotted form (`203.0.113.7`), written only when asked for: most
+    /// requests never need it.
+    public var clientAddress: String? {
+        guard let address = clientIPv4 else { return nil }
+        let bytes = withUnsafeBytes(of: address) { Array($0) }
+        return "\(bytes[0]).\(bytes[1]).\(bytes[2]).\(bytes[3])"
+    }
 }
 
 /// A response to send: status, headers in order, body.

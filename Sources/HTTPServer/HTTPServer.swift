@@ -84,12 +84,27 @@ public final class HTTPServer: Sendable {
         public var path: String
         public var maximumBytes: Int
         public var requestDeadline: Duration?
+        /// The answer to a body over the limit, when the route answers in a shape of its own (the
+        /// OAuth token endpoint); nil: the JSON:API `413 body_too_large`.
+        public var tooLarge: HTTPResponse?
 
-        public init(method: HTTPMethod, path: String, maximumBytes: Int, requestDeadline: Duration? = nil) {
+        public init(method: HTTPMethod, path: String, maximumBytes: Int, requestDeadline: Duration? = nil, tooLarge: HTTPResponse? = nil) {
             self.method = method
             self.path = path
             self.maximumBytes = maximumBytes
             self.requestDeadline = requestDeadline
+            self.tooLarge = tooLarge
+        }
+
+        public static func == (lhs: BodyLimit, rhs: BodyLimit) -> Bool {
+            lhs.method == rhs.method && lhs.path == rhs.path && lhs.maximumBytes == rhs.maximumBytes && lhs.requestDeadline == rhs.requestDeadline
+                && lhs.tooLarge?.status == rhs.tooLarge?.status && lhs.tooLarge?.body == rhs.tooLarge?.body
+        }
+
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(method)
+            hasher.combine(path)
+            hasher.combine(maximumBytes)
         }
     }
 
@@ -231,11 +246,16 @@ final class RequestState: @unchecked Sendable {
     var body: [UInt8] = []
     /// The largest body this request may have.
     let limit: Int
+    /// The answer to a body over `limit`, when its route has one of its own.
+    let tooLarge: HTTPResponse?
     /// The answer when the request is refused before its handler (413, 400): its body is dropped.
     var refusal: HTTPResponse?
     let answer = Mutex<HTTPResponse?>(nil)
 
-    init(limit: Int) { self.limit = limit }
+    init(limit: Int, tooLarge: HTTPResponse? = nil) {
+        self.limit = limit
+        self.tooLarge = tooLarge
+    }
 }
 
 /// A connection handed to the pool: libmicrohttpd lets any thread resume it.
@@ -249,14 +269,14 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
     // First call: the headers are in; the body (if any) comes in the calls after.
     guard let rawState = stateSlot.pointee else {
         let own = core.bodyLimit(method: method, url: url)
-        let state = RequestState(limit: own?.maximumBytes ?? core.maximumBodyBytes)
+        let state = RequestState(limit: own?.maximumBytes ?? core.maximumBodyBytes, tooLarge: own?.tooLarge)
         if let deadline = own?.requestDeadline { core.deadlines?.extend(connection, until: .now + deadline) }
         core.inFlight.add(1, ordering: .relaxed)
         stateSlot.pointee = Unmanaged.passRetained(state).toOpaque()
         if contentLengths(connection).count > 1 {
             state.refusal = conflictingLengthsResponse
         } else if let length = headerValue(connection, "Content-Length").flatMap(Int.init), length > state.limit {
-            state.refusal = tooLargeResponse(state.limit)
+            state.refusal = state.tooLarge ?? tooLargeResponse(state.limit)
         }
         return state.refusal.map { send($0, on: connection) } ?? .YES
     }
@@ -265,7 +285,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
         let count = uploadDataSize.pointee
         if state.refusal == nil, let uploadData {
             if state.body.count + count > state.limit {
-                state.refusal = tooLargeResponse(state.limit)
+                state.refusal = state.tooLarge ?? tooLargeResponse(state.limit)
                 state.body = []
             } else {
                 uploadData.withMemoryRebound(to: UInt8.self, capacity: count) { bytes in
@@ -290,7 +310,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
             HTTPRequest.QueryArgument(
                 name: URLDecoding.decode($0.0, plusIsSpace: true), value: $0.1.map { URLDecoding.decode($0, plusIsSpace: true) })
         },
-        headers: headers(connection), body: state.body)
+        headers: headers(connection), body: state.body, clientIPv4: clientIPv4(connection))
     state.body = []
     switch core.handler(request) {
     case .now(let response):
@@ -356,6 +376,11 @@ private func send(_ response: HTTPResponse, on connection: OpaquePointer) -> MHD
         _ = MHD_add_response_header(made, name, value)
     }
     return MHD_queue_response(connection, UInt32(response.status), made)
+}
+
+private func clientIPv4(_ connection: OpaquePointer) -> UInt32? {
+    let address = wristler_mhd_client_ipv4(connection)
+    return address == 0 ? nil : address
 }
 
 private func headerValue(_ connection: OpaquePointer, _ name: String) -> String? {

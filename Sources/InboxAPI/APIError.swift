@@ -39,7 +39,8 @@ public struct APIError: Error, Sendable {
         public static let writeConflict = Code("write_conflict")
         /// 422: a sourceUrl's file is over the upload limit (declared or sent).
         public static let fileTooLarge = Code("file_too_large")
-        /// 409: an idempotency key already used for another event (docs/api.md).
+        /// 409: an idempotency key already used for another event (docs/api.md); 422 for an
+        /// `Idempotency-Key` already used for another message (docs/messaging.md).
         public static let idempotencyKeyReused = Code("idempotency_key_reused")
         public static let idMismatch = Code("id_mismatch")
         public static let internalError = Code("internal_error")
@@ -49,6 +50,9 @@ public struct APIError: Error, Sendable {
         public static let invalidDocument = Code("invalid_document")
         public static let invalidEvent = Code("invalid_event")
         public static let invalidField = Code("invalid_field")
+        /// 400: a header other than the app's and the token's that the route reads is malformed
+        /// (`Idempotency-Key`); `source.header` names it.
+        public static let invalidHeader = Code("invalid_header")
         /// 400: a multipart/form-data body without a usable boundary, or not framed by it.
         public static let invalidMultipart = Code("invalid_multipart")
         public static let invalidParameter = Code("invalid_parameter")

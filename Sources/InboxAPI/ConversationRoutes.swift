@@ -28,6 +28,11 @@ public enum ConversationRoutes {
     static let maximumOfferAmount: Int64 = 1_000_000_000_000
 
     static let messageAttributes: Set<String> = ["body", "attachmentHandles", "offer"]
+    static let idempotencyHeader = "Idempotency-Key"
+    static let maximumIdempotencyKeyBytes = 100
+    static let idempotencyParameter = QueryParameter(
+        idempotencyHeader, Schema.string(maximumLength: maximumIdempotencyKeyBytes, pattern: "^[!-~]{1,100}$"),
+        "A key of the client's for this message (a fresh UUID, say): sending the same write again with it, after a lost answer, writes nothing and answers what the first wrote (Idempotent-Replayed: true); with another body, offer, attachments or thread it is 422 idempotency_key_reused.")
     static let messageSchemas: [String: JSONValue] = [
         "body": .object([
             "type": .string("string"), "maxLength": .integer(Int64(maximumBodyLength)),
@@ -110,6 +115,7 @@ public enum ConversationRoutes {
                 .post, path, access: .signedIn(scope: .messagesWrite),
                 describedAs: RouteDescription(
                     "Starts a conversation with a watch's shop with its first message; a second start about the same watch answers the existing thread (200) with the message appended to it.",
+                    headers: [idempotencyParameter],
                     body: Schema.resourceDocument(
                         type: type, attributes: messageSchemas.merging(["watchId": Schema.string(maximumLength: 200)]) { $1 }, required: ["watchId"]),
                     responses: [201: .document(Schema.document), 200: .document(Schema.document)])
@@ -118,14 +124,17 @@ public enum ConversationRoutes {
                 try Documents.requireType(data, type, id: nil)
                 let attributes = try Attributes(data, allowed: messageAttributes.union(["watchId"]))
                 let watchId = try attributes.string("watchId", required: true, maximumLength: 200)!
-                let input = try MessageInput(attributes)
+                let input = try MessageInput(attributes, idempotencyKey: try idempotencyKey(context))
                 let person = context.person
                 let metadata = context.eventMetadata
-                let (thread, message, created) = try client.withConnectionBlocking { connection in
-                    try start(watch: watchId, input: input, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
+                let started = try refusingReusedKeys {
+                    try client.withConnectionBlocking { connection in
+                        try start(watch: watchId, input: input, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
+                    }
                 }
+                let (thread, (message, repeated), created) = started
                 cache?.changed(Self.listSubjects(buyer: thread.buyerId, shop: thread.shopId))
-                return response(status: created ? 201 : 200, thread, side: .buyer, including: (message, viewer: person))
+                return replayed(response(status: created ? 201 : 200, thread, side: .buyer, including: (message, viewer: person)), repeated)
             },
             Route(.get, path + "/{id}", access: .signedIn(scope: .messagesRead), describedAs: RouteDescription("One conversation, as the caller's side sees it.")) {
                 context in
@@ -216,12 +225,12 @@ public enum ConversationRoutes {
                 .post, path + "/{id}/messages", access: .signedIn(scope: .messagesWrite),
                 describedAs: RouteDescription(
                     "Writes in a conversation: a body, attachments (handles the caller uploaded) and an optional offer.",
-                    body: Schema.resourceDocument(type: messageType, attributes: messageSchemas), responses: [201: .document(Schema.document)])
+                    headers: [idempotencyParameter], body: Schema.resourceDocument(type: messageType, attributes: messageSchemas), responses: [201: .document(Schema.document)])
             ) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, messageType, id: nil)
-                let input = try MessageInput(try Attributes(data, allowed: messageAttributes))
+                let input = try MessageInput(try Attributes(data, allowed: messageAttributes), idempotencyKey: try idempotencyKey(context))
                 let person = context.person
                 let metadata = context.eventMetadata
                 let checked = try client.withConnectionBlocking { connection -> (ConversationSide, ThreadAccess)? in
@@ -236,14 +245,16 @@ public enum ConversationRoutes {
                 // The checks' connection is back in the pool: waiting for its group commit, the
                 // append holds none, so a commit is shared by as many posts as wait for it.
                 let event = input.event(conversation: id, side: side, person: person)
-                let appended = try inline.append(
-                    [try NewEvent(event, metadata: metadata)], using: client,
-                    also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, attachments: attachments))
+                let appended = try refusingReusedKeys {
+                    try inline.append(
+                        [try input.newEvent(event, metadata: metadata)], using: client,
+                        also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, attachments: attachments))
+                }
                 cache?.changed(Self.listSubjects(buyer: access.buyerId, shop: access.shopId))
                 let message = input.message(event, recorded: appended[0].event)
                 var document = DocumentWriter()
                 document.member("data") { messageResource(message, viewer: person, side: side, to: &$0) }
-                return document.response(status: 201)
+                return replayed(document.response(status: 201), !appended[0].wasAppended)
             },
         ]
     }
@@ -314,11 +325,11 @@ public enum ConversationRoutes {
     static func start(
         watch watchId: String, input: MessageInput, person: String, metadata: EventMetadata, inline: InlineProjections,
         attachments: any AttachmentValidator, on connection: PostgresConnection
-    ) throws -> (ThreadSummary, ThreadMessage, created: Bool) {
+    ) throws -> (ThreadSummary, (ThreadMessage, repeated: Bool), created: Bool) {
         if let existing = try ThreadReader.conversation(buyer: person, watch: watchId, on: connection) {
             if let access = try ThreadReader.access(to: existing, person: person, on: connection) { try requireOpen(access) }
             let message = try send(input, in: existing, side: .buyer, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
-            return (try thread(existing, on: connection) ?? summary(existing, watch: watchId, person: person, shop: nil, message), message, false)
+            return (try thread(existing, on: connection) ?? summary(existing, watch: watchId, person: person, shop: nil, message.0), message, false)
         }
         let pointer = Attributes.pointer("watchId")
         guard let watch = try ThreadReader.watch(watchId, on: connection) else {
@@ -344,16 +355,16 @@ public enum ConversationRoutes {
         let appended: [AppendedEvent]
         do {
             appended = try inline.append(
-                [try NewEvent(started, metadata: metadata), try NewEvent(sent, metadata: metadata)],
+                [try NewEvent(started, metadata: metadata), try input.newEvent(sent, metadata: metadata)],
                 expectedVersions: [started.streamId: .noStream], on: connection,
                 also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: sent.messageId, attachments: attachments))
         } catch EventLogError.wrongExpectedVersion {
             // Another request of this buyer started it a moment ago: write in that one.
             let message = try send(input, in: id, side: .buyer, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
-            return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), message, false)
+            return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message.0), message, false)
         }
         let message = input.message(sent, recorded: appended[1].event)
-        return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), message, true)
+        return (try thread(id, on: connection) ?? summary(id, watch: watchId, person: person, shop: watch.shopId, message), (message, false), true)
     }
 
     /// The thread as its buyer sees it, right after a write; nil when the projection deferred the
@@ -379,17 +390,50 @@ public enum ConversationRoutes {
             headers: [("Retry-After", "1")])
     }
 
-    /// Appends a message of `person` on `side` (the thread's checks are done).
+    /// Appends a message of `person` on `side` (the thread's checks are done); `repeated` when its
+    /// idempotency key had written it before, and this wrote nothing.
     static func send(
         _ input: MessageInput, in id: String, side: ConversationSide, person: String, metadata: EventMetadata, inline: InlineProjections,
         attachments: any AttachmentValidator, on connection: PostgresConnection
-    ) throws -> ThreadMessage {
+    ) throws -> (ThreadMessage, repeated: Bool) {
         try requireAttachable(input.attachmentHandles, person: person, attachments: attachments, on: connection)
         let event = input.event(conversation: id, side: side, person: person)
         let appended = try inline.append(
-            [try NewEvent(event, metadata: metadata)], on: connection,
+            [try input.newEvent(event, metadata: metadata)], on: connection,
             also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, attachments: attachments))
-        return input.message(event, recorded: appended[0].event)
+        return (input.message(event, recorded: appended[0].event), !appended[0].wasAppended)
+    }
+
+    /// The `Idempotency-Key` of a write (docs/messaging.md, "Retries"): 1 to 100 visible ASCII
+    /// characters, or none.
+    static func idempotencyKey(_ context: RequestContext) throws(APIError) -> String? {
+        guard let key = context.request.header(idempotencyHeader) else { return nil }
+        guard (1...maximumIdempotencyKeyBytes).contains(key.utf8.count), key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
+            throw APIError(
+                status: 400, code: .invalidHeader, detail: "\(idempotencyHeader) must be 1 to \(maximumIdempotencyKeyBytes) visible ASCII characters.",
+                source: .header(idempotencyHeader))
+        }
+        return key
+    }
+
+    /// A key used before for another write of the same person (another body, offer, attachments or
+    /// thread): 422, and nothing is written.
+    static func refusingReusedKeys<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch EventLogError.idempotencyKeyReused {
+            throw APIError(
+                status: 422, code: .idempotencyKeyReused,
+                detail: "This \(idempotencyHeader) was already used for another message; use a new key for a new message.",
+                source: .header(idempotencyHeader))
+        }
+    }
+
+    /// A write answered again from what its idempotency key wrote before says so.
+    static func replayed(_ response: HTTPResponse, _ repeated: Bool) -> HTTPResponse {
+        var response = response
+        if repeated { response.headers.append(("Idempotent-Replayed", "true")) }
+        return response
     }
 
     /// Records the message's attachments in the append's own transaction (and savepoint), so the
@@ -499,8 +543,11 @@ struct MessageInput: Sendable {
     var body: String
     var attachmentHandles: [String]
     var offer: Money?
+    /// The request's `Idempotency-Key`, which names the message (`event`) and its append.
+    var idempotencyKey: String?
 
-    init(_ attributes: Attributes) throws(APIError) {
+    init(_ attributes: Attributes, idempotencyKey: String? = nil) throws(APIError) {
+        self.idempotencyKey = idempotencyKey
         switch attributes.values["attachmentHandles"] {
         case nil, .null?:
             attachmentHandles = []
@@ -581,10 +628,19 @@ struct MessageInput: Sendable {
         }
     }
 
+    /// The message as an event. Its id is random, or with an idempotency key derived from the
+    /// author and the key, so that a retry writes the same event and the log keeps the first.
     func event(conversation: String, side: ConversationSide, person: String) -> MessageSent {
-        MessageSent(
-            conversationId: conversation, messageId: UUID().uuidString.lowercased(), authorSide: side == .buyer ? .buyer : .seller, authorId: person,
+        let id = idempotencyKey.map { SHA256.uuidString(naming: "wristler-message:\(person.utf8.count):\(person):\($0)".utf8) } ?? RandomUUID.string()
+        return MessageSent(
+            conversationId: conversation, messageId: id, authorSide: side == .buyer ? .buyer : .seller, authorId: person,
             body: body, attachmentHandles: attachmentHandles, offer: offer)
+    }
+
+    /// `event` to append: with an idempotency key, under the log's key `message:<id>` (the log
+    /// answers a second append of the same event with the first, and refuses another event).
+    func newEvent(_ event: MessageSent, metadata: EventMetadata) throws -> NewEvent {
+        try NewEvent(event, metadata: metadata, idempotencyKey: idempotencyKey.map { _ in "message:" + event.messageId })
     }
 
     /// The message as it was stored: its number in the thread is its stream version.

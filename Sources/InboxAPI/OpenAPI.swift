@@ -55,6 +55,12 @@ public enum OpenAPI {
                     "schema": query.schema,
                 ]))
             }
+            for header in described.headers {
+                parameters.append(.object([
+                    "name": .string(header.name), "in": .string("header"), "required": .bool(false), "description": .string(header.description),
+                    "schema": header.schema,
+                ]))
+            }
             if route.isAppAPI {
                 parameters.append(.object([
                     "name": .string(AppIdentity.headerName), "in": .string("header"), "required": .bool(false),

@@ -3,6 +3,7 @@ import EventLog
 import Foundation
 import HTTPServer
 import InboxDomain
+import JSONParsing
 import PostgresClient
 import Projections
 
@@ -28,7 +29,7 @@ extension RequestContext {
     public func jsonBody() throws(APIError) -> JSONValue {
         let value: JSONValue
         do {
-            value = try JSONDecoder().decode(JSONValue.self, from: Data(request.body))
+            value = try JSONValue(parsing: request.body)
         } catch {
             throw APIError(status: 400, code: .malformedJSON, detail: "The body is not valid JSON.", source: .pointer(""))
         }

@@ -8,6 +8,8 @@ import InboxDomain
 public struct RouteDescription: Sendable {
     public var summary: String
     public var query: [QueryParameter]
+    /// Headers the handler reads besides the app's and the token's (`Idempotency-Key`).
+    public var headers: [QueryParameter]
     /// The JSON Schema of the request body (`application/vnd.api+json`); nil: the route reads none.
     public var body: JSONValue?
     /// The JSON Schema of a `multipart/form-data` body the route takes besides (a file upload).
@@ -16,11 +18,12 @@ public struct RouteDescription: Sendable {
     public var responses: [Int: SuccessResponse]
 
     public init(
-        _ summary: String, query: [QueryParameter] = [], body: JSONValue? = nil, multipartBody: JSONValue? = nil,
+        _ summary: String, query: [QueryParameter] = [], headers: [QueryParameter] = [], body: JSONValue? = nil, multipartBody: JSONValue? = nil,
         responses: [Int: SuccessResponse] = [200: .document(Schema.document)]
     ) {
         self.summary = summary
         self.query = query
+        self.headers = headers
         self.body = body
         self.multipartBody = multipartBody
         self.responses = responses
@@ -39,7 +42,7 @@ public enum SuccessResponse: Sendable {
     case other(mediaType: String, schema: JSONValue)
 }
 
-/// A query parameter a handler reads (`page[limit]`), with the schema its validation enforces.
+/// A query parameter (`page[limit]`) or a header a handler reads, with the schema its validation enforces.
 public struct QueryParameter: Sendable {
     public var name: String
     public var schema: JSONValue

@@ -1,7 +1,9 @@
+import Crypto
 import EventLog
 import Foundation
 import HTTPServer
 import InboxDomain
+import JSONParsing
 import PostgresClient
 import Projections
 
@@ -56,7 +58,7 @@ public enum SavedSearchRoutes {
                 let interval = SavedSearchInterval(rawValue: try attributes.choice("interval", Self.intervals) ?? "daily")!
                 let push = try attributes.bool("push") ?? true
                 let event = SavedSearchCreated(
-                    savedSearchId: UUID().uuidString.lowercased(), personId: context.person, name: name, query: query, interval: interval, push: push)
+                    savedSearchId: RandomUUID.string(), personId: context.person, name: name, query: query, interval: interval, push: push)
                 let recorded = try context.appendInline([event], client: client, inline: inline)[0].event.recordedAt
                 let search = SavedSearch(
                     id: event.savedSearchId, name: name, query: query, interval: interval.rawValue, push: push, createdAt: recorded, updatedAt: recorded)
@@ -163,7 +165,7 @@ struct SavedSearch: Sendable {
     init(row: PostgresRow) throws {
         id = try row.decode(String.self, "saved_search_id")
         name = try row.decode(String.self, "name")
-        query = (try? JSONDecoder().decode(JSONValue.self, from: Data(try row.decode(PostgresRawJSON.self, "query").text.utf8))) ?? .object([:])
+        query = (try? JSONValue(parsing: try row.decode(PostgresRawJSON.self, "query").text)) ?? .object([:])
         interval = try row.decode(String.self, "interval")
         push = try row.decode(Bool.self, "push")
         createdAt = try row.decode(Date.self, "created_at")

@@ -423,4 +423,82 @@ extension APITestServer.Reply {
                 "Wristler's message rang her bell; her answer to Wristler is nobody's shop news")
         }
     }
+
+    /// A phone that lost the answer to a write sends it again with the same `Idempotency-Key`: the
+    /// message is written once, the retry answers it again, and the badges, the bell and the
+    /// fan-out's queue count it once. Another write under a used key is refused and writes nothing.
+    @Test func aRetriedWriteWithItsIdempotencyKeyIsWrittenOnce() async throws {
+        try await ConversationAPI.with(setup: Self.setup) { api in
+            func write(_ person: String, _ method: String, _ path: String, _ body: String, key: String) async throws -> APITestServer.Reply {
+                try await api.client.send(
+                    method, path, headers: try ConversationAPI.headers(person).merging(["Idempotency-Key": key]) { $1 }, body: Data(body.utf8))
+            }
+            func messages(_ c: String) async throws -> [String] {
+                let reply = try await api.send("alice", "GET", "/v1/conversations/\(c)/messages")
+                return (reply.json["data"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
+            }
+            func included(_ reply: APITestServer.Reply) -> String? { (reply.json["included"] as? [[String: Any]])?.first?["id"] as? String }
+
+            // A start, and its retry: one thread, one message, one piece of shop news.
+            let started = try await write("alice", "POST", "/v1/conversations", ConversationAPI.start("w1", "Is it still available?"), key: "start-1")
+            #expect(started.status == 201 && started.header("Idempotent-Replayed") == nil, "\(started.text)")
+            let c = try #require(started.data["id"] as? String)
+            let first = try #require(included(started))
+            let restarted = try await write("alice", "POST", "/v1/conversations", ConversationAPI.start("w1", "Is it still available?"), key: "start-1")
+            #expect(restarted.status == 200 && restarted.data["id"] as? String == c, "\(restarted.text)")
+            #expect(restarted.header("Idempotent-Replayed") == "true" && included(restarted) == first)
+            #expect(try await messages(c) == [first])
+            #expect(try await api.outbox() == ["shop s1 shop message_received \(c)"])
+
+            // A message, and two retries of it (one of them from sam's side of the world: keys are each person's own).
+            let path = "/v1/conversations/\(c)/messages"
+            let sent = try await write("alice", "POST", path, ConversationAPI.message("Would you take 9,000?", offer: #"{"amount":900000,"currency":"EUR"}"#), key: "k-2")
+            #expect(sent.status == 201 && sent.header("Idempotent-Replayed") == nil, "\(sent.text)")
+            let second = try #require(sent.data["id"] as? String)
+            for _ in 0..<2 {
+                let again = try await write("alice", "POST", path, ConversationAPI.message("Would you take 9,000?", offer: #"{"amount":900000,"currency":"EUR"}"#), key: "k-2")
+                #expect(again.status == 201 && again.data["id"] as? String == second && again.header("Idempotent-Replayed") == "true", "\(again.text)")
+                #expect((again.attributes["offer"] as? [String: Any])?["amount"] as? Int == 900_000)
+            }
+            #expect(try await messages(c) == [second, first])
+            #expect(try await api.outbox() == ["shop s1 shop message_received \(c)", "shop s1 shop offer_made \(c)"])
+            try await api.expectBadges(after: "the retries", alice: 0, sam: 1, sue: 1, bell: 0)
+
+            // The same key for another message (or another thread) is refused, pointing at the header; nothing is written.
+            for (body, target) in [(ConversationAPI.message("Or 8,500?"), path), (ConversationAPI.start("w6", "Would you take 9,000?"), "/v1/conversations")] {
+                let reused = try await write("alice", "POST", target, body, key: "k-2")
+                #expect(reused.status == 422 && reused.code == "idempotency_key_reused", "\(reused.text)")
+                #expect((reused.firstError["source"] as? [String: Any])?["header"] as? String == "Idempotency-Key")
+            }
+            #expect(try await messages(c) == [second, first])
+            #expect(try await api.list("alice").ids == [c], "the refused start about w6 started nothing")
+
+            // Sam may use the same key: it is his own.
+            let sams = try await write("sam", "POST", path, ConversationAPI.message("Make it 9,200."), key: "k-2")
+            #expect(sams.status == 201 && sams.header("Idempotent-Replayed") == nil && sams.data["id"] as? String != second, "\(sams.text)")
+            let third = try #require(sams.data["id"] as? String)
+
+            // Eight retries at once: one message.
+            let answers = try await withThrowingTaskGroup(of: String?.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        let reply = try await write("alice", "POST", path, ConversationAPI.message("Deal."), key: "k-3")
+                        return reply.status == 201 ? reply.data["id"] as? String : nil
+                    }
+                }
+                return try await group.reduce(into: [String?]()) { $0.append($1) }
+            }
+            #expect(Set(answers).count == 1 && answers.allSatisfy { $0 != nil }, "\(answers)")
+            #expect(try await messages(c) == [answers[0]!, third, second, first])
+
+            // Keys that are not 1 to 100 visible ASCII characters are refused before anything is read.
+            for key in [String(repeating: "k", count: 101), "two words", "caf\u{e9}"] {
+                let refused = try await write("alice", "POST", path, ConversationAPI.message("Hm."), key: key)
+                #expect(refused.status == 400 && refused.code == "invalid_header", "\(key): \(refused.text)")
+                #expect((refused.firstError["source"] as? [String: Any])?["header"] as? String == "Idempotency-Key")
+            }
+            #expect(try await messages(c).count == 4)
+            #expect(try await api.db.countersThatDisagreeWithARecount() == [])
+        }
+    }
 }
