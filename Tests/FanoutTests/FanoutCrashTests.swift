@@ -55,9 +55,11 @@ import Testing
             try JSONSerialization.data(withJSONObject: json).write(to: account)
             let log = mock.directory.appendingPathComponent("fanout.log")
             _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-            // Slow answers, so that a batch is in flight when the process dies (a second each: with
-            // 300 ms, a loaded machine once saw all six batches answered before the kill landed).
-            try await mock.post("/delay", #"{"ms": 1000}"#)
+            // Slow answers, so that a batch is in flight when the process dies: with 300 ms, a loaded
+            // machine once saw all six batches answered before the kill landed, and with a second
+            // once more, at a load average of 16 (the kill comes after the second batch arrives; the
+            // four after it take ten seconds now).
+            try await mock.post("/delay", #"{"ms": 2500}"#)
             let first = try Self.startFanout(db, mock, serviceAccount: account, log: log)
             _ = try await mock.waitForPushes { $0.count >= 15 }
             kill(first.processIdentifier, SIGKILL)

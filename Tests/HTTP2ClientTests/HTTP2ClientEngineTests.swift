@@ -203,6 +203,48 @@ final class BehaviourServer: @unchecked Sendable {
     }
 }
 
+/// Starts a server that takes its port as an argument on a free port of 127.0.0.1 and waits until
+/// it accepts connections, a few times over (a port found free can be taken before the server
+/// binds it). Its output goes to a file: when it does not listen, the error says how it ended and
+/// what it printed. The wait is long because a full parallel test run on two cores was seen to
+/// take seconds to start a Python interpreter.
+func startListening(
+    _ name: String, executable: String, arguments: (UInt16) -> [String], wait: Duration = .seconds(20)
+) async throws -> (process: Process, port: UInt16) {
+    var failures: [String] = []
+    for attempt in 1...4 {
+        let port = try freePort()
+        let logFile = FileManager.default.temporaryDirectory.path + "/\(name.replacingOccurrences(of: " ", with: "-"))-\(getpid())-\(port)-\(attempt).log"
+        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
+        defer { try? FileManager.default.removeItem(atPath: logFile) }
+        guard let log = FileHandle(forWritingAtPath: logFile) else { throw TestSetupError("cannot write \(logFile)") }
+        defer { try? log.close() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments(port)
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        let started = ContinuousClock.now
+        while process.isRunning && ContinuousClock.now < started + wait {
+            if canConnect(port: port) { return (process, port) }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let ending: String
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            ending = "still not listening after \(wait)"
+        } else {
+            ending = "exited with \(process.terminationStatus) after \(ContinuousClock.now - started)"
+        }
+        let output = ((try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        failures.append("port \(port): \(ending)\(output.isEmpty ? "" : ", printing: \(output.prefix(500))")")
+    }
+    throw TestSetupError("\(name) did not listen: " + failures.joined(separator: "; "))
+}
+
 /// `python3 -m http.server`: HTTP/1.x only, on a free port.
 final class HTTP1Server: @unchecked Sendable {
     let port: UInt16
@@ -210,24 +252,10 @@ final class HTTP1Server: @unchecked Sendable {
 
     static func start() async throws -> HTTP1Server {
         let directory = FileManager.default.temporaryDirectory.path
-        for _ in 1...3 {
-            let port = try freePort()
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            process.arguments = ["-m", "http.server", "--bind", "127.0.0.1", "--directory", directory, String(port)]
-            process.standardInput = FileHandle.nullDevice
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            let deadline = ContinuousClock.now + .seconds(5)
-            while process.isRunning && ContinuousClock.now < deadline {
-                if canConnect(port: port) { return HTTP1Server(port: port, process: process) }
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
+        let (process, port) = try await startListening("python3 -m http.server", executable: "/usr/bin/python3") {
+            ["-m", "http.server", "--bind", "127.0.0.1", "--directory", directory, String($0)]
         }
-        throw TestSetupError("python3 -m http.server did not listen")
+        return HTTP1Server(port: port, process: process)
     }
 
     private init(port: UInt16, process: Process) {
@@ -248,24 +276,10 @@ final class OpenSSLServer: @unchecked Sendable {
 
     static func start(certificates: TestCertificates) async throws -> OpenSSLServer {
         guard let executable = findExecutable("openssl") else { throw TestSetupError("openssl is not installed") }
-        for _ in 1...3 {
-            let port = try freePort()
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = ["s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificates.certificateFile, "-key", certificates.keyFile, "-www", "-quiet"]
-            process.standardInput = FileHandle.nullDevice
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            let deadline = ContinuousClock.now + .seconds(5)
-            while process.isRunning && ContinuousClock.now < deadline {
-                if canConnect(port: port) { return OpenSSLServer(port: port, process: process) }
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
+        let (process, port) = try await startListening("openssl s_server", executable: executable) {
+            ["s_server", "-accept", "127.0.0.1:\($0)", "-cert", certificates.certificateFile, "-key", certificates.keyFile, "-www", "-quiet"]
         }
-        throw TestSetupError("openssl s_server did not listen")
+        return OpenSSLServer(port: port, process: process)
     }
 
     private init(port: UInt16, process: Process) {

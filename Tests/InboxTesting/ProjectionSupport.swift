@@ -7,7 +7,8 @@ extension TestDatabase {
     /// Runs the async projectors of `projections` (each on its own lease session, as `inbox project`
     /// does) while `body` runs, and stops them afterwards.
     public func withProjectors<T: Sendable>(
-        _ projections: [any Projection] = InboxProjections.all, batchSize: Int = 1000,
+        _ projections: [any Projection] = InboxProjections.all, batchSize: Int = 1000, inMemoryEvents: Int = 2_000_000,
+        report: @escaping @Sendable (Projector.Report) -> Void = { _ in },
         _ body: () async throws -> T
     ) async throws -> T {
         let configuration = self.configuration
@@ -15,7 +16,8 @@ extension TestDatabase {
             Task {
                 let projector = Projector(
                     projection: projection, configuration: configuration,
-                    options: .init(batchSize: batchSize, pollInterval: .milliseconds(200), leaseRetry: .milliseconds(50)))
+                    options: .init(batchSize: batchSize, inMemoryEvents: inMemoryEvents, pollInterval: .milliseconds(200), leaseRetry: .milliseconds(50)),
+                    report: report)
                 try await projector.run()
             }
         }
@@ -64,13 +66,15 @@ extension TestDatabase {
 
     /// Rebuilds `projections` beside the live tables (without swapping) and returns, per table, the
     /// number of rows that differ between the two (both ways) and the number of live rows. With an
-    /// `inMemoryEventLimit` below the log's length, every projection replays through SQL.
+    /// `inMemoryEventLimit` below the log's length, the bell and the threads fold in slices of
+    /// people of about that many events; with 0, every projection replays through SQL.
     public func compareWithReplay(
-        _ projections: [any Projection] = InboxProjections.all, inMemoryEventLimit: Int64 = 2_000_000
+        _ projections: [any Projection] = InboxProjections.all, inMemoryEventLimit: Int64 = 2_000_000,
+        progress: @escaping @Sendable (Replayer.Progress) -> Void = { _ in }
     ) async throws -> [(table: String, differing: Int, rows: Int, examples: [String])] {
         let replayer = Replayer(client: client, projections: projections, batchSize: 2000, inMemoryEventLimit: inMemoryEventLimit)
         try await replayer.prepare()
-        try await replayer.catchUp()
+        try await replayer.catchUp(progress: progress)
         return try await client.withConnection { connection in
             var result: [(String, Int, Int, [String])] = []
             for projection in projections {

@@ -121,6 +121,18 @@ public func withTestDatabase(_ body: (TestDatabase) async throws -> Void) async 
     if ProcessInfo.processInfo.environment["INBOX_KEEP_TEST_DATABASES"] == nil { await db.drop() } else { print("kept database \(db.name)") }
 }
 
+/// Runs `body` with the database of a cluster of its own (`TestCluster`), for a test that keeps a
+/// writing transaction open for long (a bulk load, a transaction held open on purpose): transaction
+/// ids are cluster-wide, so on the shared cluster it would hold back every other test's readers of
+/// the log (docs/event-log.md, gap-safe reads) for as long, and their waits would time out.
+public func withTestDatabaseOnAClusterOfItsOwn(poolSize: Int = 8, _ body: (TestDatabase) async throws -> Void) async throws {
+    let cluster = try await TestCluster.make()
+    defer { cluster.tearDown() }
+    let db = try await cluster.database(poolSize: poolSize)
+    defer { db.client.close() }
+    try await body(db)
+}
+
 /// A PostgreSQL cluster of a test's own in a temporary folder, for tests that restart or stop the
 /// server (which would disturb every other test on the shared one).
 public final class TestCluster: Sendable {
@@ -158,6 +170,23 @@ public final class TestCluster: Sendable {
 }
 
 extension TestDatabase {
+    /// The writing transactions of the whole cluster that have been open for a second or more,
+    /// oldest first, one line each: what holds back a reader of the log (for a failure's message).
+    public func writersHoldingReadersBack() async -> String {
+        let lines = try? await client.withConnection { connection in
+            try connection.query(
+                """
+                SELECT coalesce(datname, '?') || ' pid ' || pid || ', open ' || round(extract(epoch FROM now() - xact_start)::numeric, 1) || ' s, '
+                    || coalesce(wait_event_type || '/' || wait_event, 'running') || ': ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 120)
+                FROM pg_stat_activity
+                WHERE backend_xid IS NOT NULL AND now() - xact_start > interval '1 second' ORDER BY xact_start
+                """
+            ).map { try $0.decode(String.self, at: 0) }
+        }
+        guard let lines else { return "(pg_stat_activity could not be read)" }
+        return lines.isEmpty ? "no writing transaction of the cluster is open for a second or more" : lines.joined(separator: "\n")
+    }
+
     /// The one value `sql` answers.
     public func scalar<T: PostgresDecodable & Sendable>(_ sql: String, _ type: T.Type = T.self) async throws -> T {
         try await client.withConnection { connection in try connection.query(sql).scalar(T.self) }

@@ -40,7 +40,9 @@ import Testing
     }
 
     /// A leader held inside its group (its `also` waits for an advisory lock the test holds), so
-    /// the requests started meanwhile queue and form the next group, deterministically.
+    /// the requests started meanwhile queue and form the next group, deterministically. The tests
+    /// that use it run on a cluster of their own: the held leader has appended, so its open
+    /// transaction would hold back the log's readers of every other test on the shared cluster.
     static func withLeaderHeld(
         _ db: TestDatabase, _ inline: InlineProjections, key: Int64, queue: () -> Int,
         _ body: () async throws -> Void
@@ -192,7 +194,7 @@ import Testing
     }
 
     @Test func aRefusedRequestGetsItsOwnErrorWhileTheRestOfItsGroupCommits() async throws {
-        try await withTestDatabase { db in
+        try await withTestDatabaseOnAClusterOfItsOwn { db in
             try await db.append(PasswordChanged(personId: "taken"))
             let keyed = try NewEvent(PasswordChanged(personId: "keyed"), idempotencyKey: "k-keyed")
             _ = try await db.store.append([keyed])
@@ -270,7 +272,7 @@ import Testing
     }
 
     @Test func aFailedCommitFailsTheWholeGroupAndAppendsNothing() async throws {
-        try await withTestDatabase { db in
+        try await withTestDatabaseOnAClusterOfItsOwn { db in
             // A deferred constraint trigger: the row is accepted, the COMMIT is refused.
             try await db.client.withConnection { connection in
                 _ = try connection.execute(

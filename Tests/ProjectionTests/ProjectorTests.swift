@@ -118,7 +118,7 @@ import Testing
     /// cannot be had (here a lock timeout while another session holds one), the append still
     /// commits and every projection is left to the projector.
     @Test func anInlineAppendThatCannotLockTheCheckpointsCommitsAndLeavesThemToTheProjector() async throws {
-        try await withTestDatabase { db in
+        try await withTestDatabaseOnAClusterOfItsOwn { db in
             try await db.append(Self.started)
             try await db.withProjectors { try await db.waitUntilProjected() }
             let holder = try db.connect()
@@ -255,7 +255,7 @@ import Testing
                 WHERE datname = current_database() AND application_name LIKE 'inbox-project-people%'
                 """
             ).scalar(Int.self)
-            #expect(killed == 2, "the lease's session and the listener's")
+            #expect(killed == 2, "the lease's session and the listener's (batch by batch it reads on the lease's)")
             try await db.append(ShopMemberAdded(shopId: "s1", personId: "p2"))
             try await db.waitUntilProjected([PeopleProjection()], timeout: .seconds(30))
             #expect(try await db.scalar("SELECT count(*)::int FROM shop_members", Int.self) == 2)

@@ -10,10 +10,12 @@ import Testing
 /// live tables came to be.
 @Suite(.serialized) struct CheckPlanTests {
     @Test func theCheckReadsTheWaitingThreadsThroughTheirIndexAndLooksTheRestUpByKey() async throws {
-        try await withTestDatabase { db in
+        try await withTestDatabaseOnAClusterOfItsOwn { db in
             try await db.project()
             // A long history: 100,000 threads over 400 days, half of them ending on the buyer's
             // message (the worst case for the index), every watch known and half of them sold.
+            // One long writing transaction, so on a cluster of its own (it held back the log's
+            // readers of the other tests for 10 s and more on the shared one).
             try await db.client.withConnection { connection in
                 _ = try connection.execute(
                     """
