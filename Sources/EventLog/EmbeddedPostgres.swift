@@ -18,13 +18,20 @@ public final class EmbeddedPostgres: Sendable {
         public var port: Int = 5432
         /// The folder with `initdb`, `pg_ctl` and `postgres`; found under /usr/lib/postgresql when nil.
         public var binDirectory: URL?
+        /// Server settings beyond the tier's own (`name=value` without spaces, each passed as `-c`), for a start
+        /// of this call's; a running server keeps the settings it was started with.
+        public var settings: [String]
 
-        public init(directory: URL, database: String = "inbox", user: String = "inbox", port: Int = 5432, binDirectory: URL? = nil) {
+        public init(
+            directory: URL, database: String = "inbox", user: String = "inbox", port: Int = 5432, binDirectory: URL? = nil,
+            settings: [String] = []
+        ) {
             self.directory = directory
             self.database = database
             self.user = user
             self.port = port
             self.binDirectory = binDirectory
+            self.settings = settings
         }
     }
 
@@ -92,7 +99,7 @@ public final class EmbeddedPostgres: Sendable {
             let options = [
                 "-k \(socketDirectory.path)", "-c listen_addresses=''", "-p \(configuration.port)",
                 "-c max_connections=200", "-c shared_buffers=256MB",
-            ].joined(separator: " ")
+            ].joined(separator: " ") + configuration.settings.map { " -c \($0)" }.joined()
             try run(
                 binDirectory.appendingPathComponent("pg_ctl").path,
                 ["-D", dataDirectory.path, "-l", logFile.path, "-o", options, "-w", "-t", "60", "start"], asUser: runAs)
