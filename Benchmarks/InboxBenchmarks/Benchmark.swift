@@ -83,6 +83,10 @@ struct Measurement: Codable, Sendable {
     var cpuMicrosecondsPerEvent: [String: Double]?
     /// The answers' latency in this round, where the load generator reports it (`http`).
     var latency: Latency?
+    /// The slowest operation of the round and how many took longer than the probe's stall
+    /// threshold, in seconds and a count (the disk flush probe of `http`).
+    var slowest: Double?
+    var stalls: Int?
 
     init(round: Int, events: Int, elapsed: Duration, build: Duration? = nil, append: Duration? = nil) {
         self.round = round
@@ -111,6 +115,9 @@ struct ConfigurationResult: Codable, Sendable {
         /// Held to a rate (the `http` rows "at 5000/s"): the latency at that rate is the figure, and
         /// the rate reached is the target's, so it is not compared with the ceiling (nor gated).
         case paced
+        /// A measurement of the machine rather than of the tier (the disk's flush latency, beside
+        /// the posting rows): context for the other rows, neither compared with the ceiling nor gated.
+        case probe
     }
 
     var id: String

@@ -10,6 +10,8 @@ struct BenchmarkDatabase: Sendable {
     /// `embedded PostgreSQL in /tmp/...` or the redacted `DATABASE_URL`.
     let description: String
     let isEmbedded: Bool
+    /// The embedded cluster's folder (on the disk its WAL is flushed to); nil for `DATABASE_URL`.
+    var directory: URL? = nil
 
     /// Enough connections for the concurrent configurations (4 appenders) and a spare.
     static let poolSize = 8
@@ -21,7 +23,7 @@ struct BenchmarkDatabase: Sendable {
         if let url = environment["DATABASE_URL"], !url.isEmpty {
             let configuration = try PostgresConfiguration(url: url)
             return try await run(
-                configuration, description: configuration.redactedDescription, isEmbedded: false, migrator: migrator, body)
+                configuration, description: configuration.redactedDescription, isEmbedded: false, directory: nil, migrator: migrator, body)
         }
 
         let directory = try makeTemporaryDirectory()
@@ -32,19 +34,20 @@ struct BenchmarkDatabase: Sendable {
         progress("starting an embedded PostgreSQL in \(directory.path)")
         try await embedded.start()
         return try await run(
-            embedded.connection, description: "embedded PostgreSQL in \(directory.path)", isEmbedded: true, migrator: migrator,
-            body)
+            embedded.connection, description: "embedded PostgreSQL in \(directory.path)", isEmbedded: true, directory: directory,
+            migrator: migrator, body)
     }
 
     private static func run<T: Sendable>(
-        _ configuration: PostgresConfiguration, description: String, isEmbedded: Bool, migrator: Migrator,
+        _ configuration: PostgresConfiguration, description: String, isEmbedded: Bool, directory: URL?, migrator: Migrator,
         _ body: @escaping @Sendable (BenchmarkDatabase) async throws -> T
     ) async throws -> T {
         let client = try PostgresClient(
             configuration: .init(connection: configuration, maximumConnections: poolSize, applicationName: "inbox-bench"))
         defer { client.close() }
         try await migrator.migrate(client: client)
-        let database = BenchmarkDatabase(client: client, store: EventStore(client: client), description: description, isEmbedded: isEmbedded)
+        let database = BenchmarkDatabase(
+            client: client, store: EventStore(client: client), description: description, isEmbedded: isEmbedded, directory: directory)
         return try await body(database)
     }
 

@@ -269,6 +269,7 @@ struct HTTPBenchmark: Benchmark {
                 description: "Posting as above, paced to about \(Self.postingRate) requests/s (\(Self.pacing)).",
                 kind: .paced, script: postPaced,
                 before: { try await client.execute("ANALYZE notification_outbox, notification_outbox_pending, unread_conversations") }),
+        ] + flushProbe(database) + [
             wrkCase(
                 id: "healthz", title: "GET /healthz", path: "/healthz",
                 description: "The same server answering /healthz (no token, no database): the ceiling of the HTTP layer on this machine.",
@@ -283,7 +284,36 @@ struct HTTPBenchmark: Benchmark {
         let lists = conversationCache.statistics
         notes["conversationCache"] = "\(lists.hits) pages from memory, \(lists.misses) from PostgreSQL, \(lists.bytes) bytes kept at the end"
         notes["loadGenerator"] = "wrk 4.1 on the same machine, 2 threads, \(Self.connections) connections, \(Self.seconds) s per round"
+        if let flushes = configurations.first(where: { $0.id == "disk-flush" }) {
+            notes["diskFlush"] =
+                "per round, the slowest flush and the flushes over \(Self.format(DiskFlushProbe.stall.inSeconds)): "
+                + flushes.rounds.map { "\(Self.format($0.slowest ?? 0)), \($0.stalls ?? 0)" }.joined(separator: "; ")
+        }
         return BenchmarkResult(benchmark: "http", configurations: configurations, notes: notes)
+    }
+
+    /// The disk's flushes on their own, for a round's length (`DiskFlushProbe`): the floor under the
+    /// posting rows' latency, measured in the same run. Only on the embedded cluster, whose disk is
+    /// this machine's; a `DATABASE_URL` server's disk is not reachable from here.
+    func flushProbe(_ database: BenchmarkDatabase) -> [BenchmarkCase] {
+        guard let folder = database.directory else { return [] }
+        return [
+            BenchmarkCase(
+                id: "disk-flush", title: "disk flush (8 KiB write + fdatasync)",
+                description:
+                    "The database's disk on its own: 8 KiB written and fdatasync'ed in a loop for \(Self.seconds) s in the cluster's folder, as each commit flushes the WAL; flushes per second and their latency. Every post waits for one such flush, so the slowest ones are a floor under posting's p99 (notes: the slowest flush and the flushes over \(Self.format(DiskFlushProbe.stall.inSeconds)) of each round).",
+                kind: .probe, batchSize: 1, appenders: 1, eventsPerRound: 0,
+                run: { round in
+                    let result = try await BlockingThread.run { try DiskFlushProbe.measure(in: folder, for: .seconds(Self.seconds)) }
+                    progress(
+                        "  disk flush: p50 \(Self.format(result.p50)), p99 \(Self.format(result.p99)), p99.9 \(Self.format(result.p999)), slowest \(Self.format(result.worst)), \(result.stalls) over \(Self.format(DiskFlushProbe.stall.inSeconds))")
+                    var measurement = Measurement(round: round, events: result.flushes, elapsed: .milliseconds(Int64(result.seconds * 1000)))
+                    measurement.latency = Latency(p50: result.p50, p99: result.p99, p999: result.p999)
+                    measurement.slowest = result.worst
+                    measurement.stalls = result.stalls
+                    return measurement
+                })
+        ]
     }
 
     /// One request of a wrk script: the method, the person's token, and a path and body of its own

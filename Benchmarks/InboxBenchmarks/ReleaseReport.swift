@@ -149,7 +149,7 @@ struct ReleaseReport {
                 let latency = configuration.rounds.compactMap(\.latency).map {
                     "\(RunReport.milliseconds($0.p50)) / \(RunReport.milliseconds($0.p99)) / \(RunReport.milliseconds($0.p999))"
                 }.joined(separator: "<br>")
-                let versus = configuration.ratioToServerSide.map { String(format: "%.3f", $0) } ?? (configuration.kind == .serverSide ? "ceiling" : configuration.kind == .paced ? "paced, not compared" : "")
+                let versus = configuration.ratioToServerSide.map { String(format: "%.3f", $0) } ?? (configuration.kind == .serverSide ? "ceiling" : configuration.kind == .paced ? "paced, not compared" : configuration.kind == .probe ? "the machine, not compared" : "")
                 html.append(
                     "<tr><td>\(escape(configuration.title))</td><td class=\"n\">\(formatGrouped(configuration.medianEventsPerSecond))</td>"
                         + "<td class=\"n\">\(rounds)</td>" + (latencies ? "<td class=\"n\">\(latency)</td>" : "")

@@ -121,7 +121,7 @@ struct RunReport: Codable, Sendable {
                 cells.append((configuration.medianBuildShare.map { String(format: "%.0f%%", $0 * 100) } ?? "").leftPadded(9))
             }
             cells.append(
-                (configuration.ratioToServerSide.map { String(format: "%.2f", $0) } ?? (configuration.kind == .serverSide ? "1.00" : configuration.kind == .paced ? "paced" : ""))
+                (configuration.ratioToServerSide.map { String(format: "%.2f", $0) } ?? (configuration.kind == .serverSide ? "1.00" : configuration.kind == .paced ? "paced" : configuration.kind == .probe ? "machine" : ""))
                     .leftPadded(10))
             lines.append(cells.joined(separator: " "))
         }
@@ -130,6 +130,9 @@ struct RunReport: Codable, Sendable {
             lines.append("p50, p99, p99.9: the medians over the rounds of each round's latency percentiles (wrk); every round's below.")
             if configurations.contains(where: { $0.kind == .paced }) {
                 lines.append("paced: held to a target rate, so its latency is the figure, not its rate; not compared with the ceiling.")
+            }
+            if configurations.contains(where: { $0.kind == .probe }) {
+                lines.append("machine: a measurement of the machine (the disk's flushes), beside the tier's rows; not compared with the ceiling.")
             }
         } else {
             lines.append("building: median share of the appenders' time spent building NewEvent values (the rest is EventStore.append).")
