@@ -13,6 +13,10 @@ public final class PostgresConnection {
     private var preparedNames = 0
     /// Statements without rows held back by `executeWithNext`, to go in front of the next one.
     private var heldBack: [PostgresStatement] = []
+    /// How many times this connection has sent to the server and waited for its answer (a
+    /// statement, a preparation, a pipeline, a COPY's start and end): what a test counts to hold a
+    /// path to its cost in round trips.
+    public private(set) var roundTrips = 0
 
     /// Opens a connection, blocking until the server answers or `connect_timeout` passes.
     public init(configuration: PostgresConfiguration, applicationName: String = "inbox") throws {
@@ -108,6 +112,7 @@ public final class PostgresConnection {
         let connection = try liveHandle()
         if let name = try preparedName(sql, binds, on: connection) {
             let outsideTransaction = PQtransactionStatus(connection) == PQTRANS_IDLE
+            roundTrips += 1
             let result = withParameters(binds) { _, values in PQexecPrepared(connection, name, Int32(binds.count), values, nil, nil, 0) }
             do {
                 return try checkedPrepared(result, sql: sql, binds: binds)
@@ -117,6 +122,7 @@ public final class PostgresConnection {
                 return try query(sql, binds: binds, retried: true)
             }
         }
+        roundTrips += 1
         let result = withParameters(binds) { types, values in
             PQexecParams(connection, sql, Int32(binds.count), types, values, nil, nil, 0)
         }
@@ -137,6 +143,7 @@ public final class PostgresConnection {
         // order and stops at the first error, which is the one returned).
         let text = heldBack.isEmpty ? sql : (heldBack.map(\.sql) + [sql]).joined(separator: "; ")
         heldBack = []
+        roundTrips += 1
         return try PostgresRows(checking: PQexec(connection, text), connection: self, sql: text)
     }
 
@@ -224,6 +231,7 @@ public final class PostgresConnection {
                 break
             }
         }
+        roundTrips += 1
         guard PQpipelineSync(connection) == 1 else { throw sendError ?? failure("pipeline sync failed") }
         var results: [PostgresRows] = []
         var firstError: (any Error)? = sendError
@@ -262,6 +270,7 @@ public final class PostgresConnection {
         let connection = try liveHandle()
         // A COPY cannot ride along with statements held back: they go first, on their own.
         if !heldBack.isEmpty { try execute("") }
+        roundTrips += 2  // the start, and the end's answer
         let start = PQexec(connection, sql)
         guard PQresultStatus(start) == PGRES_COPY_IN else {
             _ = try PostgresRows(checking: start, connection: self, sql: sql)
@@ -384,6 +393,7 @@ public final class PostgresConnection {
         preparedNames += 1
         let name = "wristler_\(preparedNames)"
         let types = binds.map { Oid($0.type.oid) }
+        roundTrips += 1
         let result = types.withUnsafeBufferPointer { PQprepare(connection, name, sql, Int32(types.count), $0.baseAddress) }
         // A statement PostgreSQL refuses throws here, as it would have when run.
         _ = try PostgresRows(checking: result, connection: self, sql: sql)

@@ -67,14 +67,27 @@ extension BellFold {
 }
 
 extension BellProjection {
-    /// The facts of the conversations, watches and saved searches a batch names, one query per table.
-    func loadFacts(_ keys: BellFold.Keys, context: ProjectionContext) throws -> BellFold.Facts {
+    /// The reads of the facts of the conversations, watches and saved searches a batch names, one
+    /// statement per table that has any (`facts(_:from:)` takes their results in this order).
+    func factLoads(_ keys: BellFold.Keys, context: ProjectionContext) -> [PostgresStatement] {
+        [
+            keys.conversations.isEmpty
+                ? nil
+                : PostgresStatement("SELECT * FROM \(context.table("bell_conversations")) WHERE conversation_id = ANY($1)", Array(keys.conversations)),
+            keys.watches.isEmpty
+                ? nil
+                : PostgresStatement("SELECT watch_id, person_id FROM \(context.table("bell_favourites")) WHERE watch_id = ANY($1)", Array(keys.watches)),
+            keys.searches.isEmpty
+                ? nil
+                : PostgresStatement("SELECT * FROM \(context.table("bell_saved_searches")) WHERE saved_search_id = ANY($1)", Array(keys.searches)),
+        ].compactMap { $0 }
+    }
+
+    /// The facts out of `factLoads`' results, taken from the front of `loaded`.
+    func facts(_ keys: BellFold.Keys, from loaded: inout ArraySlice<PostgresRows>) throws -> BellFold.Facts {
         var facts = BellFold.Facts()
-        let connection = context.connection
         if !keys.conversations.isEmpty {
-            for row in try connection.query(
-                "SELECT * FROM \(context.table("bell_conversations")) WHERE conversation_id = ANY($1)", Array(keys.conversations))
-            {
+            for row in loaded.removeFirst() {
                 facts.conversations[try row.decode(String.self, "conversation_id")] = NotificationPlanner.ConversationFacts(
                     buyerId: try row.decode(String.self, "buyer_id"), shopId: try row.decode(String?.self, "shop_id"),
                     watchId: try row.decode(String?.self, "watch_id"),
@@ -83,16 +96,12 @@ extension BellProjection {
             }
         }
         if !keys.watches.isEmpty {
-            for row in try connection.query(
-                "SELECT watch_id, person_id FROM \(context.table("bell_favourites")) WHERE watch_id = ANY($1)", Array(keys.watches))
-            {
+            for row in loaded.removeFirst() {
                 facts.favouriters[try row.decode(String.self, "watch_id"), default: []].insert(try row.decode(String.self, "person_id"))
             }
         }
         if !keys.searches.isEmpty {
-            for row in try connection.query(
-                "SELECT * FROM \(context.table("bell_saved_searches")) WHERE saved_search_id = ANY($1)", Array(keys.searches))
-            {
+            for row in loaded.removeFirst() {
                 facts.searches[try row.decode(String.self, "saved_search_id")] = (
                     try row.decode(String.self, "person_id"), try row.decode(Bool.self, "deleted")
                 )
@@ -101,43 +110,48 @@ extension BellProjection {
         return facts
     }
 
-    /// Writes what the batch changed about the facts.
-    func storeFacts(_ facts: BellFold.Facts, context: ProjectionContext) throws {
-        let connection = context.connection
+    /// The writes of what the batch changed about the facts.
+    func factWrites(_ facts: BellFold.Facts, context: ProjectionContext) -> [PostgresStatement] {
+        var statements: [PostgresStatement] = []
         let ids = Array(facts.changedConversations)
         if !ids.isEmpty {
             let rows = ids.map { facts.conversations[$0]! }
-            try connection.query(
-                """
-                INSERT INTO \(context.table("bell_conversations")) (conversation_id, buyer_id, shop_id, watch_id, kind, closed)
-                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::boolean[])
-                ON CONFLICT (conversation_id) DO UPDATE SET closed = excluded.closed
-                """, ids, rows.map(\.buyerId), rows.map(\.shopId), rows.map(\.watchId), rows.map(\.kind.rawValue), rows.map(\.isClosed))
+            statements.append(
+                PostgresStatement(
+                    """
+                    INSERT INTO \(context.table("bell_conversations")) (conversation_id, buyer_id, shop_id, watch_id, kind, closed)
+                    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::boolean[])
+                    ON CONFLICT (conversation_id) DO UPDATE SET closed = excluded.closed
+                    """, ids, rows.map(\.buyerId), rows.map(\.shopId), rows.map(\.watchId), rows.map(\.kind.rawValue), rows.map(\.isClosed)))
         }
         let added = facts.favouriteChanges.filter(\.value).map(\.key)
         let removed = facts.favouriteChanges.filter { !$0.value }.map(\.key)
         if !removed.isEmpty {
-            try connection.query(
-                """
-                DELETE FROM \(context.table("bell_favourites")) t USING unnest($1::text[], $2::text[]) AS u(w, p)
-                WHERE t.watch_id = u.w AND t.person_id = u.p
-                """, removed.map(\.watchId), removed.map(\.personId))
+            statements.append(
+                PostgresStatement(
+                    """
+                    DELETE FROM \(context.table("bell_favourites")) t USING unnest($1::text[], $2::text[]) AS u(w, p)
+                    WHERE t.watch_id = u.w AND t.person_id = u.p
+                    """, removed.map(\.watchId), removed.map(\.personId)))
         }
         if !added.isEmpty {
-            try connection.query(
-                """
-                INSERT INTO \(context.table("bell_favourites")) (watch_id, person_id)
-                SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING
-                """, added.map(\.watchId), added.map(\.personId))
+            statements.append(
+                PostgresStatement(
+                    """
+                    INSERT INTO \(context.table("bell_favourites")) (watch_id, person_id)
+                    SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING
+                    """, added.map(\.watchId), added.map(\.personId)))
         }
         let searchIds = Array(facts.changedSearches)
         if !searchIds.isEmpty {
-            try connection.query(
-                """
-                INSERT INTO \(context.table("bell_saved_searches")) (saved_search_id, person_id, deleted)
-                SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[])
-                ON CONFLICT (saved_search_id) DO UPDATE SET deleted = excluded.deleted
-                """, searchIds, searchIds.map { facts.searches[$0]!.personId }, searchIds.map { facts.searches[$0]!.deleted })
+            statements.append(
+                PostgresStatement(
+                    """
+                    INSERT INTO \(context.table("bell_saved_searches")) (saved_search_id, person_id, deleted)
+                    SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[])
+                    ON CONFLICT (saved_search_id) DO UPDATE SET deleted = excluded.deleted
+                    """, searchIds, searchIds.map { facts.searches[$0]!.personId }, searchIds.map { facts.searches[$0]!.deleted }))
         }
+        return statements
     }
 }

@@ -18,7 +18,7 @@ import PostgresClient
 /// replay makes the same ids. "All read" and "all deleted" cover the entries made by events
 /// before them in the log (by position), which makes the result the same however the log is cut
 /// into batches, and when an inline apply ran ahead.
-public struct BellProjection: Projection {
+public struct BellProjection: StagedProjection {
     public let name = "bell"
     public let version = 2
     public let tableNames = ["bell_entries", "bell_counters", "bell_conversations", "bell_favourites", "bell_saved_searches"]
@@ -78,24 +78,65 @@ public struct BellProjection: Projection {
         SHA256.uuidString(naming: "wristler-bell:\(position):\(recipient)".utf8)
     }
 
-    public func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws {
+    public func loads(for events: [ProjectedEvent], in context: ProjectionContext) -> [PostgresStatement] {
         let keys = BellFold.keys(of: events)
-        let facts = try loadFacts(keys, context: context)
-        let entries = try loadEntries(keys, context: context)
-        let fold = try BellFold.fold(events, facts: facts, entries: entries, sendsNotifications: context.sendsNotifications)
-        try storeFacts(fold.facts, context: context)
-        let changed = try store(fold.writes, context: context)
-        try enqueue(fold.outbox, context: context)
-        // Live and inline, whoever keeps bell pages in memory learns whose changed when this commits.
-        if context.mode != .replay { try BellChanges.announce(people: changed, on: context.connection) }
+        return factLoads(keys, context: context) + entryLoads(keys, context: context)
     }
 
-    /// The entries a batch names, and per person those its last "all read" (unread ones) and "all
-    /// deleted" cover.
-    private func loadEntries(_ keys: BellFold.Keys, context: ProjectionContext) throws -> [String: BellFold.Entry] {
+    public func writes(for events: [ProjectedEvent], loaded: [PostgresRows], in context: ProjectionContext) throws -> [PostgresStatement] {
+        let keys = BellFold.keys(of: events)
+        var loaded = loaded[...]
+        let facts = try facts(keys, from: &loaded)
+        let entries = try entries(keys, from: &loaded)
+        let fold = try BellFold.fold(events, facts: facts, entries: entries, sendsNotifications: context.sendsNotifications)
+        let writes = fold.writes
+        // Live and inline, whoever keeps bell pages in memory learns whose changed when this
+        // commits: everybody whose counters the batch moves, which is everybody who got, read or
+        // lost an entry.
+        let announcements = context.mode == .replay ? [] : Announcement.statements(writes.counters.keys, channel: BellChanges.channel)
+        return factWrites(fold.facts, context: context) + entryWrites(writes, context: context) + outboxWrites(fold.outbox, context: context)
+            + announcements
+    }
+
+    private static let entryColumns = "notification_id, person_id, category, event, created_at, read_at, source_position"
+
+    /// The reads of the entries a batch names, and per person those its last "all read" (unread
+    /// ones) and "all deleted" cover; `entries(_:from:)` takes their results in this order.
+    private func entryLoads(_ keys: BellFold.Keys, context: ProjectionContext) -> [PostgresStatement] {
+        let columns = Self.entryColumns
+        let table = context.table("bell_entries")
+        var statements: [PostgresStatement] = []
+        if !keys.entries.isEmpty {
+            statements.append(PostgresStatement("SELECT \(columns) FROM \(table) WHERE notification_id = ANY($1)", Array(keys.entries)))
+        }
+        let readAllUpTo = keys.readAllUpTo, deleteAllUpTo = keys.deleteAllUpTo
+        if !readAllUpTo.isEmpty {
+            let people = Array(readAllUpTo.keys)
+            statements.append(
+                PostgresStatement(
+                    """
+                    SELECT \(columns) FROM \(table) t JOIN unnest($1::text[], $2::bigint[]) AS u(person, up_to)
+                        ON t.person_id = u.person AND t.source_position < u.up_to AND t.read_at IS NULL
+                    """, people, people.map { readAllUpTo[$0]! }))
+        }
+        if !deleteAllUpTo.isEmpty {
+            let people = Array(deleteAllUpTo.keys)
+            statements.append(
+                PostgresStatement(
+                    """
+                    SELECT \(columns) FROM \(table) t JOIN unnest($1::text[], $2::bigint[]) AS u(person, up_to)
+                        ON t.person_id = u.person AND t.source_position < u.up_to
+                    """, people, people.map { deleteAllUpTo[$0]! }))
+        }
+        return statements
+    }
+
+    /// The entries out of `entryLoads`' results, taken from the front of `loaded`.
+    private func entries(_ keys: BellFold.Keys, from loaded: inout ArraySlice<PostgresRows>) throws -> [String: BellFold.Entry] {
         var entries: [String: BellFold.Entry] = [:]
-        func add(_ rows: PostgresRows) throws {
-            for row in rows {
+        let reads = (keys.entries.isEmpty ? 0 : 1) + (keys.readAllUpTo.isEmpty ? 0 : 1) + (keys.deleteAllUpTo.isEmpty ? 0 : 1)
+        for _ in 0..<reads {
+            for row in loaded.removeFirst() {
                 let id = try row.decode(String.self, "notification_id")
                 if entries[id] != nil { continue }
                 entries[id] = BellFold.Entry(
@@ -105,96 +146,87 @@ public struct BellProjection: Projection {
                     existed: true)
             }
         }
-        let columns = "notification_id, person_id, category, event, created_at, read_at, source_position"
-        let table = context.table("bell_entries")
-        if !keys.entries.isEmpty {
-            try add(try context.connection.query("SELECT \(columns) FROM \(table) WHERE notification_id = ANY($1)", Array(keys.entries)))
-        }
-        let readAllUpTo = keys.readAllUpTo, deleteAllUpTo = keys.deleteAllUpTo
-        if !readAllUpTo.isEmpty {
-            let people = Array(readAllUpTo.keys)
-            try add(
-                try context.connection.query(
-                    """
-                    SELECT \(columns) FROM \(table) t JOIN unnest($1::text[], $2::bigint[]) AS u(person, up_to)
-                        ON t.person_id = u.person AND t.source_position < u.up_to AND t.read_at IS NULL
-                    """, people, people.map { readAllUpTo[$0]! }))
-        }
-        if !deleteAllUpTo.isEmpty {
-            let people = Array(deleteAllUpTo.keys)
-            try add(
-                try context.connection.query(
-                    """
-                    SELECT \(columns) FROM \(table) t JOIN unnest($1::text[], $2::bigint[]) AS u(person, up_to)
-                        ON t.person_id = u.person AND t.source_position < u.up_to
-                    """, people, people.map { deleteAllUpTo[$0]! }))
-        }
         return entries
     }
 
-    /// Writes the batch's entries and counters; returns the people whose bell changed.
-    private func store(_ writes: BellFold.Writes, context: ProjectionContext) throws -> [String] {
-        let connection = context.connection
-        var counters = writes.counters
+    /// The writes of the batch's entries and counters.
+    private func entryWrites(_ writes: BellFold.Writes, context: ProjectionContext) -> [PostgresStatement] {
+        var statements: [PostgresStatement] = []
         let inserts = writes.inserts, reads = writes.reads, deletes = writes.deletes
         if !deletes.isEmpty {
-            try connection.query("DELETE FROM \(context.table("bell_entries")) WHERE notification_id = ANY($1)", deletes.map(\.id))
+            statements.append(PostgresStatement("DELETE FROM \(context.table("bell_entries")) WHERE notification_id = ANY($1)", deletes.map(\.id)))
         }
         if !reads.isEmpty {
-            try connection.query(
-                """
-                UPDATE \(context.table("bell_entries")) t SET read_at = u.at
-                FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at) WHERE t.notification_id = u.id
-                """, reads.map(\.id), reads.map { $0.readAt! })
+            statements.append(
+                PostgresStatement(
+                    """
+                    UPDATE \(context.table("bell_entries")) t SET read_at = u.at
+                    FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at) WHERE t.notification_id = u.id
+                    """, reads.map(\.id), reads.map { $0.readAt! }))
         }
-        if !inserts.isEmpty {
-            // Counted by what the table took: an entry already there (an event applied twice by
-            // mistake) is neither written nor counted again.
-            let inserted = try connection.query(
-                """
-                INSERT INTO \(context.table("bell_entries"))
-                    (notification_id, person_id, category, event, ids, created_at, read_at, source_position)
-                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[],
-                    $7::timestamptz[], $8::bigint[])
-                ON CONFLICT (notification_id) DO NOTHING
-                RETURNING person_id, read_at IS NULL AS unread
-                """, inserts.map(\.id), inserts.map(\.personId), inserts.map(\.category), inserts.map(\.event),
-                inserts.map { PostgresRawJSON($0.idsJSON) }, inserts.map(\.createdAt), inserts.map(\.readAt), inserts.map(\.sourcePosition))
-            for row in inserted {
-                let person = try row.decode(String.self, at: 0)
-                counters[person, default: BellFold.Counter()].total += 1
-                if try row.decode(Bool.self, at: 1) { counters[person, default: BellFold.Counter()].unread += 1 }
-            }
-        }
-        let people = Array(counters.keys)
-        if !people.isEmpty {
-            // Rows first, then the changes: a negative change inserted as a new row would fail the
-            // counters' checks before the conflict with the existing row is noticed.
-            try connection.query(
+        // Everybody who got an entry has a counter change (BellFold.Writes), so these are all the
+        // counter rows the batch touches.
+        let people = Array(writes.counters.keys)
+        if people.isEmpty { return statements }
+        // Rows first, then the changes: a negative change inserted as a new row would fail the
+        // counters' checks before the conflict with the existing row is noticed.
+        statements.append(
+            PostgresStatement(
                 """
                 INSERT INTO \(context.table("bell_counters")) (person_id, unread_count, total_count)
                 SELECT p, 0, 0 FROM unnest($1::text[]) AS p ON CONFLICT (person_id) DO NOTHING
-                """, people)
-            try connection.query(
-                """
-                UPDATE \(context.table("bell_counters")) t
-                SET unread_count = t.unread_count + u.unread, total_count = t.total_count + u.total
-                FROM unnest($1::text[], $2::int[], $3::int[]) AS u(person, unread, total) WHERE t.person_id = u.person
-                """, people, people.map { counters[$0]!.unread }, people.map { counters[$0]!.total })
+                """, people))
+        let unread = people.map { writes.counters[$0]!.unread }, total = people.map { writes.counters[$0]!.total }
+        if inserts.isEmpty {
+            statements.append(
+                PostgresStatement(
+                    """
+                    UPDATE \(context.table("bell_counters")) t
+                    SET unread_count = t.unread_count + u.unread, total_count = t.total_count + u.total
+                    FROM unnest($1::text[], $2::int[], $3::int[]) AS u(person, unread, total) WHERE t.person_id = u.person
+                    """, people, unread, total))
+            return statements
         }
-        return people
+        // The entries are counted by what the table took, in the same statement: an entry already
+        // there (an event applied twice by mistake) is neither written nor counted again.
+        statements.append(
+            PostgresStatement(
+                """
+                WITH inserted AS (
+                    INSERT INTO \(context.table("bell_entries"))
+                        (notification_id, person_id, category, event, ids, created_at, read_at, source_position)
+                    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::timestamptz[],
+                        $7::timestamptz[], $8::bigint[])
+                    ON CONFLICT (notification_id) DO NOTHING
+                    RETURNING person_id, read_at IS NULL AS unread
+                ), changes AS (
+                    SELECT person_id AS person, unread::int AS unread, 1 AS total FROM inserted
+                    UNION ALL
+                    SELECT * FROM unnest($9::text[], $10::int[], $11::int[])
+                ), summed AS (
+                    SELECT person, sum(unread)::int AS unread, sum(total)::int AS total FROM changes GROUP BY person
+                )
+                UPDATE \(context.table("bell_counters")) t
+                SET unread_count = t.unread_count + s.unread, total_count = t.total_count + s.total
+                FROM summed s WHERE t.person_id = s.person
+                """, inserts.map(\.id), inserts.map(\.personId), inserts.map(\.category), inserts.map(\.event),
+                inserts.map { PostgresRawJSON($0.idsJSON) }, inserts.map(\.createdAt), inserts.map(\.readAt), inserts.map(\.sourcePosition),
+                people, unread, total))
+        return statements
     }
 
-    private func enqueue(_ rows: [BellFold.OutboxRow], context: ProjectionContext) throws {
-        if rows.isEmpty { return }
-        try context.connection.query(
-            """
-            INSERT INTO notification_outbox
-                (notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
-            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[], $8::timestamptz[])
-            ON CONFLICT (notification_id, audience, recipient_id) DO NOTHING
-            """, rows.map(\.notificationId), rows.map(\.audience), rows.map(\.recipientId), rows.map(\.category), rows.map(\.event),
-            rows.map { PostgresRawJSON($0.idsJSON) }, rows.map(\.sourcePosition), rows.map(\.createdAt))
+    private func outboxWrites(_ rows: [BellFold.OutboxRow], context: ProjectionContext) -> [PostgresStatement] {
+        if rows.isEmpty { return [] }
+        return [
+            PostgresStatement(
+                """
+                INSERT INTO notification_outbox
+                    (notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
+                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[], $8::timestamptz[])
+                ON CONFLICT (notification_id, audience, recipient_id) DO NOTHING
+                """, rows.map(\.notificationId), rows.map(\.audience), rows.map(\.recipientId), rows.map(\.category), rows.map(\.event),
+                rows.map { PostgresRawJSON($0.idsJSON) }, rows.map(\.sourcePosition), rows.map(\.createdAt))
+        ]
     }
 
     /// The ids as a JSON object with sorted keys, so the same ids are always the same text.

@@ -15,7 +15,7 @@ import PostgresClient
 ///   of that flag.
 /// - A message from the other side brings an archived thread back; a message from the buyer
 ///   clears the shop's "no reply needed".
-public struct ThreadsProjection: Projection {
+public struct ThreadsProjection: StagedProjection {
     public let name = "threads"
     public let version = 1
     public let tableNames = ["conversations", "thread_sides", "messages", "unread_conversations", "thread_watches"]
@@ -97,22 +97,24 @@ public struct ThreadsProjection: Projection {
             """)
     }
 
-    public func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws {
+    public func loads(for events: [ProjectedEvent], in context: ProjectionContext) -> [PostgresStatement] {
         let keys = ThreadsFold.keys(of: events)
         let conversationIds = Array(keys.conversations)
         let messageIds = Array(keys.messages)
-        // The three loads in one round trip, and the writes in another (a pipeline stops at the
-        // first statement that fails and throws its error, as one statement after another would).
-        var loads = try context.connection.pipeline(
-            [
-                conversationIds.isEmpty ? nil : PostgresStatement("SELECT * FROM \(context.table("conversations")) WHERE conversation_id = ANY($1)", conversationIds),
-                conversationIds.isEmpty ? nil : PostgresStatement("SELECT * FROM \(context.table("thread_sides")) WHERE conversation_id = ANY($1)", conversationIds),
-                messageIds.isEmpty
-                    ? nil : PostgresStatement("SELECT message_id, conversation_id, seq FROM \(context.table("messages")) WHERE message_id = ANY($1)", messageIds),
-            ].compactMap { $0 })[...]
-        let conversations = conversationIds.isEmpty ? [:] : try Self.conversations(loads.removeFirst())
-        let sides = conversationIds.isEmpty ? [:] : try Self.sides(loads.removeFirst())
-        let places = messageIds.isEmpty ? [:] : try Self.messagePlaces(loads.removeFirst())
+        return [
+            conversationIds.isEmpty ? nil : PostgresStatement("SELECT * FROM \(context.table("conversations")) WHERE conversation_id = ANY($1)", conversationIds),
+            conversationIds.isEmpty ? nil : PostgresStatement("SELECT * FROM \(context.table("thread_sides")) WHERE conversation_id = ANY($1)", conversationIds),
+            messageIds.isEmpty
+                ? nil : PostgresStatement("SELECT message_id, conversation_id, seq FROM \(context.table("messages")) WHERE message_id = ANY($1)", messageIds),
+        ].compactMap { $0 }
+    }
+
+    public func writes(for events: [ProjectedEvent], loaded: [PostgresRows], in context: ProjectionContext) throws -> [PostgresStatement] {
+        let keys = ThreadsFold.keys(of: events)
+        var loaded = loaded[...]
+        let conversations = keys.conversations.isEmpty ? [:] : try Self.conversations(loaded.removeFirst())
+        let sides = keys.conversations.isEmpty ? [:] : try Self.sides(loaded.removeFirst())
+        let places = keys.messages.isEmpty ? [:] : try Self.messagePlaces(loaded.removeFirst())
         let fold = try ThreadsFold.fold(events, conversations: conversations, sides: sides, messages: places)
         let changedSides = fold.changedSides
         let changedConversations = fold.changedConversations
@@ -124,7 +126,7 @@ public struct ThreadsProjection: Projection {
         let announcements =
             context.mode == .replay
             ? [] : Announcement.statements(Self.subjects(changedConversations, changedSides), channel: ThreadChanges.channel)
-        _ = try context.connection.pipeline(writes + announcements)
+        return writes + announcements
     }
 
     /// The lists a batch changed (`ThreadChanges`): both sides of every thread it touched.

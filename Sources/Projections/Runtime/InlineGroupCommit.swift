@@ -269,8 +269,10 @@ public final class InlineGroupCommit: @unchecked Sendable {
                         answers[index] = .failure(error)
                     }
                 }
-                // Whatever went wrong must not have left the transaction failed for the others.
-                if connection.isTransactionFailed {
+                // Whatever went wrong must not have left the transaction failed for the others. (Asked
+                // only after a failure: asking sends the statements held back, a round trip of its own,
+                // and after a success nothing can have failed.)
+                if answers[index] != nil, connection.isTransactionFailed {
                     throw PostgresError(.clientFailure, "An append of the group left its transaction failed.")
                 }
                 records += appendedByRequest[index].filter(\.wasAppended).map(\.event)

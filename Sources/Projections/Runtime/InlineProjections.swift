@@ -150,6 +150,14 @@ public struct InlineProjections: Sendable {
             return outcome
         }
         var advances: [PostgresStatement] = []
+        if isNext, let staged = applyStaged(concerned, own: own, positions: positions, on: connection) {
+            for (projection, applied) in staged {
+                advances.append(ProjectionState.advanceStatement(projection, to: last, applied: applied))
+                outcome.applied.append(projection)
+            }
+            for advance in advances { connection.executeWithNext(advance) }
+            return outcome
+        }
         for projection in concerned {
             guard isNext, let (live, pending) = positions[projection.name], live.version == projection.version, pending.count <= catchUpLimit
             else {
@@ -186,6 +194,49 @@ public struct InlineProjections: Sendable {
             if let value = event.typedPayload { typed[answer.event.position] = value }
         }
         return typed
+    }
+
+    /// The common case in two round trips for all of them: every concerned projection is staged,
+    /// at its version, with nothing committed before this transaction left to apply, and every
+    /// event of the transaction readable. Their reads go in one pipeline and their writes in
+    /// another, behind one savepoint; nil (with nothing applied, the savepoint rolled back) when the
+    /// case is not this one or anything fails, and the caller applies projection by projection,
+    /// which defers or parks exactly as before. How many events each applied, by name.
+    private func applyStaged(
+        _ concerned: [any Projection], own: DecodedBatch, positions: [String: (ProjectionPosition, pending: [RecordedEvent])],
+        on connection: PostgresConnection
+    ) -> [(String, Int)]? {
+        guard own.unreadable.isEmpty else { return nil }
+        var staged: [(projection: any StagedProjection, events: [ProjectedEvent])] = []
+        for projection in concerned {
+            guard let projection = projection as? any StagedProjection, let (live, pending) = positions[projection.name],
+                live.version == projection.version, pending.isEmpty
+            else { return nil }
+            let types = projection.eventTypes
+            staged.append((projection, own.events.filter { types.contains($0.record.type) }))
+        }
+        let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .inline)
+        connection.executeWithNext("SAVEPOINT inline_staged")
+        do {
+            let loads = staged.map { $0.projection.loads(for: $0.events, in: context) }
+            var loaded = try connection.pipeline(loads.flatMap { $0 })[...]
+            var writes: [PostgresStatement] = []
+            for ((projection, events), reads) in zip(staged, loads) {
+                writes += try projection.writes(for: events, loaded: Array(loaded.prefix(reads.count)), in: context)
+                loaded = loaded.dropFirst(reads.count)
+            }
+            _ = try connection.pipeline(writes)
+            connection.executeWithNext("RELEASE SAVEPOINT inline_staged")
+            return staged.map { ($0.projection.name, $0.events.count) }
+        } catch {
+            // Whatever failed (a connection lost too) is met again, and answered, on the way
+            // projection by projection.
+            if connection.isOpen {
+                _ = try? connection.execute("ROLLBACK TO SAVEPOINT inline_staged")
+                _ = try? connection.execute("RELEASE SAVEPOINT inline_staged")
+            }
+            return nil
+        }
     }
 
     /// Applies what was committed before this transaction and then its own events to

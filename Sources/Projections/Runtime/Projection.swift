@@ -92,6 +92,26 @@ extension Projection {
     public var ignoredEventTypes: Set<String> { [] }
 }
 
+/// A projection whose apply is one pipeline of reads and then one pipeline of writes, each decided
+/// only by the batch and, for the writes, by what the reads found. A driver can then send the reads
+/// of several projections in one round trip and their writes in another (an inline group does:
+/// `InlineProjections`), instead of two round trips each.
+public protocol StagedProjection: Projection {
+    /// The statements that read what `events` need; empty when nothing is to be read.
+    func loads(for events: [ProjectedEvent], in context: ProjectionContext) -> [PostgresStatement]
+    /// The statements that write what `events` change, given `loads`' results in their order.
+    func writes(for events: [ProjectedEvent], loaded: [PostgresRows], in context: ProjectionContext) throws -> [PostgresStatement]
+}
+
+extension StagedProjection {
+    /// The reads in one round trip and the writes in another (a pipeline stops at the first
+    /// statement that fails and throws its error, as one statement after another would).
+    public func apply(_ events: [ProjectedEvent], in context: ProjectionContext) throws {
+        let loaded = try context.connection.pipeline(loads(for: events, in: context))
+        _ = try context.connection.pipeline(try writes(for: events, loaded: loaded, in: context))
+    }
+}
+
 /// A failure of an apply that is about the event itself (it will fail again): parked, never retried.
 public struct ProjectionError: Error, Sendable, CustomStringConvertible {
     public var description: String
