@@ -91,61 +91,65 @@ import Testing
     /// in one round trip and every projection's writes in another (`StagedProjection`), so a group
     /// is five round trips whatever it holds, with the rows the projector and a replay make.
     @Test func anInlineAppendWithNothingPendingIsFiveRoundTripsForEveryProjection() async throws {
-        let cluster = try await TestCluster.make()
-        defer { cluster.tearDown() }
-        let db = try await cluster.database()
-        defer { db.client.close() }
-        try await db.append(Self.started)
-        try await db.withProjectors { try await db.waitUntilProjected() }
-        @Sendable func post(_ id: String, _ side: AuthorSide) throws -> NewEvent {
-            try NewEvent(MessageSent(conversationId: "c1", messageId: id, authorSide: side, authorId: side == .buyer ? "buyer" : "seller", body: id))
+        try await Self.withTheThreadProjected { db in
+            @Sendable func post(_ id: String, _ side: AuthorSide) throws -> NewEvent {
+                try NewEvent(MessageSent(conversationId: "c1", messageId: id, authorSide: side, authorId: side == .buyer ? "buyer" : "seller", body: id))
+            }
+            let (first, second, trips) = try await db.client.withConnection { connection in
+                // The first prepares this connection's statements (a first preparation is a round trip
+                // of its own); the second, of the same shape, is what every later write costs.
+                let first = try InlineProjections().appendReporting([try post("m1", .seller), try post("m2", .buyer)], on: connection).outcome
+                let before = connection.roundTrips
+                let second = try InlineProjections().appendReporting([try post("m3", .seller), try post("m4", .buyer)], on: connection).outcome
+                return (first, second, connection.roundTrips - before)
+            }
+            #expect(first.applied == ["bell", "threads"] && second.applied == ["bell", "threads"], "deferred: \(first.deferred) \(second.deferred)")
+            // BEGIN with the append; the checkpoints' locks and what is pending; both projections'
+            // reads; both projections' writes; the checkpoints' moves with the COMMIT.
+            #expect(trips == 5)
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 4)
+            #expect(try await db.scalar("SELECT unread_count FROM bell_counters WHERE person_id = 'buyer'", Int32.self) == 2)
+            #expect(try await db.scalar("SELECT count(*)::int FROM notification_outbox", Int.self) == 4, "two of the shop's news, two of the buyer's")
+            #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
+            let comparison = try await db.compareWithReplay()
+            #expect(comparison.allSatisfy { $0.differing == 0 }, "\(comparison.filter { $0.differing != 0 })")
         }
-        let (first, second, trips) = try await db.client.withConnection { connection in
-            // The first prepares this connection's statements (a first preparation is a round trip
-            // of its own); the second, of the same shape, is what every later write costs.
-            let first = try InlineProjections().appendReporting([try post("m1", .seller), try post("m2", .buyer)], on: connection).outcome
-            let before = connection.roundTrips
-            let second = try InlineProjections().appendReporting([try post("m3", .seller), try post("m4", .buyer)], on: connection).outcome
-            return (first, second, connection.roundTrips - before)
-        }
-        #expect(first.applied == ["bell", "threads"] && second.applied == ["bell", "threads"], "deferred: \(first.deferred) \(second.deferred)")
-        // BEGIN with the append; the checkpoints' locks and what is pending; both projections'
-        // reads; both projections' writes; the checkpoints' moves with the COMMIT.
-        #expect(trips == 5)
-        #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 4)
-        #expect(try await db.scalar("SELECT unread_count FROM bell_counters WHERE person_id = 'buyer'", Int32.self) == 2)
-        #expect(try await db.scalar("SELECT count(*)::int FROM notification_outbox", Int.self) == 4, "two of the shop's news, two of the buyer's")
-        #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
-        let comparison = try await db.compareWithReplay()
-        #expect(comparison.allSatisfy { $0.differing == 0 }, "\(comparison.filter { $0.differing != 0 })")
     }
 
     /// When the staged writes fail (an event a projection refuses), nothing of them stays and the
     /// projections apply one by one as before: the refused event parked, the others applied inline.
     @Test func anInlineAppendWhoseStagedWritesFailParksTheRefusedEventAndAppliesTheRest() async throws {
+        try await Self.withTheThreadProjected { db in
+            let events = try [
+                NewEvent(ConversationRead(conversationId: "nowhere", side: .buyer, personId: "buyer", upToMessageId: "m0")),
+                NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "seller", body: "Yes")),
+            ]
+            let outcome = try await db.client.withConnection { connection in try InlineProjections().appendReporting(events, on: connection).outcome }
+            #expect(outcome.applied == ["bell", "threads"], "deferred: \(outcome.deferred)")
+            let letters = try await db.client.query("SELECT projection, type FROM projection_dead_letters") {
+                "\(try $0.decode(String.self, "projection")) \(try $0.decode(String.self, "type"))"
+            }
+            #expect(letters == ["threads conversation_read"])
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages WHERE message_id = 'm1'", Int.self) == 1)
+            #expect(try await db.scalar("SELECT unread_count FROM bell_counters WHERE person_id = 'buyer'", Int32.self) == 1)
+            #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
+            // The projector finds nothing more to apply.
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            #expect(try await db.scalar("SELECT count(*)::int FROM projection_dead_letters", Int.self) == 1)
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 1)
+        }
+    }
+
+    /// `body` with the database of a cluster of its own (the inline driver applies only when no
+    /// older transaction of the cluster is writing) in which the projectors have applied `started`.
+    static func withTheThreadProjected(_ body: (TestDatabase) async throws -> Void) async throws {
         let cluster = try await TestCluster.make()
         defer { cluster.tearDown() }
         let db = try await cluster.database()
         defer { db.client.close() }
         try await db.append(Self.started)
         try await db.withProjectors { try await db.waitUntilProjected() }
-        let events = try [
-            NewEvent(ConversationRead(conversationId: "nowhere", side: .buyer, personId: "buyer", upToMessageId: "m0")),
-            NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "seller", body: "Yes")),
-        ]
-        let outcome = try await db.client.withConnection { connection in try InlineProjections().appendReporting(events, on: connection).outcome }
-        #expect(outcome.applied == ["bell", "threads"], "deferred: \(outcome.deferred)")
-        let letters = try await db.client.query("SELECT projection, type FROM projection_dead_letters") {
-            "\(try $0.decode(String.self, "projection")) \(try $0.decode(String.self, "type"))"
-        }
-        #expect(letters == ["threads conversation_read"])
-        #expect(try await db.scalar("SELECT count(*)::int FROM messages WHERE message_id = 'm1'", Int.self) == 1)
-        #expect(try await db.scalar("SELECT unread_count FROM bell_counters WHERE person_id = 'buyer'", Int32.self) == 1)
-        #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
-        // The projector finds nothing more to apply.
-        try await db.withProjectors { try await db.waitUntilProjected() }
-        #expect(try await db.scalar("SELECT count(*)::int FROM projection_dead_letters", Int.self) == 1)
-        #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 1)
+        try await body(db)
     }
 
     @Test func anInlineAppendBehindAnOlderWritingTransactionIsLeftToTheProjector() async throws {
