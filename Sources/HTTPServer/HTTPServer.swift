@@ -10,8 +10,10 @@ import Threads
 ///
 /// Guarantees:
 /// - a body over `maximumBodyBytes` (or over the limit `bodyLimits` gives its method and path) is
-///   answered 413 (up front when `Content-Length` says so, else as soon as it grows past the
-///   limit), never buffered whole;
+///   answered 413, never buffered whole: up front when `Content-Length` says so and the client
+///   waits for it (`Expect: 100-continue`); otherwise once the body is in, read and dropped, so a
+///   client that sends its body before reading gets the 413 rather than a reset connection, within
+///   `HTTPServer.refusedBodyBytes` past the limit (beyond, at once, and the connection is closed);
 /// - headers over `maximumHeaderBytes` are refused by libmicrohttpd itself (431);
 /// - `Content-Length` given twice with different values is a 400 and the connection is closed
 ///   (RFC 9112 §6.3: the body's end is unknown); libmicrohttpd itself takes the first;
@@ -31,6 +33,11 @@ import Threads
 /// server's `blockingThreads` while its connection is suspended, so the worker goes on with its
 /// other connections meanwhile and a slow request delays only itself.
 public final class HTTPServer: Sendable {
+    /// How many bytes past its limit a refused body is read and dropped before it is answered (a
+    /// body declared larger is answered at once, on its head). 32 MiB at loopback or LAN speed is
+    /// well under a second; a slow sender is cut by the request's deadline as before.
+    public static let refusedBodyBytes = 32 * 1_048_576
+
     public struct Configuration: Sendable {
         /// The address to listen on: `127.0.0.1` (loopback) or `0.0.0.0` (every interface).
         public var host: String = "127.0.0.1"
@@ -250,6 +257,8 @@ final class RequestState: @unchecked Sendable {
     let tooLarge: HTTPResponse?
     /// The answer when the request is refused before its handler (413, 400): its body is dropped.
     var refusal: HTTPResponse?
+    /// How many bytes of a refused body were read and dropped.
+    var dropped = 0
     let answer = Mutex<HTTPResponse?>(nil)
 
     init(limit: Int, tooLarge: HTTPResponse? = nil) {
@@ -275,10 +284,19 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
         stateSlot.pointee = Unmanaged.passRetained(state).toOpaque()
         if contentLengths(connection).count > 1 {
             state.refusal = conflictingLengthsResponse
-        } else if let length = headerValue(connection, "Content-Length").flatMap(Int.init), length > state.limit {
-            state.refusal = state.tooLarge ?? tooLargeResponse(state.limit)
+            return send(conflictingLengthsResponse, on: connection)
         }
-        return state.refusal.map { send($0, on: connection) } ?? .YES
+        if let length = headerValue(connection, "Content-Length").flatMap(Int.init), length > state.limit {
+            let refusal = state.tooLarge ?? tooLargeResponse(state.limit)
+            state.refusal = refusal
+            // A client that sent `Expect: 100-continue` waits for this answer before its body, and
+            // gets it now. One that sends its body anyway reads the answer only once it has sent
+            // it, and closing the connection under its send would reset it (unread data makes the
+            // kernel reset) and lose the answer: so its body is read and dropped first, within
+            // `HTTPServer.refusedBodyBytes` and the request's deadline, and answered when it is all in.
+            if expectsContinue(connection) || length - state.limit > HTTPServer.refusedBodyBytes { return send(refusal, on: connection) }
+        }
+        return .YES
     }
     let state = Unmanaged<RequestState>.fromOpaque(rawState).takeUnretainedValue()
     if uploadDataSize.pointee > 0 {
@@ -286,14 +304,19 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
         if state.refusal == nil, let uploadData {
             if state.body.count + count > state.limit {
                 state.refusal = state.tooLarge ?? tooLargeResponse(state.limit)
+                state.dropped = state.body.count + count
                 state.body = []
             } else {
                 uploadData.withMemoryRebound(to: UInt8.self, capacity: count) { bytes in
                     state.body.append(contentsOf: UnsafeBufferPointer(start: bytes, count: count))
                 }
             }
+        } else {
+            state.dropped += count
         }
         uploadDataSize.pointee = 0
+        // Past what a refused body may bring, the answer goes at once and the connection closes.
+        if let refusal = state.refusal, state.dropped - state.limit > HTTPServer.refusedBodyBytes { return send(refusal, on: connection) }
         return .YES
     }
     // The request is all in: its deadline no longer runs while it is answered.
@@ -381,6 +404,11 @@ private func send(_ response: HTTPResponse, on connection: OpaquePointer) -> MHD
 private func clientIPv4(_ connection: OpaquePointer) -> UInt32? {
     let address = wristler_mhd_client_ipv4(connection)
     return address == 0 ? nil : address
+}
+
+/// Whether the request asked `Expect: 100-continue`: its client sends no body before an answer.
+private func expectsContinue(_ connection: OpaquePointer) -> Bool {
+    headerValue(connection, "Expect")?.trimmingCharacters(in: .whitespaces).lowercased() == "100-continue"
 }
 
 private func headerValue(_ connection: OpaquePointer, _ name: String) -> String? {

@@ -102,6 +102,30 @@ import Testing
         #expect(RawHTTPClient.statuses(after) == [200])
     }
 
+    /// A client that sends a body over the limit without waiting for an answer (no `Expect:
+    /// 100-continue`, as many HTTP stacks do) reads the 413 once it has sent it, every time, rather
+    /// than a connection reset under its send; one that waits gets it on the head.
+    @Test func aClientThatSendsABodyOverTheLimitBeforeReadingGetsThe413() throws {
+        let server = try Self.start(.init(port: 0, threads: 2, maximumBodyBytes: 1024), handler: Self.echo)
+        defer { server.shutdown() }
+        let body = [UInt8](repeating: 0x61, count: 8 * 1_048_576)
+        for attempt in 1...5 {
+            let head = "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n"
+            let (sentAll, answer) = try RawHTTPClient.exchangeReporting(port: server.port, Array(head.utf8) + body)
+            #expect(sentAll, "attempt \(attempt): the server closed under the body")
+            #expect(RawHTTPClient.statuses(answer) == [413], "attempt \(attempt): \(answer.prefix(300))")
+            #expect(answer.contains("body_too_large"))
+        }
+        // Waiting for the answer: it comes on the head, and no body is sent.
+        let waiting = "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: \(body.count)\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+        #expect(RawHTTPClient.statuses(try RawHTTPClient.exchange(port: server.port, Array(waiting.utf8))) == [413])
+        // Declared past what a refused body may bring: answered on the head, the connection closed.
+        let huge = "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: \(1024 + HTTPServer.refusedBodyBytes + 1)\r\n\r\n"
+        #expect(RawHTTPClient.statuses(try RawHTTPClient.exchange(port: server.port, Array(huge.utf8), timeout: 5)) == [413])
+        let after = try RawHTTPClient.exchange(port: server.port, Array("GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8))
+        #expect(RawHTTPClient.statuses(after) == [200])
+    }
+
     /// A limit of its own for one method and path (an upload): larger there, the default elsewhere,
     /// and still a 413 past its own limit, declared or not.
     @Test func aPathWithABodyLimitOfItsOwnTakesLargerBodiesAndOnlyThere() throws {

@@ -10,6 +10,14 @@ enum RawHTTPClient {
     /// Sends `request` to 127.0.0.1:`port` from the loopback address `source` and returns
     /// everything the server wrote until it closed the connection (or `timeout` passed).
     static func exchange(port: UInt16, _ request: [UInt8], from source: String = "127.0.0.1", timeout: TimeInterval = 10) throws -> String {
+        try exchangeReporting(port: port, request, from: source, timeout: timeout).answer
+    }
+
+    /// `exchange`, saying also whether all of `request` could be sent: a client that stops at a
+    /// failed send (curl and most HTTP stacks do) never reads the answer when it could not.
+    static func exchangeReporting(
+        port: UInt16, _ request: [UInt8], from source: String = "127.0.0.1", timeout: TimeInterval = 10
+    ) throws -> (sentAll: Bool, answer: String) {
         let socket = try connect(port: port, from: source)
         defer { close(socket) }
         var time = timeval(tv_sec: Int(timeout), tv_usec: 0)
@@ -27,7 +35,7 @@ enum RawHTTPClient {
             if count <= 0 { break }
             received.append(contentsOf: buffer[0..<count])
         }
-        return String(decoding: received, as: UTF8.self)
+        return (sent == request.count, String(decoding: received, as: UTF8.self))
     }
 
     /// A connection to 127.0.0.1:`port` from `source` (any address of 127.0.0.0/8 is this machine
