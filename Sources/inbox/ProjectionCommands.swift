@@ -116,8 +116,10 @@ final class ProgressPrinter: @unchecked Sendable {
         lastPrinted = now
         let text = progress.description
         if onTerminal {
-            FileHandle.standardError.write(Data("\r\u{1B}[K\(text)".utf8))
-            printedOnTerminal = true
+            // A stage's line stays (the next line starts below it); a rate's is rewritten by the next.
+            let staying = progress.stage != nil
+            FileHandle.standardError.write(Data("\r\u{1B}[K\(text)\(staying ? "\n" : "")".utf8))
+            printedOnTerminal = !staying
         } else {
             FileHandle.standardError.write(Data("\(text)\n".utf8))
         }
