@@ -90,11 +90,12 @@ public struct BellProjection: StagedProjection {
         let entries = try entries(keys, from: &loaded)
         let fold = try BellFold.fold(events, facts: facts, entries: entries, sendsNotifications: context.sendsNotifications)
         let writes = fold.writes
+        let people = writes.people
         // Live and inline, whoever keeps bell pages in memory learns whose changed when this
         // commits: everybody whose counters the batch moves, which is everybody who got, read or
         // lost an entry.
-        let announcements = context.mode == .replay ? [] : Announcement.statements(writes.counters.keys, channel: BellChanges.channel)
-        return factWrites(fold.facts, context: context) + entryWrites(writes, context: context) + outboxWrites(fold.outbox, context: context)
+        let announcements = context.mode == .replay ? [] : Announcement.statements(people, channel: BellChanges.channel)
+        return factWrites(fold.facts, context: context) + entryWrites(writes, people: people, context: context) + outboxWrites(fold.outbox, context: context)
             + announcements
     }
 
@@ -149,8 +150,8 @@ public struct BellProjection: StagedProjection {
         return entries
     }
 
-    /// The writes of the batch's entries and counters.
-    private func entryWrites(_ writes: BellFold.Writes, context: ProjectionContext) -> [PostgresStatement] {
+    /// The writes of the batch's entries and counters (`people`: `writes.people`).
+    private func entryWrites(_ writes: BellFold.Writes, people: [String], context: ProjectionContext) -> [PostgresStatement] {
         var statements: [PostgresStatement] = []
         let inserts = writes.inserts, reads = writes.reads, deletes = writes.deletes
         if !deletes.isEmpty {
@@ -164,9 +165,6 @@ public struct BellProjection: StagedProjection {
                     FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at) WHERE t.notification_id = u.id
                     """, reads.map(\.id), reads.map { $0.readAt! }))
         }
-        // Everybody who got an entry has a counter change (BellFold.Writes), so these are all the
-        // counter rows the batch touches.
-        let people = Array(writes.counters.keys)
         if people.isEmpty { return statements }
         // Rows first, then the changes: a negative change inserted as a new row would fail the
         // counters' checks before the conflict with the existing row is noticed.
@@ -176,7 +174,7 @@ public struct BellProjection: StagedProjection {
                 INSERT INTO \(context.table("bell_counters")) (person_id, unread_count, total_count)
                 SELECT p, 0, 0 FROM unnest($1::text[]) AS p ON CONFLICT (person_id) DO NOTHING
                 """, people))
-        let unread = people.map { writes.counters[$0]!.unread }, total = people.map { writes.counters[$0]!.total }
+        let unread = people.map { writes.counters[$0]?.unread ?? 0 }, total = people.map { writes.counters[$0]?.total ?? 0 }
         if inserts.isEmpty {
             statements.append(
                 PostgresStatement(
@@ -241,4 +239,11 @@ public struct BellProjection: StagedProjection {
         text.raw(UInt8(ascii: "}"))
         return text.string
     }
+}
+
+extension BellFold.Writes {
+    /// Everybody whose counter row the batch touches: whose counters move, and whoever gets an
+    /// entry (the fold gives each of them a counter change too, but the entries must not depend
+    /// on it).
+    var people: [String] { Array(Set(counters.keys).union(inserts.map(\.personId))) }
 }
