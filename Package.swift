@@ -177,6 +177,8 @@ let package = Package(
             path: "Tests/InboxTesting", swiftSettings: swiftSettings),
         // The SMTP relay mock and the mail reader of the mail tests.
         .target(name: "MailTesting", dependencies: ["Mail", "EventLog"], path: "Tests/MailTesting", swiftSettings: swiftSettings),
+        // A plain TCP client for tests that put exact bytes on the wire (HTTPServerTests, IdentityTests).
+        .target(name: "HTTPTesting", path: "Tests/HTTPTesting", swiftSettings: swiftSettings),
         .testTarget(
             name: "PostgresClientTests", dependencies: ["PostgresClient", "EventLog", "InboxTesting"],
             swiftSettings: swiftSettings),
@@ -189,7 +191,7 @@ let package = Package(
         .testTarget(
             name: "HTTP2ClientTests", dependencies: ["HTTP2Client", "EventLog"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
+            name: "HTTPServerTests", dependencies: ["HTTPServer", "HTTPTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxAPITests",
             dependencies: [
@@ -231,8 +233,8 @@ let package = Package(
         .testTarget(
             name: "IdentityTests",
             dependencies: [
-                "Identity", "PasswordHashing", "InboxAPI", "HTTPServer", "InboxTesting", "EventLog", "PostgresClient", "Crypto", "Projections",
-                "InboxDomain", "Encodings", "Threads", "Lifecycle",
+                "Identity", "PasswordHashing", "InboxAPI", "HTTPServer", "HTTPTesting", "InboxTesting", "EventLog", "PostgresClient", "Crypto",
+                "Projections", "InboxDomain", "Encodings", "Threads", "Lifecycle",
             ],
             swiftSettings: swiftSettings),
         .testTarget(

@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import HTTPTesting
 import Synchronization
 import Testing
 

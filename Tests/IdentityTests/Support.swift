@@ -2,6 +2,7 @@ import Crypto
 import EventLog
 import Foundation
 import HTTPServer
+import HTTPTesting
 import Identity
 import InboxAPI
 import InboxDomain
@@ -185,7 +186,7 @@ enum TestHTTP {
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) { head += "\(name): \(value)\r\n" }
         if !body.isEmpty || method == "POST" || method == "PATCH" { head += "Content-Length: \(body.count)\r\n" }
         head += "\r\n"
-        let received = try raw(port: port, Array(head.utf8) + body, from: source)
+        let received = try RawHTTPClient.send(port: port, Array(head.utf8) + body, from: source, timeout: 30).received
         guard let end = received.firstRange(of: Array("\r\n\r\n".utf8)) else {
             throw Failure(description: "no answer: \(String(decoding: received, as: UTF8.self))")
         }
@@ -199,40 +200,5 @@ enum TestHTTP {
             answerHeaders[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         }
         return Reply(status: status, headers: answerHeaders, body: Array(received[end.upperBound...]))
-    }
-
-    /// Sends `request` from `source` and reads until the server closes.
-    static func raw(port: UInt16, _ request: [UInt8], from source: String) throws -> [UInt8] {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socket >= 0 else { throw Failure(description: "socket() failed") }
-        defer { close(socket) }
-        var local = sockaddr_in()
-        local.sin_family = sa_family_t(AF_INET)
-        local.sin_addr.s_addr = inet_addr(source)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } }
-        let connected =
-            bound == 0 ? withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(socket, $0, length) } } : -1
-        guard connected == 0 else { throw Failure(description: "connect() from \(source) failed: \(String(cString: strerror(errno)))") }
-        var time = timeval(tv_sec: 30, tv_usec: 0)
-        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
-        var sent = 0
-        while sent < request.count {
-            let written = request[sent...].withUnsafeBytes { send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if written <= 0 { break }
-            sent += written
-        }
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
-            if count <= 0 { break }
-            received.append(contentsOf: buffer[0..<count])
-        }
-        return received
     }
 }
