@@ -148,7 +148,9 @@ import Testing
         let db = try await TestDatabase.make(migrated: false)
         defer { Task { await db.drop() } }
         try await db.client.execute("CREATE TABLE messages (id int, body text)")
-        let bodies: [String?] = ["tab\there", "new\nline", "back\\slash", nil, "carriage\rreturn", "é ✓"]
+        let bodies: [String?] = [
+            "tab\there", "new\nline", "back\\slash", nil, "carriage\rreturn", "é ✓", "\\\t\n\r", "\tat both ends\\", "", "\\N",
+        ]
         let loaded = try await db.client.withConnection { connection in
             try connection.copyIn("COPY messages (id, body) FROM STDIN") { writer in
                 for index in 0..<10_000 {
@@ -157,7 +159,7 @@ import Testing
             }
         }
         #expect(loaded == 10_000)
-        let back = try await db.client.query("SELECT id, body FROM messages WHERE id < 6 ORDER BY id") {
+        let back = try await db.client.query("SELECT id, body FROM messages WHERE id < \(bodies.count) ORDER BY id") {
             try $0.decode(String?.self, "body")
         }
         #expect(back == bodies)

@@ -107,6 +107,43 @@ import Testing
         #expect(fold.writes.deletes.map(\.id) == ["e2"])
     }
 
+    /// A replay keeps every entry in one fold and folds batch after batch into it in place
+    /// (`apply`, then `settle` once the batch's writes are taken): each batch's writes are what
+    /// the batch did to the entries before it, as if they had been loaded from the table.
+    @Test func foldingInPlaceBatchAfterBatchWritesWhatEachBatchDid() throws {
+        var log = TestLog()
+        var rows = Fold(facts: Fold.Facts(), entries: [:], sendsNotifications: false)
+        let first = log.record(watchThread, fromShop("m1"), fromShop("m2"))
+        let (e2, e3) = (BellProjection.notificationId(position: 2, recipient: "b1"), BellProjection.notificationId(position: 3, recipient: "b1"))
+        try rows.apply(first)
+        #expect(rows.writes.inserts.map(\.id) == [e2, e3])
+        rows.settle(rows.writes)
+        #expect(rows.entries[e2]?.existed == true)
+
+        // Read one, delete the other, and make an entry that the same batch deletes.
+        let second = log.record(
+            NotificationRead(personId: "b1", notificationId: e2), fromShop("m3"), NotificationDeleted(personId: "b1", notificationId: e3))
+        let e5 = BellProjection.notificationId(position: 5, recipient: "b1")
+        let deleteNew = log.record(NotificationDeleted(personId: "b1", notificationId: e5))
+        try rows.apply(second + [deleteNew])
+        let writes = rows.writes
+        #expect(writes.inserts.isEmpty, "made and deleted in one batch: never written")
+        #expect(writes.reads.map(\.id) == [e2])
+        #expect(writes.deletes.map(\.id) == [e3])
+        #expect(writes.counters["b1"] == Fold.Counter(unread: -2, total: -1))
+        #expect(rows.facts.changedConversations.isEmpty)
+        rows.settle(writes)
+        #expect(Set(rows.entries.keys) == [e2])
+        #expect(rows.byPerson["b1"] == [e2])
+        #expect(rows.entries[e2]?.readChanged == false)
+
+        // A later batch sees only what is stored: the read entry, deleted now, moves the total only.
+        try rows.apply(log.record(AllNotificationsDeleted(personId: "b1")))
+        #expect(rows.writes.deletes.map(\.id) == [e2])
+        #expect(rows.writes.counters["b1"] == Fold.Counter(unread: 0, total: -1))
+        #expect(rows.writes.reads.isEmpty && rows.writes.inserts.isEmpty)
+    }
+
     @Test func deletingAReadEntryLeavesTheUnreadCounter() throws {
         var log = TestLog(after: 10)
         let fold = try fold(

@@ -124,6 +124,32 @@ import Testing
         }
     }
 
+    /// A replay keeps every row in one fold and folds batch after batch into it in place: a batch
+    /// that fails part way is taken back whole, so the driver can apply it again event by event.
+    @Test func aBatchFoldedInPlaceThatFailsPartWayIsTakenBackWhole() throws {
+        var log = TestLog()
+        var rows = Fold(conversations: [:], sides: [:], messages: [:])
+        try rows.apply(log.record(watchThread, message("m1", from: .seller)))
+        #expect(rows.newMessages.map(\.id) == ["m1"])
+        let failing = log.record(
+            message("m2", from: .buyer), ConversationStarted(conversationId: "c2", buyerId: "b2", shopId: "s1", watchId: "w2"),
+            ConversationArchived(conversationId: "c1", side: .seller, personId: "p9"), message("m3", from: .buyer, in: "c-never"))
+        #expect(throws: ProjectionError.self) { try rows.apply(failing) }
+        #expect(Set(rows.conversations.keys) == ["c1"])
+        #expect(rows.conversations["c1"]?.messageCount == 1 && rows.conversations["c1"]?.lastMessageId == "m1")
+        #expect(rows.sides.count == 2)
+        #expect(try side(rows, .seller).readThroughSeq == 2 && !side(rows, .seller).archived)
+        #expect(try side(rows, .buyer).unread)
+        #expect(Set(rows.knownMessages.keys) == ["m1"])
+        #expect(rows.newMessages.isEmpty && rows.changedConversations.isEmpty && rows.changedSides.isEmpty)
+
+        // Event by event, as the driver goes on: all but the failing one apply.
+        for event in failing.dropLast() { try rows.apply([event]) }
+        #expect(rows.conversations["c1"]?.messageCount == 2 && rows.conversations["c2"] != nil)
+        #expect(try side(rows, .seller).archived)
+        #expect(Set(rows.knownMessages.keys) == ["m1", "m2"])
+    }
+
     @Test func anOrderAboutAConversationNeverStartedChangesNothingAndOneAboutAKnownThreadMarksIt() throws {
         var log = TestLog()
         let money = Money(amount: 420_000, currency: "EUR")

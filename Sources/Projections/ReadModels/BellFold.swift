@@ -52,11 +52,13 @@ struct BellFold {
 
     private(set) var facts: Facts
     private(set) var entries: [String: Entry]
-    private var byPerson: [String: [String]] = [:]
+    private(set) var byPerson: [String: [String]] = [:]
     /// The entries this batch made, in order.
     private(set) var created: [String] = []
     /// The notifications to send (none when `sendsNotifications` is off: a replay).
     private(set) var outbox: [OutboxRow] = []
+    /// The entries that were there before this batch and that it read or deleted, in order.
+    private var changedBefore: [String] = []
     let sendsNotifications: Bool
 
     init(facts: Facts, entries: [String: Entry], sendsNotifications: Bool) {
@@ -68,6 +70,43 @@ struct BellFold {
 
     /// What `events` need loaded.
     static func keys(of events: [ProjectedEvent]) -> Keys { rules.keys(of: events, from: Keys()) }
+
+    /// Folds `events` into the entries and facts held, which are all there are (a replay's fold
+    /// keeps them in memory between batches, rather than loading what each batch touches): what
+    /// `fold` does, in place. `writes` and `outbox` are then this batch's; `settle` makes the
+    /// entries what the table holds after them, for the next batch. The rules throw nothing.
+    mutating func apply(_ events: [ProjectedEvent]) throws {
+        created.removeAll(keepingCapacity: true)
+        outbox.removeAll(keepingCapacity: true)
+        changedBefore.removeAll(keepingCapacity: true)
+        try Self.rules.apply(events, to: &self)
+    }
+
+    /// The entries and facts as the tables hold them once `writes` (this batch's) are written:
+    /// deleted entries gone, the batch's new ones there, read marks stored, nothing changed yet.
+    mutating func settle(_ writes: Writes) {
+        for entry in writes.deletes { remove(entry.id, of: entry.personId) }
+        for id in created {
+            guard var entry = entries[id] else { continue }
+            if entry.deleted {
+                // Made and deleted in one batch: never in the table.
+                remove(id, of: entry.personId)
+                continue
+            }
+            entry.existed = true
+            entry.readChanged = false
+            entries[id] = entry
+        }
+        for entry in writes.reads { entries[entry.id]?.readChanged = false }
+        facts.changedConversations = []
+        facts.favouriteChanges = [:]
+        facts.changedSearches = []
+    }
+
+    private mutating func remove(_ id: String, of person: String) {
+        entries[id] = nil
+        byPerson[person]?.removeAll { $0 == id }
+    }
 
     /// What `events` make of the bell, given the facts and entries they touch as stored.
     static func fold(_ events: [ProjectedEvent], facts: Facts, entries: [String: Entry], sendsNotifications: Bool) throws -> BellFold {
@@ -132,6 +171,7 @@ struct BellFold {
     /// Marks the person's entry read, if it is theirs, there and unread.
     mutating func read(_ id: String, of person: String, at: Date) {
         guard var entry = entries[id], entry.personId == person, !entry.deleted, entry.readAt == nil else { return }
+        if entry.existed { changedBefore.append(id) }
         entry.readAt = at
         entry.readChanged = true
         entries[id] = entry
@@ -140,6 +180,7 @@ struct BellFold {
     /// Removes the person's entry, read or not, if it is theirs.
     mutating func delete(_ id: String, of person: String) {
         guard var entry = entries[id], entry.personId == person else { return }
+        if entry.existed && !entry.deleted && !entry.readChanged { changedBefore.append(id) }
         entry.deleted = true
         entries[id] = entry
     }
@@ -180,7 +221,8 @@ extension BellFold {
             if writes.counters[entry.personId] == nil { writes.counters[entry.personId] = Counter() }
             if !entry.deleted { writes.inserts.append(entry) }
         }
-        for entry in entries.values where entry.existed {
+        for id in changedBefore {
+            guard let entry = entries[id] else { continue }
             if entry.deleted {
                 writes.deletes.append(entry)
                 writes.counters[entry.personId, default: Counter()].total -= 1

@@ -89,8 +89,10 @@ struct ThreadsFold {
     private(set) var knownMessages: [String: MessagePlace]
     private(set) var newMessages: [Message] = []
     private(set) var watches: [String: Watch] = [:]
-    private var touchedConversations: Set<String> = []
-    private var touchedSides: Set<SideKey> = []
+    /// What this batch changed, each as it stood before the batch first changed it (nil: not there),
+    /// so that a failed batch can be taken back (`undoBatch`).
+    private var conversationsBefore: [String: Conversation?] = [:]
+    private var sidesBefore: [SideKey: Side?] = [:]
 
     init(conversations: [String: Conversation], sides: [SideKey: Side], messages: [String: MessagePlace]) {
         self.conversations = conversations
@@ -109,9 +111,44 @@ struct ThreadsFold {
     }
 
     /// The conversation rows to write.
-    var changedConversations: [Conversation] { touchedConversations.compactMap { conversations[$0] } }
+    var changedConversations: [Conversation] { conversationsBefore.keys.compactMap { conversations[$0] } }
     /// The side rows to write.
-    var changedSides: [Side] { touchedSides.compactMap { sides[$0] } }
+    var changedSides: [Side] { sidesBefore.keys.compactMap { sides[$0] } }
+
+    /// Folds `events` into the rows held, which are all the rows there are (a replay's fold
+    /// keeps them in memory between batches, rather than loading what each batch touches): what
+    /// `fold` does to the rows a batch touches, here without copying them in and out. A batch
+    /// that throws is taken back whole, so the rows are as they were before it.
+    mutating func apply(_ events: [ProjectedEvent]) throws {
+        newMessages.removeAll(keepingCapacity: true)
+        watches.removeAll(keepingCapacity: true)
+        conversationsBefore.removeAll(keepingCapacity: true)
+        sidesBefore.removeAll(keepingCapacity: true)
+        do {
+            try Self.rules.apply(events, to: &self)
+        } catch {
+            undoBatch()
+            throw error
+        }
+    }
+
+    private mutating func undoBatch() {
+        for (id, before) in conversationsBefore { conversations[id] = before }
+        for (key, before) in sidesBefore { sides[key] = before }
+        for message in newMessages { knownMessages[message.id] = nil }
+        conversationsBefore.removeAll()
+        sidesBefore.removeAll()
+        newMessages.removeAll()
+        watches.removeAll()
+    }
+
+    private mutating func touch(_ id: String) {
+        if conversationsBefore[id] == nil { conversationsBefore[id] = .some(conversations[id]) }
+    }
+
+    private mutating func touch(_ key: SideKey) {
+        if sidesBefore[key] == nil { sidesBefore[key] = .some(sides[key]) }
+    }
 
     /// How each owner's count of conversations with unread messages moves. Every owner of a thread
     /// has an entry (perhaps 0) from the thread's start, whatever the batch nets out to, so the
@@ -169,17 +206,17 @@ extension ThreadsFold {
     private mutating func start(_ e: ConversationStarted, event: ProjectedEvent) {
         guard conversations[e.conversationId] == nil else { return }
         let at = event.record.recordedAt
+        touch(e.conversationId)
         conversations[e.conversationId] = Conversation(
             id: e.conversationId, kind: e.kind.rawValue, buyerId: e.buyerId, shopId: e.shopId, watchId: e.watchId, orderId: e.orderId,
             startedAt: at)
-        touchedConversations.insert(e.conversationId)
         let buyer = SideKey(conversationId: e.conversationId, side: ConversationSide.buyer.rawValue)
+        touch(buyer)
         sides[buyer] = Side(conversationId: e.conversationId, side: buyer.side, ownerId: e.buyerId, lastActivityAt: at)
-        touchedSides.insert(buyer)
         if e.kind == .watch, let shopId = e.shopId {
             let seller = SideKey(conversationId: e.conversationId, side: ConversationSide.seller.rawValue)
+            touch(seller)
             sides[seller] = Side(conversationId: e.conversationId, side: seller.side, ownerId: shopId, lastActivityAt: at)
-            touchedSides.insert(seller)
         }
     }
 
@@ -208,8 +245,8 @@ extension ThreadsFold {
             thread.lastMessageBody = e.body
         }
         if e.authorSide == .buyer { thread.noReplyNeeded = false }
+        touch(e.conversationId)
         conversations[e.conversationId] = thread
-        touchedConversations.insert(e.conversationId)
         for side in ConversationSide.allCases {
             let own = side.rawValue == e.authorSide.rawValue
             update(SideKey(conversationId: e.conversationId, side: side.rawValue)) { row in
@@ -242,16 +279,16 @@ extension ThreadsFold {
     private mutating func change(_ id: String, event: ProjectedEvent, _ change: (inout Conversation) -> Void) throws {
         var thread = try conversation(id, for: event)
         change(&thread)
+        touch(id)
         conversations[id] = thread
-        touchedConversations.insert(id)
     }
 
     /// An order about a thread this projection does not know is nothing to threads.
     private mutating func markLedToOrder(_ id: String?) {
         guard let id, var thread = conversations[id] else { return }
         thread.ledToOrder = true
+        touch(id)
         conversations[id] = thread
-        touchedConversations.insert(id)
     }
 
     private func conversation(_ id: String, for event: ProjectedEvent) throws -> Conversation {
@@ -266,8 +303,8 @@ extension ThreadsFold {
     private mutating func update(_ key: SideKey, _ change: (inout Side) -> Void) {
         guard var side = sides[key] else { return }
         change(&side)
+        touch(key)
         sides[key] = side
-        touchedSides.insert(key)
     }
 }
 

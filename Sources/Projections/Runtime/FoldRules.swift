@@ -52,7 +52,13 @@ struct FoldRules<Keys, State>: Sendable {
     /// `loaded` with `events` applied in order. Events of types without a rule change nothing.
     func fold(_ events: [ProjectedEvent], from loaded: consuming State) throws -> State {
         var state = loaded
-        for event in events { try rules[ObjectIdentifier(type(of: event.payload))]?.fold(&state, event) }
+        try apply(events, to: &state)
         return state
+    }
+
+    /// `events` applied to `state` in order, in place; when one throws, `state` holds what the
+    /// events before it did.
+    func apply(_ events: [ProjectedEvent], to state: inout State) throws {
+        for event in events { try rules[ObjectIdentifier(type(of: event.payload))]?.fold(&state, event) }
     }
 }

@@ -42,6 +42,12 @@ extension ReplayFold {
         if context.mode != .replay { try ThreadChanges.announceEverything(on: context.connection) }}
 }
 
+/// A fold that cannot go on (not about an event: `ProjectionBatchApplier.isAboutTheEvents` is
+/// false for it, so the replay stops instead of applying the batch event by event).
+struct ReplayFoldFailure: Error, CustomStringConvertible {
+    let description: String
+}
+
 enum ReplayFolds {
     /// The in-memory fold of `projection`, for those that have one; the others replay through SQL.
     static func make(for projection: any Projection) -> (any ReplayFold.Type)? {
@@ -90,54 +96,29 @@ extension ProjectionBatchApplier {
 
 /// The bell in memory: its facts, its entries (with each person's), and who has a counter row.
 struct BellReplayFold: ReplayFold {
-    private let mode: ProjectionMode
-    private var facts = BellFold.Facts()
-    private var entries: [String: BellFold.Entry] = [:]
-    private var byPerson: [String: [String]] = [:]
+    /// Every entry and fact so far, folded in place batch after batch (`BellFold.apply`).
+    private var rows: BellFold
     /// Everybody who ever had an entry has a counter row, even at 0 (`BellFold.Writes.counters`).
     private var counted: Set<String> = []
     /// What a live catch-up sends (a replay sends nothing).
     private var outbox: [BellFold.OutboxRow] = []
 
-    init(mode: ProjectionMode) { self.mode = mode }
+    init(mode: ProjectionMode) { rows = BellFold(facts: BellFold.Facts(), entries: [:], sendsNotifications: mode != .replay) }
+
+    private var entries: [String: BellFold.Entry] { rows.entries }
+    private var facts: BellFold.Facts { rows.facts }
 
     mutating func apply(_ events: [ProjectedEvent]) throws {
-        let keys = BellFold.keys(of: events)
-        // What BellProjection.loadEntries reads from the table.
-        var loaded: [String: BellFold.Entry] = [:]
-        loaded.reserveCapacity(keys.entries.count)
-        for id in keys.entries { if let entry = entries[id] { loaded[id] = entry } }
-        for (person, upTo) in keys.readAllUpTo {
-            for id in byPerson[person] ?? [] {
-                if let entry = entries[id], entry.sourcePosition < upTo, entry.readAt == nil { loaded[id] = entry }
-            }
+        do {
+            try rows.apply(events)
+        } catch {
+            // Not the batch's whole, and not taken back: the replay stops rather than go on from it.
+            throw ReplayFoldFailure(description: "the bell's replay fold failed part way through a batch: \(error)")
         }
-        for (person, upTo) in keys.deleteAllUpTo {
-            for id in byPerson[person] ?? [] {
-                if let entry = entries[id], entry.sourcePosition < upTo { loaded[id] = entry }
-            }
-        }
-        // All the facts: the fold reads only those of the batch's keys, as if they were loaded.
-        let fold = try BellFold.fold(events, facts: facts, entries: loaded, sendsNotifications: mode != .replay)
-        var facts = fold.facts
-        facts.changedConversations = []
-        facts.favouriteChanges = [:]
-        facts.changedSearches = []
-        self.facts = facts
-        let writes = fold.writes
-        for entry in writes.deletes {
-            entries[entry.id] = nil
-            byPerson[entry.personId]?.removeAll { $0 == entry.id }
-        }
-        for entry in writes.reads { entries[entry.id]?.readAt = entry.readAt }
-        for var entry in writes.inserts where entries[entry.id] == nil {
-            entry.existed = true
-            entry.readChanged = false
-            entries[entry.id] = entry
-            byPerson[entry.personId, default: []].append(entry.id)
-        }
+        let writes = rows.writes
+        rows.settle(writes)
         counted.formUnion(writes.counters.keys)
-        outbox += fold.outbox
+        outbox += rows.outbox
     }
 
     /// A person's entries are in the person's slice; a conversation's facts in its first buyer's
@@ -178,7 +159,7 @@ struct BellReplayFold: ReplayFold {
             FROM STDIN
             """
         ) { writer in
-            for entry in entries.values {
+            for entry in entries.values.inPrimaryKeyOrder(\.id) {
                 try writer.write(row: [
                     entry.id, entry.personId, entry.category, entry.event, entry.idsJSON, entry.createdAt.postgresText,
                     entry.readAt?.postgresText, String(entry.sourcePosition),
@@ -187,7 +168,7 @@ struct BellReplayFold: ReplayFold {
         }
         try connection.copyIn("COPY \(context.table("bell_counters")) (person_id, unread_count, total_count) FROM STDIN") { writer in
             for person in counted {
-                let ids = byPerson[person] ?? []
+                let ids = rows.byPerson[person] ?? []
                 let unread = ids.reduce(0) { $0 + (entries[$1]?.readAt == nil ? 1 : 0) }
                 try writer.write(row: [person, String(unread), String(ids.count)])
             }
@@ -195,7 +176,7 @@ struct BellReplayFold: ReplayFold {
         try connection.copyIn(
             "COPY \(context.table("bell_conversations")) (conversation_id, buyer_id, shop_id, watch_id, kind, closed) FROM STDIN"
         ) { writer in
-            for (id, conversation) in facts.conversations {
+            for (id, conversation) in facts.conversations.inPrimaryKeyOrder(\.key) {
                 try writer.write(row: [
                     id, conversation.buyerId, conversation.shopId, conversation.watchId, conversation.kind.rawValue,
                     conversation.isClosed.postgresText,
@@ -256,68 +237,16 @@ struct BellReplayFold: ReplayFold {
 struct ThreadsReplayFold: ReplayFold {
     init(mode: ProjectionMode) {}
 
-    private var conversations: [String: ThreadsFold.Conversation] = [:]
-    private var sides: [ThreadsFold.SideKey: ThreadsFold.Side] = [:]
-    private var places: [String: ThreadsFold.MessagePlace] = [:]
+    /// Every row so far, folded in place batch after batch (`ThreadsFold.apply`).
+    private var rows = ThreadsFold(conversations: [:], sides: [:], messages: [:])
+    /// The messages made since the last `writeSettled`.
     private var messages: [ThreadsFold.Message] = []
     private var watches: [String: ThreadsFold.Watch] = [:]
 
     mutating func apply(_ events: [ProjectedEvent]) throws {
-        let keys = ThreadsFold.keys(of: events)
-        // What ThreadsProjection.apply reads from the tables.
-        var loadedConversations: [String: ThreadsFold.Conversation] = [:]
-        var loadedSides: [ThreadsFold.SideKey: ThreadsFold.Side] = [:]
-        loadedConversations.reserveCapacity(keys.conversations.count)
-        loadedSides.reserveCapacity(keys.conversations.count * 2)
-        for id in keys.conversations {
-            if let conversation = conversations[id] { loadedConversations[id] = conversation }
-            for side in ConversationSide.allCases {
-                let key = ThreadsFold.SideKey(conversationId: id, side: side.rawValue)
-                if let row = sides[key] { loadedSides[key] = row }
-            }
-        }
-        var loadedPlaces: [String: ThreadsFold.MessagePlace] = [:]
-        loadedPlaces.reserveCapacity(keys.messages.count)
-        for id in keys.messages { if let place = places[id] { loadedPlaces[id] = place } }
-        let fold = try ThreadsFold.fold(events, conversations: loadedConversations, sides: loadedSides, messages: loadedPlaces)
-        // The messages table's primary key would refuse a message id twice.
-        var newIds = Set<String>()
-        for message in fold.newMessages where places[message.id] != nil || !newIds.insert(message.id).inserted {
-            throw ProjectionError("message \(message.id) is already in the thread tables")
-        }
-        for conversation in fold.changedConversations {
-            guard var row = conversations[conversation.id] else {
-                conversations[conversation.id] = conversation
-                continue
-            }
-            // What the upsert sets on a conflict; the rest of the row stays as first written.
-            row.lastMessageId = conversation.lastMessageId
-            row.lastMessageSeq = conversation.lastMessageSeq
-            row.lastMessageAt = conversation.lastMessageAt
-            row.lastMessageSide = conversation.lastMessageSide
-            row.lastMessageBody = conversation.lastMessageBody
-            row.messageCount = conversation.messageCount
-            row.closedByBlock = conversation.closedByBlock
-            row.noReplyNeeded = conversation.noReplyNeeded
-            row.ledToOrder = conversation.ledToOrder
-            conversations[conversation.id] = row
-        }
-        for side in fold.changedSides {
-            let key = ThreadsFold.SideKey(conversationId: side.conversationId, side: side.side)
-            var row = sides[key] ?? side
-            row.lastActivityAt = side.lastActivityAt
-            row.lastIncomingSeq = side.lastIncomingSeq
-            row.readThroughSeq = side.readThroughSeq
-            row.archived = side.archived
-            row.unreadBefore = row.unread
-            row.existed = true
-            sides[key] = row
-        }
-        for message in fold.newMessages {
-            places[message.id] = ThreadsFold.MessagePlace(conversationId: message.conversationId, seq: message.seq)
-        }
-        messages.append(contentsOf: fold.newMessages)
-        watches.merge(fold.watches) { _, new in new }
+        try rows.apply(events)
+        messages.append(contentsOf: rows.newMessages)
+        watches.merge(rows.watches) { _, new in new }
     }
 
     /// A thread's rows are in its first buyer's slice; a watch's status in its own.
@@ -371,7 +300,7 @@ struct ThreadsReplayFold: ReplayFold {
                 closed_by_block, no_reply_needed, led_to_order) FROM STDIN
             """
         ) { writer in
-            for c in conversations.values {
+            for c in rows.conversations.values.inPrimaryKeyOrder(\.id) {
                 try writer.write(row: [
                     c.id, c.kind, c.buyerId, c.shopId, c.watchId, c.orderId, c.startedAt.postgresText, c.lastMessageId,
                     String(c.lastMessageSeq), c.lastMessageAt?.postgresText, c.lastMessageSide, c.lastMessageBody,
@@ -385,7 +314,7 @@ struct ThreadsReplayFold: ReplayFold {
                 read_through_seq, archived) FROM STDIN
             """
         ) { writer in
-            for s in sides.values {
+            for s in rows.sides.values.inPrimaryKeyOrder({ ($0.conversationId, $0.side) }) {
                 try writer.write(row: [
                     s.conversationId, s.side, s.ownerId, s.lastActivityAt.postgresText, String(s.lastIncomingSeq),
                     String(s.readThroughSeq), s.archived.postgresText,
@@ -442,4 +371,19 @@ final class ReplayFoldState: @unchecked Sendable {
     func writeSettled(in context: ProjectionContext) throws { try fold.writeSettled(in: context) }
 
     func write(in context: ProjectionContext) throws { try fold.write(in: context) }
+}
+
+extension Sequence {
+    /// The elements in the order of their primary key, so that a COPY into a table with that key
+    /// adds each row at the right end of the key's B-tree instead of at a random place in it (a
+    /// descent and a split of a random page each). Swift orders the ids (ASCII) byte by byte, as
+    /// PostgreSQL's "C" collation does; under another collation the rows are the same, only less
+    /// often at the right end.
+    func inPrimaryKeyOrder(_ key: (Element) -> String) -> [Element] {
+        sorted { key($0) < key($1) }
+    }
+
+    func inPrimaryKeyOrder(_ key: (Element) -> (String, String)) -> [Element] {
+        sorted { key($0) < key($1) }
+    }
 }
