@@ -23,9 +23,10 @@ protocol ReplayFold: Sendable {
     /// announces that everything changed).
     init(mode: ProjectionMode)
     mutating func apply(_ events: [ProjectedEvent]) throws
-    /// Writes, and lets go of, the rows no later event can change (a message), so that the fold
-    /// does not hold them until the end. Called after every batch.
-    mutating func writeSettled(in context: ProjectionContext) throws
+    /// Lets go of the rows no later event can change (a message), so that the fold does not hold
+    /// them until the end, and returns what writes them (nil: none). Called after every batch; the
+    /// write may run while the next batch is folded.
+    mutating func takeSettled() -> ReplaySettledWrite?
     /// Fills the tables with the rows of this fold (of all the log, or of one slice).
     func write(in context: ProjectionContext) throws
     /// What is made of every slice's rows once they are all written (counters counted in SQL).
@@ -35,8 +36,11 @@ protocol ReplayFold: Sendable {
     static func route(_ event: ProjectedEvent, _ router: ReplaySliceRouter) -> ReplaySliceRoute?
 }
 
+/// Writes a fold's settled rows on the connection of the context it is given.
+typealias ReplaySettledWrite = @Sendable (ProjectionContext) throws -> Void
+
 extension ReplayFold {
-    mutating func writeSettled(in context: ProjectionContext) throws {}
+    mutating func takeSettled() -> ReplaySettledWrite? { nil }
     static func finish(in context: ProjectionContext) throws {
         // Live, whoever keeps conversation lists in memory learns that all of them changed.
         if context.mode != .replay { try ThreadChanges.announceEverything(on: context.connection) }}
@@ -239,7 +243,7 @@ struct ThreadsReplayFold: ReplayFold {
 
     /// Every row so far, folded in place batch after batch (`ThreadsFold.apply`).
     private var rows = ThreadsFold(conversations: [:], sides: [:], messages: [:])
-    /// The messages made since the last `writeSettled`.
+    /// The messages made since the last `takeSettled`.
     private var messages: [ThreadsFold.Message] = []
     private var watches: [String: ThreadsFold.Watch] = [:]
 
@@ -267,10 +271,11 @@ struct ThreadsReplayFold: ReplayFold {
     }
 
     /// A message is never changed once made: written after the batch that made it.
-    mutating func writeSettled(in context: ProjectionContext) throws {
-        if messages.isEmpty { return }
-        try Self.copy(messages, in: context)
-        messages.removeAll()
+    mutating func takeSettled() -> ReplaySettledWrite? {
+        if messages.isEmpty { return nil }
+        let settled = messages
+        messages = []
+        return { context in try Self.copy(settled, in: context) }
     }
 
     private static func copy(_ messages: [ThreadsFold.Message], in context: ProjectionContext) throws {
@@ -368,7 +373,7 @@ final class ReplayFoldState: @unchecked Sendable {
         }
     }
 
-    func writeSettled(in context: ProjectionContext) throws { try fold.writeSettled(in: context) }
+    func takeSettled() -> ReplaySettledWrite? { fold.takeSettled() }
 
     func write(in context: ProjectionContext) throws { try fold.write(in: context) }
 }

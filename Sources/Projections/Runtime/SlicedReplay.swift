@@ -46,6 +46,8 @@ final class SlicedReplay: @unchecked Sendable {
     let batchSize: Int
     let spillDirectory: URL
     private var router: ReplaySliceRouter
+    /// The settled rows of the last batch being written (`fold`).
+    private var settling: Task<[(member: Member, why: String)], any Error>?
 
     init(client: PostgresClient, folds: [(any Projection, any ReplayFold.Type)], slices: Int, batchSize: Int, spillDirectory: URL) {
         self.client = client
@@ -167,7 +169,8 @@ final class SlicedReplay: @unchecked Sendable {
     }
 
     /// Folds each member's events of one batch at the same time, each on a worker thread, then
-    /// writes what is settled (messages).
+    /// starts writing what is settled (messages) while the next batch is folded: one batch's write
+    /// in flight at a time, waited for before the next one starts and before a slice is written.
     private func fold(_ inputs: [[ProjectedEvent]]) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for (offset, member) in members.enumerated() where member.hazard == nil && !inputs[offset].isEmpty {
@@ -176,20 +179,36 @@ final class SlicedReplay: @unchecked Sendable {
             }
             try await group.waitForAll()
         }
+        var writes: [(member: Member, schema: String, write: ReplaySettledWrite)] = []
         for member in members where member.hazard == nil {
-            do {
-                try await client.withConnection { connection in
-                    try member.state.writeSettled(in: ProjectionContext(connection: connection, schema: Replayer.schemaName(for: member.projection), mode: .replay))
-                }
-            } catch let error as PostgresError where slices > 1 && error.isUniqueViolation {
-                stop(member, "a row of two slices has one key: \(error)")
-            }
+            if let write = member.state.takeSettled() { writes.append((member, Replayer.schemaName(for: member.projection), write)) }
         }
+        try await settled()
+        if writes.isEmpty { return }
+        settling = Task { [client, slices] in
+            var hazards: [(member: Member, why: String)] = []
+            for (member, schema, write) in writes {
+                do {
+                    try await client.withConnection { connection in try write(ProjectionContext(connection: connection, schema: schema, mode: .replay)) }
+                } catch let error as PostgresError where slices > 1 && error.isUniqueViolation {
+                    hazards.append((member, "a row of two slices has one key: \(error)"))
+                }
+            }
+            return hazards
+        }
+    }
+
+    /// Waits for the settled rows being written, and stops the folds they found a hazard for.
+    private func settled() async throws {
+        guard let writing = settling else { return }
+        settling = nil
+        for (member, why) in try await writing.value { stop(member, why) }
     }
 
     /// Writes the current slice's rows, each member's in a transaction of its own, and starts the
     /// next slice from empty state.
     private func writeSlice() async throws {
+        try await settled()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for member in members where member.hazard == nil {
                 group.addTask { [client, slices] in
