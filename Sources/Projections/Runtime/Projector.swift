@@ -26,7 +26,7 @@ public final class Projector: Service {
         /// A projection with an in-memory fold (the bell, the threads) whose live tables are empty
         /// catches up on up to this many events as a replay does: folded in memory and written
         /// with COPY, with its checkpoint, in one transaction (`INBOX_REPLAY_MEMORY_EVENTS`; about
-        /// 1 GiB a million events). 0: batch by batch through SQL from the start.
+        /// half a GiB a million events of the benchmark's mix). 0: batch by batch through SQL from the start.
         public var inMemoryEvents = 2_000_000
         public var pollInterval: Duration = .seconds(1)
         /// How often a node without the lease tries to take it.
