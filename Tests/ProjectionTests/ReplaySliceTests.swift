@@ -83,6 +83,23 @@ import Testing
     }
 }
 
+/// A replay's largest tables go in COPYs of bounded size, each its own transaction outside one, so
+/// that none holds back the log's readers for long (gap-safe reads).
+@Suite struct ReplayCopyTests {
+    @Test func rowsGoInCOPYsOfAtMostTheBoundEachATransactionOfItsOwn() async throws {
+        try await withTestDatabase { db in
+            try await db.client.execute("CREATE TABLE copied (n int NOT NULL, xid xid8 NOT NULL DEFAULT pg_current_xact_id())")
+            try await db.client.withConnection { connection in
+                try ReplayCopy.copy(Array(0..<120), into: "COPY copied (n) FROM STDIN", on: connection, rowsPerStatement: 50) { [String($0)] }
+            }
+            #expect(try await db.scalar("SELECT count(*)::int FROM copied", Int.self) == 120)
+            #expect(try await db.scalar("SELECT count(DISTINCT n)::int FROM copied", Int.self) == 120)
+            #expect(try await db.scalar("SELECT count(DISTINCT xid)::int FROM copied", Int.self) == 3)
+            #expect(try await db.scalar("SELECT max(c)::int FROM (SELECT count(*) AS c FROM copied GROUP BY xid) AS t", Int.self) == 50)
+        }
+    }
+}
+
 /// A projector whose tables are empty catches up as a replay folds (`Projector.Options.inMemoryEvents`).
 @Suite struct InMemoryCatchUpTests {
     /// The same log caught up from empty tables batch by batch through SQL and folded in memory

@@ -46,6 +46,28 @@ extension ReplayFold {
         if context.mode != .replay { try ThreadChanges.announceEverything(on: context.connection) }}
 }
 
+/// How a fold's largest tables are written: COPYs of at most `rowsPerStatement` rows each.
+/// Outside a transaction (a replay's slice) each is a transaction of its own that holds back the
+/// log's readers (gap-safe reads, docs/event-log.md) for a fraction of a second, where one COPY of
+/// a slice's bell entries took seconds; inside one (a live catch-up) they are that transaction's.
+enum ReplayCopy {
+    static let rowsPerStatement = 50_000
+
+    static func copy<Rows: Collection>(
+        _ rows: Rows, into sql: String, on connection: PostgresConnection, rowsPerStatement: Int = rowsPerStatement,
+        row: (Rows.Element) -> [String?]
+    ) throws {
+        var rest = rows[...]
+        while !rest.isEmpty {
+            let chunk = rest.prefix(max(1, rowsPerStatement))
+            rest = rest.dropFirst(chunk.count)
+            try connection.copyIn(sql) { writer in
+                for element in chunk { try writer.write(row: row(element)) }
+            }
+        }
+    }
+}
+
 /// A fold that cannot go on (not about an event: `ProjectionBatchApplier.isAboutTheEvents` is
 /// false for it, so the replay stops instead of applying the batch event by event).
 struct ReplayFoldFailure: Error, CustomStringConvertible {
@@ -157,18 +179,17 @@ struct BellReplayFold: ReplayFold {
 
     func write(in context: ProjectionContext) throws {
         let connection = context.connection
-        try connection.copyIn(
-            """
-            COPY \(context.table("bell_entries")) (notification_id, person_id, category, event, ids, created_at, read_at, source_position)
-            FROM STDIN
-            """
-        ) { writer in
-            for entry in entries.values.inPrimaryKeyOrder(\.id) {
-                try writer.write(row: [
-                    entry.id, entry.personId, entry.category, entry.event, entry.idsJSON, entry.createdAt.postgresText,
-                    entry.readAt?.postgresText, String(entry.sourcePosition),
-                ])
-            }
+        try ReplayCopy.copy(
+            entries.values.inPrimaryKeyOrder(\.id),
+            into: """
+                COPY \(context.table("bell_entries")) (notification_id, person_id, category, event, ids, created_at, read_at, source_position)
+                FROM STDIN
+                """, on: connection
+        ) { entry in
+            [
+                entry.id, entry.personId, entry.category, entry.event, entry.idsJSON, entry.createdAt.postgresText,
+                entry.readAt?.postgresText, String(entry.sourcePosition),
+            ]
         }
         try connection.copyIn("COPY \(context.table("bell_counters")) (person_id, unread_count, total_count) FROM STDIN") { writer in
             for person in counted {
@@ -298,33 +319,31 @@ struct ThreadsReplayFold: ReplayFold {
 
     func write(in context: ProjectionContext) throws {
         let connection = context.connection
-        try connection.copyIn(
-            """
-            COPY \(context.table("conversations")) (conversation_id, kind, buyer_id, shop_id, watch_id, order_id, started_at,
-                last_message_id, last_message_seq, last_message_at, last_message_side, last_message_body, message_count,
-                closed_by_block, no_reply_needed, led_to_order) FROM STDIN
-            """
-        ) { writer in
-            for c in rows.conversations.values.inPrimaryKeyOrder(\.id) {
-                try writer.write(row: [
-                    c.id, c.kind, c.buyerId, c.shopId, c.watchId, c.orderId, c.startedAt.postgresText, c.lastMessageId,
-                    String(c.lastMessageSeq), c.lastMessageAt?.postgresText, c.lastMessageSide, c.lastMessageBody,
-                    String(c.messageCount), c.closedByBlock.postgresText, c.noReplyNeeded.postgresText, c.ledToOrder.postgresText,
-                ])
-            }
+        try ReplayCopy.copy(
+            rows.conversations.values.inPrimaryKeyOrder(\.id),
+            into: """
+                COPY \(context.table("conversations")) (conversation_id, kind, buyer_id, shop_id, watch_id, order_id, started_at,
+                    last_message_id, last_message_seq, last_message_at, last_message_side, last_message_body, message_count,
+                    closed_by_block, no_reply_needed, led_to_order) FROM STDIN
+                """, on: connection
+        ) { c in
+            [
+                c.id, c.kind, c.buyerId, c.shopId, c.watchId, c.orderId, c.startedAt.postgresText, c.lastMessageId,
+                String(c.lastMessageSeq), c.lastMessageAt?.postgresText, c.lastMessageSide, c.lastMessageBody,
+                String(c.messageCount), c.closedByBlock.postgresText, c.noReplyNeeded.postgresText, c.ledToOrder.postgresText,
+            ]
         }
-        try connection.copyIn(
-            """
-            COPY \(context.table("thread_sides")) (conversation_id, side, owner_id, last_activity_at, last_incoming_seq,
-                read_through_seq, archived) FROM STDIN
-            """
-        ) { writer in
-            for s in rows.sides.values.inPrimaryKeyOrder({ ($0.conversationId, $0.side) }) {
-                try writer.write(row: [
-                    s.conversationId, s.side, s.ownerId, s.lastActivityAt.postgresText, String(s.lastIncomingSeq),
-                    String(s.readThroughSeq), s.archived.postgresText,
-                ])
-            }
+        try ReplayCopy.copy(
+            rows.sides.values.inPrimaryKeyOrder({ ($0.conversationId, $0.side) }),
+            into: """
+                COPY \(context.table("thread_sides")) (conversation_id, side, owner_id, last_activity_at, last_incoming_seq,
+                    read_through_seq, archived) FROM STDIN
+                """, on: connection
+        ) { s in
+            [
+                s.conversationId, s.side, s.ownerId, s.lastActivityAt.postgresText, String(s.lastIncomingSeq),
+                String(s.readThroughSeq), s.archived.postgresText,
+            ]
         }
         try Self.copy(messages, in: context)
         try connection.copyIn("COPY \(context.table("thread_watches")) (watch_id, shop_id, status) FROM STDIN") { writer in

@@ -205,8 +205,15 @@ final class SlicedReplay: @unchecked Sendable {
         for (member, why) in try await writing.value { stop(member, why) }
     }
 
-    /// Writes the current slice's rows, each member's in a transaction of its own, and starts the
+    /// Writes the current slice's rows, each member's on a connection of its own, and starts the
     /// next slice from empty state.
+    ///
+    /// Not in one transaction: each COPY is its own, and the folds cut their largest tables into
+    /// COPYs of at most `ReplayCopy.rowsPerStatement` rows, because a write transaction holds back
+    /// every reader of the log while it is open (gap-safe reads, docs/event-log.md), and a slice's
+    /// entries took seconds. A replay that fails is prepared again (its tables dropped), and a fold
+    /// that meets a hazard is rebuilt through SQL in new tables, so nothing needs the whole slice
+    /// to be one transaction.
     private func writeSlice() async throws {
         try await settled()
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -214,10 +221,8 @@ final class SlicedReplay: @unchecked Sendable {
                 group.addTask { [client, slices] in
                     do {
                         try await client.withConnection { connection in
-                            try connection.transaction { connection in
-                                try member.state.write(
-                                    in: ProjectionContext(connection: connection, schema: Replayer.schemaName(for: member.projection), mode: .replay))
-                            }
+                            try member.state.write(
+                                in: ProjectionContext(connection: connection, schema: Replayer.schemaName(for: member.projection), mode: .replay))
                         }
                     } catch let error as PostgresError where slices > 1 && error.isUniqueViolation {
                         member.hazard = "a row of two slices has one key: \(error)"
