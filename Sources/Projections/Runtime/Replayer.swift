@@ -135,7 +135,8 @@ public final class Replayer: Sendable {
     /// The log is read and decoded once per batch (`ReplayFeed`), the next batch read while the
     /// last is applied. The projections with a `ReplayFold` fold in memory, in slices of people
     /// when the log is longer than `inMemoryEventLimit` (`SlicedReplay`), and write their tables
-    /// with COPY, their dead letters and their replay checkpoint in one transaction at the end;
+    /// with COPY (in COPYs of bounded size, each a transaction of its own: `ReplayCopy`), then
+    /// their dead letters and their replay checkpoint in one transaction at the end;
     /// the others apply each batch on a connection of their own, in a transaction with their
     /// replay checkpoint. A fold that cannot be sliced over this log (`ReplaySliceRouter`) is
     /// rebuilt through SQL afterwards, to where the others stand.
