@@ -46,7 +46,7 @@ extension ReplayFold {
         if context.mode != .replay { try ThreadChanges.announceEverything(on: context.connection) }}
 }
 
-/// How a fold's largest tables are written: COPYs of at most `rowsPerStatement` rows each.
+/// How a fold's tables are written: COPYs of at most `rowsPerStatement` rows each.
 /// Outside a transaction (a replay's slice) each is a transaction of its own that holds back the
 /// log's readers (gap-safe reads, docs/event-log.md) for a fraction of a second, where one COPY of
 /// a slice's bell entries took seconds; inside one (a live catch-up) they are that transaction's.
@@ -191,31 +191,26 @@ struct BellReplayFold: ReplayFold {
                 entry.readAt?.postgresText, String(entry.sourcePosition),
             ]
         }
-        try connection.copyIn("COPY \(context.table("bell_counters")) (person_id, unread_count, total_count) FROM STDIN") { writer in
-            for person in counted {
-                let ids = rows.byPerson[person] ?? []
-                let unread = ids.reduce(0) { $0 + (entries[$1]?.readAt == nil ? 1 : 0) }
-                try writer.write(row: [person, String(unread), String(ids.count)])
-            }
+        try ReplayCopy.copy(counted, into: "COPY \(context.table("bell_counters")) (person_id, unread_count, total_count) FROM STDIN", on: connection) {
+            person in
+            let ids = rows.byPerson[person] ?? []
+            let unread = ids.reduce(0) { $0 + (entries[$1]?.readAt == nil ? 1 : 0) }
+            return [person, String(unread), String(ids.count)]
         }
-        try connection.copyIn(
-            "COPY \(context.table("bell_conversations")) (conversation_id, buyer_id, shop_id, watch_id, kind, closed) FROM STDIN"
-        ) { writer in
-            for (id, conversation) in facts.conversations.inPrimaryKeyOrder(\.key) {
-                try writer.write(row: [
-                    id, conversation.buyerId, conversation.shopId, conversation.watchId, conversation.kind.rawValue,
-                    conversation.isClosed.postgresText,
-                ])
-            }
+        try ReplayCopy.copy(
+            facts.conversations.inPrimaryKeyOrder(\.key),
+            into: "COPY \(context.table("bell_conversations")) (conversation_id, buyer_id, shop_id, watch_id, kind, closed) FROM STDIN",
+            on: connection
+        ) { id, conversation in
+            [id, conversation.buyerId, conversation.shopId, conversation.watchId, conversation.kind.rawValue, conversation.isClosed.postgresText]
         }
-        try connection.copyIn("COPY \(context.table("bell_favourites")) (watch_id, person_id) FROM STDIN") { writer in
-            for (watch, people) in facts.favouriters {
-                for person in people { try writer.write(row: [watch, person]) }
-            }
-        }
-        try connection.copyIn("COPY \(context.table("bell_saved_searches")) (saved_search_id, person_id, deleted) FROM STDIN") { writer in
-            for (id, search) in facts.searches { try writer.write(row: [id, search.personId, search.deleted.postgresText]) }
-        }
+        try ReplayCopy.copy(
+            facts.favouriters.flatMap { watch, people in people.map { (watch, $0) } },
+            into: "COPY \(context.table("bell_favourites")) (watch_id, person_id) FROM STDIN", on: connection
+        ) { watch, person in [watch, person] }
+        try ReplayCopy.copy(
+            facts.searches, into: "COPY \(context.table("bell_saved_searches")) (saved_search_id, person_id, deleted) FROM STDIN", on: connection
+        ) { id, search in [id, search.personId, search.deleted.postgresText] }
         guard context.mode != .replay else { return }
         try Self.enqueue(outbox, on: connection)
         try BellChanges.announceEverybody(on: connection)
@@ -300,20 +295,18 @@ struct ThreadsReplayFold: ReplayFold {
     }
 
     private static func copy(_ messages: [ThreadsFold.Message], in context: ProjectionContext) throws {
-        if messages.isEmpty { return }
-        try context.connection.copyIn(
-            """
-            COPY \(context.table("messages")) (message_id, conversation_id, seq, author_side, author_id, body, attachment_handles,
-                offer_amount, offer_currency, sent_at) FROM STDIN
-            """
-        ) { writer in
-            for m in messages {
-                try writer.write(row: [
-                    m.id, m.conversationId, String(m.seq), m.authorSide, m.authorId, m.body,
-                    ThreadsProjection.jsonArray(m.attachmentHandles), m.offer.map { String($0.amount) }, m.offer?.currency,
-                    m.sentAt.postgresText,
-                ])
-            }
+        try ReplayCopy.copy(
+            messages,
+            into: """
+                COPY \(context.table("messages")) (message_id, conversation_id, seq, author_side, author_id, body, attachment_handles,
+                    offer_amount, offer_currency, sent_at) FROM STDIN
+                """, on: context.connection
+        ) { m in
+            [
+                m.id, m.conversationId, String(m.seq), m.authorSide, m.authorId, m.body,
+                ThreadsProjection.jsonArray(m.attachmentHandles), m.offer.map { String($0.amount) }, m.offer?.currency,
+                m.sentAt.postgresText,
+            ]
         }
     }
 
@@ -346,8 +339,8 @@ struct ThreadsReplayFold: ReplayFold {
             ]
         }
         try Self.copy(messages, in: context)
-        try connection.copyIn("COPY \(context.table("thread_watches")) (watch_id, shop_id, status) FROM STDIN") { writer in
-            for (id, watch) in watches { try writer.write(row: [id, watch.shopId, watch.status]) }
+        try ReplayCopy.copy(watches, into: "COPY \(context.table("thread_watches")) (watch_id, shop_id, status) FROM STDIN", on: connection) {
+            id, watch in [id, watch.shopId, watch.status]
         }
     }
 

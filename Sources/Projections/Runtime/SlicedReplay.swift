@@ -208,7 +208,7 @@ final class SlicedReplay: @unchecked Sendable {
     /// Writes the current slice's rows, each member's on a connection of its own, and starts the
     /// next slice from empty state.
     ///
-    /// Not in one transaction: each COPY is its own, and the folds cut their largest tables into
+    /// Not in one transaction: each COPY is its own, and the folds cut their tables into
     /// COPYs of at most `ReplayCopy.rowsPerStatement` rows, because a write transaction holds back
     /// every reader of the log while it is open (gap-safe reads, docs/event-log.md), and a slice's
     /// entries took seconds. A replay that fails is prepared again (its tables dropped), and a fold
