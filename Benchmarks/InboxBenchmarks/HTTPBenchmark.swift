@@ -28,9 +28,7 @@ struct HTTPBenchmark: Benchmark {
     static let seconds = 10
 
     func run(on database: BenchmarkDatabase) async throws -> BenchmarkResult {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/wrk") else {
-            throw BenchmarkFailure(description: "wrk is not installed (apt-get install wrk; make bench installs it)")
-        }
+        try Self.requireWrk()
         let client = database.client
         let people = max(10, Int(Double(Self.people) * scale))
         progress("loading \(people) people with \(Self.entriesPerPerson) bell entries and \(Self.devicesPerPerson) devices each")
@@ -381,6 +379,13 @@ struct HTTPBenchmark: Benchmark {
     }
 
     /// `timeout`: wrk's own for an answer (2 s when nil), past which it counts a socket error.
+    /// Fails with a sentence when wrk, which every HTTP row runs, is not installed.
+    static func requireWrk() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/wrk") else {
+            throw BenchmarkFailure(description: "wrk is not installed (apt-get install wrk; make bench installs it)")
+        }
+    }
+
     static func wrk(url: String, script: String, connections: Int = connections, seconds: Int = seconds, timeout: Int? = nil) throws -> WrkResult {
         let (status, output) = try Subprocess.run(
             "/usr/bin/wrk", ["-t2", "-c\(connections)", "-d\(seconds)s", "--latency"] + (timeout.map { ["--timeout", "\($0)s"] } ?? []) + ["-s", script, url])

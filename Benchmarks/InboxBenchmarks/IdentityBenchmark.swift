@@ -28,9 +28,7 @@ struct IdentityBenchmark: Benchmark {
     static let connections = 64
 
     func run(on database: BenchmarkDatabase) async throws -> BenchmarkResult {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/wrk") else {
-            throw BenchmarkFailure(description: "wrk is not installed (apt-get install wrk; make bench installs it)")
-        }
+        try HTTPBenchmark.requireWrk()
         let client = database.client
         let accounts = max(4, Int(Double(Self.accountsPerCost) * scale))
         let sessions = max(4 * Self.connections, Int(Double(Self.sessions) * scale))
