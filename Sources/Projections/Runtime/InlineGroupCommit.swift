@@ -9,9 +9,10 @@ import PostgresClient
 ///
 /// No thread of its own: a caller that holds a connection leads when no group is running, on that
 /// connection (a caller holding none, `append(_:using:)`, first takes one from the pool: the oldest
-/// of them, one at a time, and only while no caller holding a connection waits, since those may hold
-/// the pool's last connections). It takes the queued requests (itself first, then oldest first, at most
-/// `maximumRequests` of them and `maximumEvents` events; only requests for the same database),
+/// of them, one at a time, already while the group before it runs, and only while no caller
+/// holding a connection waits, since those may hold the pool's last connections). It takes the
+/// queued requests (itself first, then oldest first, at most `maximumRequests` of them and
+/// `maximumEvents` events; only requests for the same database),
 /// runs `BEGIN`, each request's append (behind a savepoint: a refused append, a wrong expected
 /// version say, rolls back that request alone and keeps its error), projects everything the group
 /// appended with `InlineProjections.project` (its per-projection savepoints and deferral rules
@@ -114,12 +115,14 @@ public final class InlineGroupCommit: @unchecked Sendable {
             // Only a request that holds a connection leads. One waiting request at a time (the
             // oldest) takes one from the pool, and only while no request holding a connection is
             // queued: those lead without waiting for the pool, whose connections they may hold.
+            // It takes it while a group is still running, so that it leads the next group the
+            // moment that one commits, instead of waiting for the pool only then.
             while true {
                 if let result = ticket.result {
                     condition.unlock()
                     return try result.get()
                 }
-                if !running, !acquiring, !queue.contains(where: \.holdsConnection), queue.first === ticket {
+                if !acquiring, !queue.contains(where: \.holdsConnection), queue.first === ticket {
                     acquiring = true
                     condition.unlock()
                     var entered = false
