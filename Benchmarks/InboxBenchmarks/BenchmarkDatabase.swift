@@ -51,15 +51,18 @@ struct BenchmarkDatabase: Sendable {
         return try await body(database)
     }
 
-    /// `/tmp/ibench-XXXXXX`: short, so the socket path stays well under the 107 bytes a Unix socket allows.
+    /// `/tmp/ibench-XXXXXX`: short, so the socket path stays well under the 107 bytes a Unix socket
+    /// allows. `INBOX_BENCH_CLUSTER_PARENT` names another folder for it (another disk, or `/dev/shm`
+    /// to see the tier without its disk's flushes).
     private static func makeTemporaryDirectory() throws -> URL {
-        var template = Array("/tmp/ibench-XXXXXX".utf8CString)
+        let parent = ProcessInfo.processInfo.environment["INBOX_BENCH_CLUSTER_PARENT"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var template = Array("\(parent)/ibench-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { buffer -> String? in
             guard let base = buffer.baseAddress, let path = mkdtemp(base) else { return nil }
             return String(cString: path)
         }
         guard let made else {
-            throw BenchmarkFailure(description: "cannot create a temporary folder under /tmp: \(String(cString: strerror(errno)))")
+            throw BenchmarkFailure(description: "cannot create a temporary folder under \(parent): \(String(cString: strerror(errno)))")
         }
         return URL(fileURLWithPath: made, isDirectory: true)
     }
