@@ -88,9 +88,10 @@ import Testing
     }
 
     /// The common inline case, nothing committed before it left to apply: every projection's reads
-    /// in one round trip and every projection's writes in another (`StagedProjection`), so a group
-    /// is five round trips whatever it holds, with the rows the projector and a replay make.
-    @Test func anInlineAppendWithNothingPendingIsFiveRoundTripsForEveryProjection() async throws {
+    /// go with the checkpoints' locks and every projection's writes with the COMMIT
+    /// (`StagedProjection`), so a group is three round trips whatever it holds, with the rows the
+    /// projector and a replay make.
+    @Test func anInlineAppendWithNothingPendingIsThreeRoundTripsForEveryProjection() async throws {
         try await Self.withTheThreadProjected { db in
             @Sendable func post(_ id: String, _ side: AuthorSide) throws -> NewEvent {
                 try NewEvent(MessageSent(conversationId: "c1", messageId: id, authorSide: side, authorId: side == .buyer ? "buyer" : "seller", body: id))
@@ -104,9 +105,9 @@ import Testing
                 return (first, second, connection.roundTrips - before)
             }
             #expect(first.applied == ["bell", "threads"] && second.applied == ["bell", "threads"], "deferred: \(first.deferred) \(second.deferred)")
-            // BEGIN with the append; the checkpoints' locks and what is pending; both projections'
-            // reads; both projections' writes; the checkpoints' moves with the COMMIT.
-            #expect(trips == 5)
+            // BEGIN with the append; the checkpoints' locks, what is pending and both projections'
+            // reads; both projections' writes and the checkpoints' moves with the COMMIT.
+            #expect(trips == 3)
             #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 4)
             #expect(try await db.scalar("SELECT unread_count FROM bell_counters WHERE person_id = 'buyer'", Int32.self) == 2)
             #expect(try await db.scalar("SELECT count(*)::int FROM notification_outbox", Int.self) == 4, "two of the shop's news, two of the buyer's")
@@ -137,6 +138,47 @@ import Testing
             try await db.withProjectors { try await db.waitUntilProjected() }
             #expect(try await db.scalar("SELECT count(*)::int FROM projection_dead_letters", Int.self) == 1)
             #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 1)
+        }
+    }
+
+    /// A staged write that the database refuses (here a trigger refuses one message's row) fails
+    /// the group's COMMIT it went with: the group is then done again the careful way, so the
+    /// writer still gets its events, appended once, with what the careful way does with a
+    /// refused write: the bell applied, the threads rolled back to their savepoint and left to the
+    /// projector, which applies them once the database takes the row.
+    @Test func aStagedWriteRefusedAtTheCommitIsDoneAgainTheCarefulWayAndLosesNothing() async throws {
+        try await Self.withTheThreadProjected { db in
+            try await db.client.execute(
+                """
+                CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF NEW.body = 'poison' THEN RAISE EXCEPTION 'a refused message'; END IF;
+                    RETURN NEW;
+                END $$
+                """)
+            try await db.client.execute("CREATE TRIGGER refuse_poison BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION refuse_poison()")
+            let events = try [
+                NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "seller", body: "poison")),
+                NewEvent(MessageSent(conversationId: "c1", messageId: "m2", authorSide: .seller, authorId: "seller", body: "Yes")),
+            ]
+            let (result, trips) = try await db.client.withConnection { connection in
+                let before = connection.roundTrips
+                let result = try InlineProjections().appendReporting(events, on: connection)
+                return (result, connection.roundTrips - before)
+            }
+            #expect(result.appended.map(\.wasAppended) == [true, true])
+            #expect(result.outcome.applied == ["bell"] && result.outcome.deferred == ["threads"])
+            #expect(trips > 3, "the group was done again")
+            #expect(try await db.scalar("SELECT count(*)::int FROM events WHERE type = 'message_sent'", Int.self) == 2)
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 0)
+            // The bell has both, once each.
+            #expect(try await db.scalar("SELECT unread_count FROM bell_counters WHERE person_id = 'buyer'", Int32.self) == 2)
+            #expect(try await db.scalar("SELECT count(*)::int FROM notification_outbox", Int.self) == 2)
+            try await db.client.execute("DROP TRIGGER refuse_poison ON messages")
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            #expect(try await db.scalar("SELECT string_agg(message_id, ',' ORDER BY message_id) FROM messages", String.self) == "m1,m2")
+            #expect(try await db.scalar("SELECT count(*)::int FROM projection_dead_letters", Int.self) == 0)
+            #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
         }
     }
 

@@ -204,7 +204,23 @@ public final class InlineGroupCommit: @unchecked Sendable {
     typealias Answer = Result<(appended: [AppendedEvent], outcome: InlineProjections.Outcome), any Error>
 
     /// One transaction for `group`; an answer for each of its requests, in order.
+    ///
+    /// The projections' writes go with the `COMMIT`, in its round trip (`InlineProjections.project`,
+    /// `writesGoWithNext`). When one of them fails, so does that `COMMIT`, and nothing of the group
+    /// is committed: the group is then done again from its `BEGIN`, the careful way (the writes in
+    /// a round trip of their own, behind a savepoint, and projection by projection after a
+    /// failure, deferring or parking as always), so that a refused write costs the group nothing
+    /// but the time.
     static func commit(_ group: [Ticket], projections: InlineProjections, on connection: PostgresConnection) -> [Answer] {
+        if let answers = attempt(group, projections: projections, writesGoWithNext: true, on: connection) { return answers }
+        return attempt(group, projections: projections, writesGoWithNext: false, on: connection) ?? []
+    }
+
+    /// `commit`'s transaction; nil, with it rolled back, when the writes went with the `COMMIT`
+    /// and it failed for anything but a lost connection.
+    private static func attempt(
+        _ group: [Ticket], projections: InlineProjections, writesGoWithNext: Bool, on connection: PostgresConnection
+    ) -> [Answer]? {
         var answers: [Answer?] = Array(repeating: nil, count: group.count)
         var appendedByRequest: [[AppendedEvent]] = Array(repeating: [], count: group.count)
         func failAll(_ error: any Error) -> [Answer] {
@@ -286,13 +302,19 @@ public final class InlineGroupCommit: @unchecked Sendable {
         }
         let outcome: InlineProjections.Outcome
         do {
-            outcome = try projections.project(records, typed: typed, on: connection)
+            outcome = try projections.project(records, typed: typed, writesGoWithNext: writesGoWithNext, on: connection)
             // A COMMIT of a failed transaction rolls it back and says so only in its tag (asking
             // first would cost a round trip of its own).
             if try connection.execute("COMMIT").commandTag != "COMMIT" {
                 throw PostgresError(.clientFailure, "The inline projections left the group's transaction failed; it was rolled back.")
             }
+        } catch let error as PostgresError where error.isConnectionError {
+            return failAll(error)
         } catch {
+            if writesGoWithNext {
+                if connection.isOpen && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
+                if connection.isOpen && !connection.isInTransaction { return nil }
+            }
             return failAll(error)
         }
         return group.indices.map { index in

@@ -117,13 +117,21 @@ public struct InlineProjections: Sendable {
     ///
     /// One round trip locks the checkpoint rows of every projection the events concern (in name
     /// order, the order a replay's swap locks them in), says whether this transaction is next in
-    /// the log, and reads what each has not applied yet. Each projection then applies behind a
+    /// the log, reads what each has not applied yet, and (when every one of them is staged) reads
+    /// the rows their writes need. Each projection then applies behind a
     /// savepoint of its own (a projection that cannot is rolled back to it and deferred), and the
     /// checkpoints of those that applied are moved with the statement that follows `project`
     /// (`executeWithNext`: the caller's `COMMIT`), in its round trip. Send something after it.
     /// `typed`: the values the events were encoded from, by position (`typedPayloads`), so that
     /// they are not decoded again.
-    public func project(_ records: [RecordedEvent], typed: [Int64: any EventPayload] = [:], on connection: PostgresConnection) throws -> Outcome {
+    ///
+    /// `writesGoWithNext`: in the common case (`applyStaged`), the writes are held back too and go
+    /// with the caller's `COMMIT`, in its round trip. A write that fails then fails that `COMMIT`,
+    /// and the transaction is lost: only for a caller that does it all again the careful way when
+    /// that happens (`InlineGroupCommit`).
+    public func project(
+        _ records: [RecordedEvent], typed: [Int64: any EventPayload] = [:], writesGoWithNext: Bool = false, on connection: PostgresConnection
+    ) throws -> Outcome {
         var outcome = Outcome()
         if records.isEmpty { return outcome }
         let own = DecodedBatch(records.sorted { $0.checkpoint < $1.checkpoint }, typed: typed)
@@ -133,13 +141,19 @@ public struct InlineProjections: Sendable {
             return own.records.contains(where: { types.contains($0.type) })
         }
         if concerned.isEmpty { return outcome }
+        // The staged projections' reads go with the locks, for the common case (nothing pending).
+        let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .inline)
+        let staged = Self.staged(concerned, own: own)
+        let loads = staged?.map { $0.projection.loads(for: $0.events, in: context) } ?? []
         // The locks behind a savepoint too: when they cannot be had (a statement timeout while a
         // swap holds them, say), every projection is left to the async projector.
         connection.executeWithNext("SAVEPOINT inline_projection_locks")
         let positions: [String: (ProjectionPosition, pending: [RecordedEvent])]
         let isNext: Bool
+        let loaded: [PostgresRows]
         do {
-            (positions, isNext) = try ProjectionState.readLockedNextAndPending(concerned.map(\.name), limit: catchUpLimit + 1, on: connection)
+            (positions, isNext, loaded) = try ProjectionState.readLockedNextAndPending(
+                concerned.map(\.name), limit: catchUpLimit + 1, alongside: loads.flatMap { $0 }, on: connection)
             connection.executeWithNext("RELEASE SAVEPOINT inline_projection_locks")
         } catch let error as PostgresError where error.isConnectionError {
             throw error
@@ -150,8 +164,11 @@ public struct InlineProjections: Sendable {
             return outcome
         }
         var advances: [PostgresStatement] = []
-        if isNext, let staged = applyStaged(concerned, own: own, positions: positions, on: connection) {
-            for (projection, applied) in staged {
+        if isNext, let staged,
+            let applied = applyStaged(
+                staged, loads: loads, loaded: loaded, positions: positions, writesGoWithNext: writesGoWithNext, in: context)
+        {
+            for (projection, applied) in applied {
                 advances.append(ProjectionState.advanceStatement(projection, to: last, applied: applied))
                 outcome.applied.append(projection)
             }
@@ -196,41 +213,54 @@ public struct InlineProjections: Sendable {
         return typed
     }
 
-    /// The common case in two round trips for all of them: every concerned projection is staged,
-    /// at its version, with nothing committed before this transaction left to apply, and every
-    /// event of the transaction readable. Their reads go in one pipeline and their writes in
-    /// another, behind one savepoint; nil (with nothing applied, the savepoint rolled back) when the
-    /// case is not this one or anything fails, and the caller applies projection by projection,
-    /// which defers or parks exactly as before. How many events each applied, by name.
-    private func applyStaged(
-        _ concerned: [any Projection], own: DecodedBatch, positions: [String: (ProjectionPosition, pending: [RecordedEvent])],
-        on connection: PostgresConnection
-    ) -> [(String, Int)]? {
+    /// Every concerned projection with the events of `own` it takes, when all of them are staged
+    /// and every event of the transaction is readable; nil otherwise.
+    private static func staged(_ concerned: [any Projection], own: DecodedBatch) -> [(projection: any StagedProjection, events: [ProjectedEvent])]? {
         guard own.unreadable.isEmpty else { return nil }
         var staged: [(projection: any StagedProjection, events: [ProjectedEvent])] = []
         for projection in concerned {
-            guard let projection = projection as? any StagedProjection, let (live, pending) = positions[projection.name],
-                live.version == projection.version, pending.isEmpty
-            else { return nil }
+            guard let projection = projection as? any StagedProjection else { return nil }
             let types = projection.eventTypes
             staged.append((projection, own.events.filter { types.contains($0.record.type) }))
         }
-        let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .inline)
-        connection.executeWithNext("SAVEPOINT inline_staged")
+        return staged
+    }
+
+    /// The common case, with the reads already done (`loads`, read with the locks: `loaded`) and
+    /// the writes in one round trip for all of them: every concerned projection is staged, at its
+    /// version, with nothing committed before this transaction left to apply. Behind one
+    /// savepoint; nil (with nothing applied, the savepoint rolled back) when the case is not this
+    /// one or anything fails, and the caller applies projection by projection, which defers or
+    /// parks exactly as before. With `writesGoWithNext`, the writes are held back for the caller's
+    /// next statement instead (no savepoint: a failure there is the transaction's). How many
+    /// events each applied, by name.
+    private func applyStaged(
+        _ staged: [(projection: any StagedProjection, events: [ProjectedEvent])], loads: [[PostgresStatement]], loaded: [PostgresRows],
+        positions: [String: (ProjectionPosition, pending: [RecordedEvent])], writesGoWithNext: Bool, in context: ProjectionContext
+    ) -> [(String, Int)]? {
+        for (projection, _) in staged {
+            guard let (live, pending) = positions[projection.name], live.version == projection.version, pending.isEmpty else { return nil }
+        }
+        let connection = context.connection
+        if !writesGoWithNext { connection.executeWithNext("SAVEPOINT inline_staged") }
         do {
-            let loads = staged.map { $0.projection.loads(for: $0.events, in: context) }
-            var loaded = try connection.pipeline(loads.flatMap { $0 })[...]
+            var loaded = loaded[...]
             var writes: [PostgresStatement] = []
             for ((projection, events), reads) in zip(staged, loads) {
                 writes += try projection.writes(for: events, loaded: Array(loaded.prefix(reads.count)), in: context)
                 loaded = loaded.dropFirst(reads.count)
             }
-            _ = try connection.pipeline(writes)
-            connection.executeWithNext("RELEASE SAVEPOINT inline_staged")
+            if writesGoWithNext {
+                for write in writes { connection.executeWithNext(write) }
+            } else {
+                _ = try connection.pipeline(writes)
+                connection.executeWithNext("RELEASE SAVEPOINT inline_staged")
+            }
             return staged.map { ($0.projection.name, $0.events.count) }
         } catch {
             // Whatever failed (a connection lost too) is met again, and answered, on the way
-            // projection by projection.
+            // projection by projection. (Held back, nothing was sent yet: a fold that threw.)
+            if writesGoWithNext { return nil }
             if connection.isOpen {
                 _ = try? connection.execute("ROLLBACK TO SAVEPOINT inline_staged")
                 _ = try? connection.execute("RELEASE SAVEPOINT inline_staged")

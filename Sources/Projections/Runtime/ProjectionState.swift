@@ -42,9 +42,13 @@ enum ProjectionState {
     /// xmin is its own id); and for each the first `limit` events committed after its checkpoint,
     /// read from the row itself (`EventStore.read(after:limit:on:)`'s statement). A projection
     /// without a row is absent from the answer.
+    ///
+    /// `alongside` go last in the same pipeline (the reads of an inline apply that will need them
+    /// when nothing is pending: they see what was committed before the locks were had), and their
+    /// results are returned in their order.
     static func readLockedNextAndPending(
-        _ names: [String], limit: Int, on connection: PostgresConnection
-    ) throws -> (positions: [String: (ProjectionPosition, pending: [RecordedEvent])], isNext: Bool) {
+        _ names: [String], limit: Int, alongside: [PostgresStatement] = [], on connection: PostgresConnection
+    ) throws -> (positions: [String: (ProjectionPosition, pending: [RecordedEvent])], isNext: Bool, alongside: [PostgresRows]) {
         let results = try connection.pipeline([
             PostgresStatement(
                 """
@@ -62,7 +66,7 @@ enum ProjectionState {
                 WHERE c.projection = ANY($1) ORDER BY c.projection, e.transaction_id, e.position
                 """, names, Int32(clamping: limit)),
             PostgresStatement("SET LOCAL plan_cache_mode = DEFAULT"),
-        ])
+        ] + alongside)
         var pending: [String: [RecordedEvent]] = [:]
         for row in results[3] {
             pending[try row.decode(String.self, "inbox_projection"), default: []].append(try RecordedEvent(row: row))
@@ -72,7 +76,7 @@ enum ProjectionState {
             let name = try row.decode(String.self, "projection")
             positions[name] = (try position(row), pending[name] ?? [])
         }
-        return (positions, try results[1].scalar(Bool.self))
+        return (positions, try results[1].scalar(Bool.self), Array(results.suffix(alongside.count)))
     }
 
     /// `advance`'s statement, for a caller that sends it with others.
