@@ -88,6 +88,16 @@ struct HTTPBenchmark: Benchmark {
         // and the reads that evict dirty pages wait behind that writeback for up to seconds.
         try await client.execute("CHECKPOINT")
 
+        // The projectors, as `inbox serve` runs them beside the API: each wakes at every commit
+        // and reads what it has not applied (INBOX_BENCH_PROJECTORS=0 leaves them out).
+        var projectorTasks: [Task<Void, any Error>] = []
+        if ProcessInfo.processInfo.environment["INBOX_BENCH_PROJECTORS"] != "0" {
+            for projection in InboxProjections.all {
+                let projector = Projector(projection: projection, configuration: client.configuration.connection)
+                projectorTasks.append(Task { try await projector.run() })
+            }
+        }
+        defer { for task in projectorTasks { task.cancel() } }
         let key = try ES256PrivateKey.generate()
         let signer = TokenSigner(key: key, kid: "bench")
         let verifier = TokenVerifier(keys: TokenKeys(keys: ["bench": try key.publicKey]))
@@ -276,6 +286,9 @@ struct HTTPBenchmark: Benchmark {
         let configurations = try await runInterleaved(cases, rounds: rounds, unit: "requests")
         var notes: [String: String] = [:]
         notes["people"] = "\(people)"
+        notes["projectors"] =
+            projectorTasks.isEmpty
+            ? "left out (INBOX_BENCH_PROJECTORS=0)" : "\(InboxProjections.all.map(\.name).joined(separator: ", ")), running beside the API as in inbox serve"
         notes["httpThreads"] = "\(HTTPServer.defaultThreads) event loops, \(blockingThreads) blocking threads"
         let cache = bellCache.statistics
         notes["bellCache"] = "\(cache.hits) pages from memory, \(cache.misses) from PostgreSQL, \(cache.bytes) bytes kept at the end"

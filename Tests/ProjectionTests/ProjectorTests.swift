@@ -182,6 +182,46 @@ import Testing
         }
     }
 
+    /// The async projectors beside inline writers take no transaction for what the writers
+    /// applied: the threads' and the bell's learn that their checkpoint moved from a read, and the
+    /// people's and the preferences' (no message is theirs) read past the messages and write
+    /// their checkpoints once, when they have caught up. A transaction of theirs would hold a
+    /// transaction id, and while it lasted no inline writer would be next in the log: in the HTTP
+    /// benchmark with the projectors running, one group of message posts in fourteen left its
+    /// projections to the projectors. Counted in transaction ids, in a cluster of its own.
+    @Test func projectorsBesideInlineWritersTakeNoTransactionForWhatTheWritersApplied() async throws {
+        try await Self.withTheThreadProjected { db in
+            let posts = 20
+            let nextId = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+            // The ids `posts` inline posts take (a post's savepoints that write take ids of their own).
+            @Sendable func idsOfPosts(_ round: String) async throws -> Int64 {
+                let before = try await db.scalar(nextId, Int64.self)
+                for index in 0..<posts {
+                    let event = try NewEvent(
+                        MessageSent(conversationId: "c1", messageId: "\(round)\(index)", authorSide: .buyer, authorId: "buyer", body: "Hello"))
+                    let outcome = try await db.client.withConnection { connection in try InlineProjections().appendReporting([event], on: connection).outcome }
+                    #expect(outcome.deferred.isEmpty, "post \(round)\(index)")
+                    // Time for every projector to wake and look.
+                    try await Task.sleep(for: .milliseconds(40))
+                }
+                return try await db.scalar(nextId, Int64.self) - before
+            }
+            let alone = try await idsOfPosts("a")
+            let beside = try await db.withProjectors {
+                try await db.waitUntilProjected()
+                try await Task.sleep(for: .milliseconds(300))
+                let before = try await db.scalar(nextId, Int64.self)
+                let posting = try await idsOfPosts("b")
+                try await db.waitUntilProjected()
+                return (posting, try await db.scalar(nextId, Int64.self) - before)
+            }
+            // The projectors' own: the people's and the preferences' checkpoints written once
+            // each when they caught up (and room for one more each). Before, four for every post.
+            #expect(beside.1 - alone <= 4, "\(alone) transaction ids for \(posts) posts alone, \(beside.1) beside the projectors")
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 2 * posts)
+        }
+    }
+
     /// `body` with the database of a cluster of its own (the inline driver applies only when no
     /// older transaction of the cluster is writing) in which the projectors have applied `started`.
     static func withTheThreadProjected(_ body: (TestDatabase) async throws -> Void) async throws {

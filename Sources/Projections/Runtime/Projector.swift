@@ -108,10 +108,25 @@ struct ProjectorWork: LoopWork {
         /// The in-memory catch-up from empty tables was refused (its rows could not be written):
         /// batch by batch from here.
         var foldRefused = false
+        /// Read past and not written yet: the batches since the checkpoint held no event this
+        /// projection takes (nor one it cannot read). See `skippedBeforeWriting`.
+        var skipped: (checkpoint: Checkpoint, events: Int)?
     }
+
+    /// How many events a projector reads past, none of them its, before it writes its checkpoint
+    /// past them. Writing is a transaction that locks the checkpoint row, so it holds a transaction
+    /// id, and while it lasts no inline writer is next in the log (docs/projections.md): a
+    /// projector that wrote its checkpoint past every group of message posts (the people and the
+    /// preferences take none of them) made one group in fourteen leave its projections to the
+    /// async projectors. Written at the latest when the projector has caught up, or with its
+    /// next batch that has work; below the inline driver's `catchUpLimit`, so that what an inline
+    /// writer finds pending stays within it.
+    static let skippedBeforeWriting = 250
 
     private enum Outcome: Sendable {
         case applied(Int, [DeadLetter], Checkpoint, full: Bool)
+        /// Read past events none of which were this projection's, not written yet (`State.skipped`).
+        case skipped(full: Bool)
         case caughtUp(heldBack: Bool)
         case moved(ProjectionPosition)
         /// Nothing was applied; try again (batch by batch).
@@ -146,6 +161,7 @@ struct ProjectorWork: LoopWork {
         switch try await nextBatch(after: position, limit: state.batchSize, state: &state, on: session) {
         case .applied(let count, let parked, let checkpoint, let full):
             state.position?.checkpoint = checkpoint
+            state.skipped = nil
             state.batchSize = full ? min(state.batchSize * 2, options.maximumBatchSize) : options.batchSize
             if !parked.isEmpty {
                 logger.error("parked events that could not be applied", metadata: ["parked": "\(parked.count)", "checkpoint": "\(checkpoint)"])
@@ -155,8 +171,11 @@ struct ProjectorWork: LoopWork {
         case .moved(let current):
             // An inline writer or a replay's swap moved it; resume there.
             state.position = current
+            state.skipped = nil
             report(.checkpointMoved(to: current.checkpoint))
             return .more
+        case .skipped(let full):
+            return full ? .more : .wait(state.idle.wait(heldBack: false, pollInterval: options.pollInterval))
         case .caughtUp(let heldBack):
             return .wait(state.idle.wait(heldBack: heldBack, pollInterval: options.pollInterval))
         case .refused:
@@ -169,16 +188,33 @@ struct ProjectorWork: LoopWork {
     private func nextBatch(after expected: ProjectionPosition, limit: Int, state: inout State, on session: LeasedSession) async throws -> Outcome {
         let projection = self.projection
         let types = projection.eventTypes
-        let batch = try await session.run { connection in try Self.read(after: expected.checkpoint, limit: limit, types: types, on: connection) }
+        let from = state.skipped?.checkpoint ?? expected.checkpoint
+        let (stored, records) = try await session.run { connection in
+            try ProjectionState.readWithEvents(projection.name, after: from, limit: limit, on: connection)
+        }
+        guard let stored else { throw LeaseLost() }
+        // An inline writer (or a replay's swap) moved it: resume there, without the transaction
+        // that would find that out under the row's lock.
+        if stored.checkpoint != expected.checkpoint || stored.version != expected.version { return .moved(stored) }
+        let batch = DecodedBatch(decodingInParallel: records, types: types)
         guard let last = batch.records.last else {
+            if let skipped = state.skipped { return try await writeSkipped(through: skipped.checkpoint, expected: expected, on: session) }
             let heldBack = try await session.run { connection in try EventStore.hasCommittedEvents(after: expected.checkpoint, on: connection) }
             return .caughtUp(heldBack: heldBack)
         }
         let full = batch.records.count == limit
-        if full, expected.checkpoint == .start, expected.eventsApplied == 0, options.inMemoryEvents > 0, !state.foldRefused,
+        if state.skipped == nil, full, expected.checkpoint == .start, expected.eventsApplied == 0, options.inMemoryEvents > 0, !state.foldRefused,
             let fold = ReplayFolds.make(for: projection)
         {
             return try await catchUpInMemory(fold, from: expected, first: batch, state: &state, on: session)
+        }
+        if batch.events.isEmpty, batch.unreadable.isEmpty {
+            let events = (state.skipped?.events ?? 0) + batch.records.count
+            if events < Self.skippedBeforeWriting {
+                state.skipped = (last.checkpoint, events)
+                return .skipped(full: full)
+            }
+            return try await writeSkipped(through: last.checkpoint, expected: expected, on: session)
         }
         return try await session.run { connection -> Outcome in
             try connection.transaction { connection -> Outcome in
@@ -189,6 +225,20 @@ struct ProjectorWork: LoopWork {
                 try ProjectionBatchApplier.park(outcome.parked, into: "projection_dead_letters", on: connection)
                 try ProjectionState.advance(projection.name, to: last.checkpoint, applied: outcome.applied, on: connection)
                 return .applied(outcome.applied, outcome.parked, last.checkpoint, full: full)
+            }
+        }
+    }
+
+    /// The checkpoint written past events none of which were this projection's, in a transaction
+    /// that locks its row and checks it has not moved, as every batch does.
+    private func writeSkipped(through checkpoint: Checkpoint, expected: ProjectionPosition, on session: LeasedSession) async throws -> Outcome {
+        let name = projection.name
+        return try await session.run { connection -> Outcome in
+            try connection.transaction { connection -> Outcome in
+                guard let current = try ProjectionState.read(name, on: connection, lock: true) else { throw LeaseLost() }
+                if current.checkpoint != expected.checkpoint || current.version != expected.version { return .moved(current) }
+                try ProjectionState.advance(name, to: checkpoint, applied: 0, on: connection)
+                return .applied(0, [], checkpoint, full: false)
             }
         }
     }
