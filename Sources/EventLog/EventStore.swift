@@ -106,8 +106,13 @@ public final class EventStore: Sendable {
     }
 
     public static func read(after checkpoint: Checkpoint, limit: Int, on connection: PostgresConnection) throws -> [RecordedEvent] {
-        let rows = try connection.query(
-            "SELECT * FROM read_events_after($1, $2, $3)", checkpoint.transactionId, checkpoint.position, Int32(clamping: limit))
+        try recordedEvents(
+            try connection.query(
+                "SELECT * FROM read_events_after($1, $2, $3)", checkpoint.transactionId, checkpoint.position, Int32(clamping: limit)))
+    }
+
+    /// The events of rows of `events` (all its columns), each column looked up once.
+    public static func recordedEvents(_ rows: PostgresRows) throws -> [RecordedEvent] {
         let columns = try RecordedEvent.Columns(rows)
         return try (0..<rows.count).map { try RecordedEvent(row: rows[$0], columns: columns) }
     }

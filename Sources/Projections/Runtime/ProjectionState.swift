@@ -91,7 +91,7 @@ enum ProjectionState {
             PostgresStatement(readSQL, name),
             PostgresStatement("SELECT * FROM read_events_after($1, $2, $3)", checkpoint.transactionId, checkpoint.position, Int32(clamping: limit)),
         ])
-        return (try position(results[0]), try results[1].map { try RecordedEvent(row: $0) })
+        return (try position(results[0]), try EventStore.recordedEvents(results[1]))
     }
 
     /// `advance`'s statement, for a caller that sends it with others.
