@@ -110,7 +110,7 @@ struct ProjectorWork: LoopWork {
         var foldRefused = false
         /// Read past and not written yet: the batches since the checkpoint held no event this
         /// projection takes (nor one it cannot read). See `skippedBeforeWriting`.
-        var skipped: (checkpoint: Checkpoint, events: Int)?
+        var skipped: (checkpoint: Checkpoint, events: Int, at: ContinuousClock.Instant)?
     }
 
     /// How many events a projector reads past, none of them its, before it writes its checkpoint
@@ -118,9 +118,9 @@ struct ProjectorWork: LoopWork {
     /// id, and while it lasts no inline writer is next in the log (docs/projections.md): a
     /// projector that wrote its checkpoint past every group of message posts (the people and the
     /// preferences take none of them) made one group in fourteen leave its projections to the
-    /// async projectors. Written at the latest when the projector has caught up, or with its
-    /// next batch that has work; below the inline driver's `catchUpLimit`, so that what an inline
-    /// writer finds pending stays within it.
+    /// async projectors. Written at the latest when the projector has found nothing new for a
+    /// poll interval (the log is quiet then), or with its next batch that has work; below the
+    /// inline driver's `catchUpLimit`, so that what an inline writer finds pending stays within it.
     static let skippedBeforeWriting = 250
 
     private enum Outcome: Sendable {
@@ -198,7 +198,14 @@ struct ProjectorWork: LoopWork {
         if stored.checkpoint != expected.checkpoint || stored.version != expected.version { return .moved(stored) }
         let batch = DecodedBatch(decodingInParallel: records, types: types)
         guard let last = batch.records.last else {
-            if let skipped = state.skipped { return try await writeSkipped(through: skipped.checkpoint, expected: expected, on: session) }
+            if let skipped = state.skipped {
+                // Written once nothing new came for a poll interval: while writers go on, a write
+                // here would be in their way as much as one after every batch.
+                if ContinuousClock.now - skipped.at >= options.pollInterval {
+                    return try await writeSkipped(through: skipped.checkpoint, expected: expected, on: session)
+                }
+                return .caughtUp(heldBack: false)
+            }
             let heldBack = try await session.run { connection in try EventStore.hasCommittedEvents(after: expected.checkpoint, on: connection) }
             return .caughtUp(heldBack: heldBack)
         }
@@ -211,7 +218,7 @@ struct ProjectorWork: LoopWork {
         if batch.events.isEmpty, batch.unreadable.isEmpty {
             let events = (state.skipped?.events ?? 0) + batch.records.count
             if events < Self.skippedBeforeWriting {
-                state.skipped = (last.checkpoint, events)
+                state.skipped = (last.checkpoint, events, ContinuousClock.now)
                 return .skipped(full: full)
             }
             return try await writeSkipped(through: last.checkpoint, expected: expected, on: session)
