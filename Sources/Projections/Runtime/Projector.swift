@@ -146,6 +146,9 @@ struct ProjectorWork: LoopWork {
         let projection = self.projection
         state.position = try await session.run { connection in try ProjectionState.prepareLive(projection, on: connection) }
         state.batchSize = options.batchSize
+        // What was read past under a lease held before is read again from the row: another node
+        // may have applied from there meanwhile.
+        state.skipped = nil
     }
 
     func step(_ state: inout State, on session: LeasedSession) async throws -> LoopStep {
