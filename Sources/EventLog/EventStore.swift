@@ -106,9 +106,13 @@ public final class EventStore: Sendable {
     }
 
     public static func read(after checkpoint: Checkpoint, limit: Int, on connection: PostgresConnection) throws -> [RecordedEvent] {
-        try recordedEvents(
-            try connection.query(
-                "SELECT * FROM read_events_after($1, $2, $3)", checkpoint.transactionId, checkpoint.position, Int32(clamping: limit)))
+        let statement = readStatement(after: checkpoint, limit: limit)
+        return try recordedEvents(try connection.query(statement.sql, binds: statement.binds))
+    }
+
+    /// `read(after:limit:on:)`'s statement, for a caller that sends it with others.
+    public static func readStatement(after checkpoint: Checkpoint, limit: Int) -> PostgresStatement {
+        PostgresStatement("SELECT * FROM read_events_after($1, $2, $3)", checkpoint.transactionId, checkpoint.position, Int32(clamping: limit))
     }
 
     /// The events of rows of `events` (all its columns), each column looked up once.

@@ -7,6 +7,9 @@ public struct ProjectionPosition: Sendable, Hashable {
     public var version: Int
     public var checkpoint: Checkpoint
     public var eventsApplied: Int64
+
+    /// At the same checkpoint of the same version (whatever the count of events applied says).
+    func isAt(_ other: ProjectionPosition) -> Bool { checkpoint == other.checkpoint && version == other.version }
 }
 
 /// The rows of `projection_checkpoints`, and the setup of a projection's live tables.
@@ -89,7 +92,7 @@ enum ProjectionState {
     ) {
         let results = try connection.pipeline([
             PostgresStatement(readSQL, name),
-            PostgresStatement("SELECT * FROM read_events_after($1, $2, $3)", checkpoint.transactionId, checkpoint.position, Int32(clamping: limit)),
+            EventStore.readStatement(after: checkpoint, limit: limit),
         ])
         return (try position(results[0]), try EventStore.recordedEvents(results[1]))
     }

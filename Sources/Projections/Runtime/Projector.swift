@@ -198,7 +198,7 @@ struct ProjectorWork: LoopWork {
         guard let stored else { throw LeaseLost() }
         // An inline writer (or a replay's swap) moved it: resume there, without the transaction
         // that would find that out under the row's lock.
-        if stored.checkpoint != expected.checkpoint || stored.version != expected.version { return .moved(stored) }
+        if !stored.isAt(expected) { return .moved(stored) }
         let batch = DecodedBatch(decodingInParallel: records, types: types)
         guard let last = batch.records.last else {
             if let skipped = state.skipped {
@@ -228,8 +228,7 @@ struct ProjectorWork: LoopWork {
         }
         return try await session.run { connection -> Outcome in
             try connection.transaction { connection -> Outcome in
-                guard let current = try ProjectionState.read(projection.name, on: connection, lock: true) else { throw LeaseLost() }
-                if current.checkpoint != expected.checkpoint || current.version != expected.version { return .moved(current) }
+                if let moved = try Self.movedUnderLock(projection.name, from: expected, on: connection) { return .moved(moved) }
                 let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .live)
                 let outcome = try ProjectionBatchApplier.apply(batch, to: projection, in: context)
                 try ProjectionBatchApplier.park(outcome.parked, into: "projection_dead_letters", on: connection)
@@ -239,14 +238,21 @@ struct ProjectorWork: LoopWork {
         }
     }
 
+    /// Locks the checkpoint row for the rest of the transaction (every batch does this first: it
+    /// waits for a swap or another writer, then sees their result); nil when the row is where this
+    /// projector left it, else where it is now.
+    private static func movedUnderLock(_ name: String, from expected: ProjectionPosition, on connection: PostgresConnection) throws -> ProjectionPosition? {
+        guard let current = try ProjectionState.read(name, on: connection, lock: true) else { throw LeaseLost() }
+        return current.isAt(expected) ? nil : current
+    }
+
     /// The checkpoint written past events none of which were this projection's, in a transaction
     /// that locks its row and checks it has not moved, as every batch does.
     private func writeSkipped(through checkpoint: Checkpoint, expected: ProjectionPosition, on session: LeasedSession) async throws -> Outcome {
         let name = projection.name
         return try await session.run { connection -> Outcome in
             try connection.transaction { connection -> Outcome in
-                guard let current = try ProjectionState.read(name, on: connection, lock: true) else { throw LeaseLost() }
-                if current.checkpoint != expected.checkpoint || current.version != expected.version { return .moved(current) }
+                if let moved = try Self.movedUnderLock(name, from: expected, on: connection) { return .moved(moved) }
                 try ProjectionState.advance(name, to: checkpoint, applied: 0, on: connection)
                 return .applied(0, [], checkpoint, full: false)
             }
@@ -289,8 +295,7 @@ struct ProjectorWork: LoopWork {
         do {
             return try await session.run { connection -> Outcome in
                 try connection.transaction { connection -> Outcome in
-                    guard let current = try ProjectionState.read(projection.name, on: connection, lock: true) else { throw LeaseLost() }
-                    if current.checkpoint != expected.checkpoint || current.version != expected.version { return .moved(current) }
+                    if let moved = try Self.movedUnderLock(projection.name, from: expected, on: connection) { return .moved(moved) }
                     let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .live)
                     try fold.write(in: context)
                     try type.finish(in: context)
