@@ -69,7 +69,7 @@ public struct FanoutSender: Service {
                     work: FanoutWork(store: store, transport: transport, batchSize: options.batchSize, node: options.node, logger: logger),
                     configuration: configuration, channels: ["inbox_outbox"],
                     options: LeasedLoop<FanoutWork>.Options(pollInterval: options.pollInterval), clock: clock, logger: logger,
-                    isRetryable: Self.isRetryable)
+                    isRetryable: Self.isRetryable, appendsEvents: false)
                 group.addTask { try await loop.run(from: FanoutWork.State()) }
             }
             do {

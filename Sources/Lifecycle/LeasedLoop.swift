@@ -111,6 +111,9 @@ public struct Backoff: Sendable, Equatable {
 ///   interval); a step in flight finishes first. The session is closed on the way out, which
 ///   releases the lease.
 /// - **Time is the injected clock's**, so tests move a `TestClock` instead of sleeping.
+/// - **A loop that never appends says so** (`appendsEvents: false`): its session is named as one
+///   (`SessionsThatNeverAppend`), the database refuses its inserts into the log, and inline writers
+///   are not held back by its transactions.
 public struct LeasedLoop<Work: LoopWork>: Sendable {
     public struct Options: Sendable {
         /// The wait after a step that says `.wait(nil)`.
@@ -144,14 +147,17 @@ public struct LeasedLoop<Work: LoopWork>: Sendable {
     private let logger: Logger
     private let isRetryable: @Sendable (any Error) -> Bool
     private let observe: @Sendable (Event) -> Void
+    private let appendsEvents: Bool
 
     public init(
         name: String, work: Work, configuration: PostgresConfiguration, lease: Lease? = nil, channels: [String] = [],
         options: Options = Options(), clock: any Clock<Duration> = ContinuousClock(), logger: Logger = .silent,
         isRetryable: @escaping @Sendable (any Error) -> Bool = { ($0 as? PostgresError)?.isTransient ?? false },
-        observe: @escaping @Sendable (Event) -> Void = { _ in }
+        observe: @escaping @Sendable (Event) -> Void = { _ in },
+        appendsEvents: Bool = true
     ) {
         self.name = name
+        self.appendsEvents = appendsEvents
         self.work = work
         self.configuration = configuration
         self.lease = lease
@@ -166,7 +172,10 @@ public struct LeasedLoop<Work: LoopWork>: Sendable {
     /// Runs until the task is cancelled (then throws `CancellationError`) or a step fails for a
     /// reason that is not retried.
     public func run(from initial: Work.State) async throws {
-        let session = PostgresSession(configuration: configuration, applicationName: "inbox-\(name)")
+        // A loop whose work never appends says so, so that inline writers are not held back by
+        // its transactions (`SessionsThatNeverAppend`).
+        let applicationName = appendsEvents ? "inbox-\(name)" : SessionsThatNeverAppend.applicationName("inbox-\(name)")
+        let session = PostgresSession(configuration: configuration, applicationName: applicationName)
         let listener = channels.isEmpty ? nil : try PostgresListener(configuration: configuration, channels: channels, applicationName: "inbox-\(name)-listener")
         var state = initial
         do {

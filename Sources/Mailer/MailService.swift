@@ -46,7 +46,7 @@ public struct MailService: Service {
                 sender: MailSender(store: store, transport: transport, from: from, links: links, now: now, logger: logger),
                 batchSize: options.batchSize),
             configuration: configuration, channels: ["inbox_outbox"], options: .init(pollInterval: options.pollInterval), clock: clock,
-            logger: logger, isRetryable: Self.isRetryable)
+            logger: logger, isRetryable: Self.isRetryable, appendsEvents: false)
     }
 
     /// Transient database errors, and read models whose tables no projector has made yet: both pass.

@@ -274,6 +274,56 @@ import Testing
         db.client.close()
     }
 
+    /// An older open transaction of a session that never appends (a projector's batch, a fan-out's
+    /// claim) does not keep an inline writer from being next (sql/017). What committed after that
+    /// transaction began and before the writer's is applied first: read up to the writer's own id,
+    /// not the snapshot's xmin, which the open transaction holds back (bounded by the xmin, the
+    /// checkpoint would move past `m0` and the read models would never have it). The session
+    /// cannot append: the database refuses it.
+    @Test func anOlderTransactionOfASessionThatNeverAppendsDoesNotHoldAnInlineWriterBackAndNothingBetweenIsMissed() async throws {
+        let cluster = try await TestCluster.make()
+        defer { cluster.tearDown() }
+        let db = try await cluster.database()
+        defer { db.client.close() }
+        try await db.append(Self.started)
+        try await db.withProjectors { try await db.waitUntilProjected() }
+        let reader = try PostgresConnection(
+            configuration: db.configuration, applicationName: SessionsThatNeverAppend.applicationName("inbox-test-claims"))
+        defer { reader.close() }
+        try reader.execute("BEGIN")
+        let readerXid = try reader.query("SELECT pg_current_xact_id()::text::bigint").scalar(Int64.self)
+        // Nothing has ended since the reader's transaction began: the snapshot does not list it
+        // (it is at or past the snapshot's xmax), and it is still found and seen to never append.
+        let first = try NewEvent(MessageSent(conversationId: "c1", messageId: "m-first", authorSide: .buyer, authorId: "buyer", body: "Hi"))
+        let firstOutcome = try await db.client.withConnection { connection in
+            try InlineProjections().appendReporting([first], on: connection).outcome
+        }
+        #expect(firstOutcome.applied == ["bell", "threads"], "deferred: \(firstOutcome.deferred)")
+        // Committed after the reader's transaction began, and not projected.
+        _ = try await db.store.append(
+            try NewEvent(MessageSent(conversationId: "c1", messageId: "m0", authorSide: .buyer, authorId: "buyer", body: "Hello")))
+
+        let message = try NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "s", body: "Yes"))
+        let outcome = try await db.client.withConnection { connection in
+            try InlineProjections().appendReporting([message], on: connection).outcome
+        }
+        #expect(outcome.applied == ["bell", "threads"], "deferred: \(outcome.deferred)")
+        #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 3)
+        // The reader's transaction is still the oldest open one.
+        #expect(try reader.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").scalar(Int64.self) == readerXid)
+
+        #expect {
+            _ = try EventStore.append([try NewEvent(PasswordChanged(personId: "p1"))], on: reader)
+        } throws: { error in
+            (error as? PostgresError)?.sqlState == SQLState("WR003")
+        }
+        try reader.execute("ROLLBACK")
+        try await db.withProjectors { try await db.waitUntilProjected() }
+        #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 3)
+        #expect(try await db.scalar("SELECT count(*)::int FROM events WHERE type = 'password_changed'", Int.self) == 0)
+        #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
+    }
+
     /// The checkpoint rows are locked in one statement for every projection concerned: when they
     /// cannot be had (here a lock timeout while another session holds one), the append still
     /// commits and every projection is left to the projector.

@@ -133,13 +133,16 @@ import Testing
                 var sessions: [String] = []
                 for _ in 0..<250 {
                     sessions = try await db.client.query(
-                        "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'inbox-project-%' ORDER BY 1"
-                    ) { try $0.decode(String.self, at: 0) }
+                        "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'inbox-project-%'"
+                    ) { try $0.decode(String.self, at: 0) }.sorted()
                     if !sessions.contains(where: { $0.hasSuffix("-reader") }) { break }
                     try await Task.sleep(for: .milliseconds(20))
                 }
                 #expect(
-                    sessions == ["inbox-project-bell", "inbox-project-bell-listener", "inbox-project-threads", "inbox-project-threads-listener"],
+                    sessions == [
+                        "inbox-project-bell [no appends]", "inbox-project-bell-listener", "inbox-project-threads [no appends]",
+                        "inbox-project-threads-listener",
+                    ],
                     "\(sessions)")
             }
             #expect(applied.withLock { $0 }.contains { $0 > 1_000 }, "some batch was the in-memory one: \(applied.withLock { $0 })")

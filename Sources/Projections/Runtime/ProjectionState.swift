@@ -41,10 +41,12 @@ enum ProjectionState {
     /// For an inline apply, in one round trip (a pipeline, each statement with a snapshot taken
     /// after the one before it finished, so after the locks are held): the rows of the
     /// projections `names`, locked in name order (the order a replay's swap locks them in);
-    /// whether this transaction is next in the log (no older one still writing: the snapshot's
-    /// xmin is its own id); and for each the first `limit` events committed after its checkpoint,
-    /// read from the row itself (`EventStore.read(after:limit:on:)`'s statement). A projection
-    /// without a row is absent from the answer.
+    /// whether this transaction is next in the log (every older one still open belongs to a
+    /// session that never appends: `next_in_the_log()`, sql/017); and for each the first `limit`
+    /// events committed after its checkpoint by transactions older than this one, read from the
+    /// row itself (`read_events_before_own`, which is `EventStore.read(after:limit:on:)` bounded by
+    /// this transaction's id instead of the snapshot's xmin: only used when it is next). A
+    /// projection without a row is absent from the answer.
     ///
     /// `alongside` go last in the same pipeline (the reads of an inline apply that will need them
     /// when nothing is pending: they see what was committed before the locks were had), and their
@@ -58,14 +60,14 @@ enum ProjectionState {
                 SELECT projection, version, transaction_id::text::bigint AS transaction_id, position, events_applied
                 FROM projection_checkpoints WHERE projection = ANY($1) ORDER BY projection FOR UPDATE
                 """, names),
-            PostgresStatement("SELECT pg_snapshot_xmin(pg_current_snapshot()) = pg_current_xact_id()"),
+            PostgresStatement("SELECT next_in_the_log()"),
             // Planned once: PostgreSQL keeps choosing a custom plan for this statement, which cost
             // 0.2 to 0.4 ms at each bind on the benchmark's machine, for the same plan.
             PostgresStatement("SET LOCAL plan_cache_mode = force_generic_plan"),
             PostgresStatement(
                 """
                 SELECT c.projection AS inbox_projection, e.* FROM projection_checkpoints c
-                CROSS JOIN LATERAL read_events_after(c.transaction_id, c.position, $2) AS e
+                CROSS JOIN LATERAL read_events_before_own(c.transaction_id, c.position, $2) AS e
                 WHERE c.projection = ANY($1) ORDER BY c.projection, e.transaction_id, e.position
                 """, names, Int32(clamping: limit)),
             PostgresStatement("SET LOCAL plan_cache_mode = DEFAULT"),

@@ -87,7 +87,8 @@ public final class Projector: Service {
                 case .retrying(let error, _): report(.retrying(error))
                 case .listening: break
                 }
-            })
+            },
+            appendsEvents: false)
     }
 
     /// Runs until the task is cancelled (then throws `CancellationError`). Connection failures are
