@@ -27,6 +27,11 @@ public enum ConversationRoutes {
     /// The largest offer, in minor units (ten billion in a currency's major unit).
     static let maximumOfferAmount: Int64 = 1_000_000_000_000
 
+    /// The writes' inline driver: the threads, which the writer reads next. The bell's part of a
+    /// post (the recipients' entries and the notifications queued for the fan-out) is done by its
+    /// projector, a batch of many posts at a time, out of the writers' transactions.
+    public static func inlineProjections() -> InlineProjections { InlineProjections(projections: [ThreadsProjection()]) }
+
     static let messageAttributes: Set<String> = ["body", "attachmentHandles", "offer"]
     static let idempotencyHeader = "Idempotency-Key"
     static let maximumIdempotencyKeyBytes = 100
@@ -67,8 +72,12 @@ public enum ConversationRoutes {
 
     /// With a `cache`, list pages are answered from memory while nothing they show changed
     /// (`ConversationListCache`); every write here forgets its thread's lists before answering.
+    ///
+    /// `inline` projects the threads only (`inlineProjections`): what a conversation's events do
+    /// to the bell is for the other side (a message notifies its recipients), which follows from
+    /// the log; the writer's own bell does not change.
     public static func routes(
-        client: PostgresClient, inline: InlineProjections = InlineProjections(), attachments: any AttachmentValidator = NoUploads(),
+        client: PostgresClient, inline: InlineProjections = inlineProjections(), attachments: any AttachmentValidator = NoUploads(),
         cache: ConversationListCache? = nil
     ) -> [Route] {
         [

@@ -79,7 +79,9 @@ struct ConversationAPI {
         return (data.compactMap { $0["id"] as? String }, (reply.json["meta"] as? [String: Any])?["unread"] as? Int ?? -1, threads)
     }
 
-    /// After a step: alice's buyer badge, sam's and sue's seller badges, and alice's bell.
+    /// After a step: alice's buyer badge, sam's and sue's seller badges (as the writer's request
+    /// left them: the threads are projected inline), and alice's bell (once its projector has
+    /// caught up).
     func expectBadges(after step: String, alice: Int, sam: Int, sue: Int, bell: Int, sourceLocation: SourceLocation = #_sourceLocation) async throws {
         let found = [
             try await list("alice").unread, try await list("sam", side: "seller").unread, try await list("sue", side: "seller").unread,
@@ -88,14 +90,22 @@ struct ConversationAPI {
         #expect(found == [alice, sam, sue, bell], "after step \(step): alice, sam, sue, alice's bell", sourceLocation: sourceLocation)
     }
 
+    /// The bell is not projected inline by the conversation routes (a thread's events ring the
+    /// other side's bell, which follows from the log): its projector catches up first.
+    func bellCaughtUp() async throws {
+        try await db.withProjectors([BellProjection()]) { try await db.waitUntilProjected([BellProjection()]) }
+    }
+
     func bellUnread(_ person: String) async throws -> Int {
+        try await bellCaughtUp()
         let reply = try await send(person, "GET", "/v1/me/notifications")
         return (reply.json["meta"] as? [String: Any])?["unread"] as? Int ?? -1
     }
 
     /// What the bell enqueued for the fan-out, in order: audience, recipient, category, event, thread.
     func outbox() async throws -> [String] {
-        try await db.client.query(
+        try await bellCaughtUp()
+        return try await db.client.query(
             "SELECT audience, recipient_id, category, event, ids->>'conversationId' AS c FROM notification_outbox ORDER BY id"
         ) {
             "\(try $0.decode(String.self, "audience")) \(try $0.decode(String.self, "recipient_id")) \(try $0.decode(String.self, "category")) "
