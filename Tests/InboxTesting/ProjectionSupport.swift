@@ -8,7 +8,7 @@ extension TestDatabase {
     /// does) while `body` runs, and stops them afterwards.
     public func withProjectors<T: Sendable>(
         _ projections: [any Projection] = InboxProjections.all, batchSize: Int = 1000, inMemoryEvents: Int = 2_000_000,
-        report: @escaping @Sendable (Projector.Report) -> Void = { _ in },
+        readInterval: Duration = .milliseconds(20), report: @escaping @Sendable (Projector.Report) -> Void = { _ in },
         _ body: () async throws -> T
     ) async throws -> T {
         let configuration = self.configuration
@@ -16,7 +16,8 @@ extension TestDatabase {
             Task {
                 let projector = Projector(
                     projection: projection, configuration: configuration,
-                    options: .init(batchSize: batchSize, inMemoryEvents: inMemoryEvents, pollInterval: .milliseconds(200), leaseRetry: .milliseconds(50)),
+                    options: .init(batchSize: batchSize, inMemoryEvents: inMemoryEvents, pollInterval: .milliseconds(200), leaseRetry: .milliseconds(50),
+                        readInterval: readInterval),
                     report: report)
                 try await projector.run()
             }

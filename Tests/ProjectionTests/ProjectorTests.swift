@@ -5,6 +5,7 @@ import InboxTesting
 import Lifecycle
 import PostgresClient
 @testable import Projections
+import Synchronization
 import Testing
 
 /// The async projector, the inline driver and the dead letters.
@@ -322,6 +323,40 @@ import Testing
         #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 3)
         #expect(try await db.scalar("SELECT count(*)::int FROM events WHERE type = 'password_changed'", Int.self) == 0)
         #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
+    }
+
+    /// While writers commit faster than `readInterval`, the projector reads the events of several
+    /// commits at once: 12 appends 25 ms apart are applied in a few batches, not one each; the
+    /// first, after a quiet moment, at once.
+    @Test func aProjectorReadsTheEventsOfSeveralCommitsAtOnceWhileWritersCommitFasterThanItsReadInterval() async throws {
+        try await withTestDatabase { db in
+            try await db.append(PasswordChanged(personId: "p0"))
+            let batches = Mutex<[Int]>([])
+            try await db.withProjectors(
+                [BellProjection()], readInterval: .milliseconds(400),
+                report: { report in
+                    if case .applied(let events, _, _) = report { batches.withLock { $0.append(events) } }
+                }
+            ) {
+                try await db.waitUntilProjected([BellProjection()])
+                // A quiet moment longer than the interval: the next write is read at once.
+                try await Task.sleep(for: .milliseconds(500))
+                batches.withLock { $0.removeAll() }
+                let appended = ContinuousClock.now
+                try await db.append(PasswordChanged(personId: "p1"))
+                while batches.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(5)) }
+                #expect(ContinuousClock.now - appended < .milliseconds(300), "the first write after a quiet moment waited for the interval")
+                for person in 2..<14 {
+                    try await db.append(PasswordChanged(personId: "p\(person)"))
+                    try await Task.sleep(for: .milliseconds(25))
+                }
+                try await db.waitUntilProjected([BellProjection()])
+            }
+            let applied = batches.withLock { $0 }
+            #expect(applied.reduce(0, +) == 13)
+            #expect(applied.count <= 4, "13 appends over about 325 ms, read at most every 400 ms: \(applied)")
+            #expect(try await db.scalar("SELECT count(*)::int FROM bell_entries", Int.self) == 14)
+        }
     }
 
     /// The checkpoint rows are locked in one statement for every projection concerned: when they

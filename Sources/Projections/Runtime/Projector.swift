@@ -33,11 +33,18 @@ public final class Projector: Service {
         public var leaseRetry: Duration = .milliseconds(500)
         /// Waits between tries of a batch that failed for a transient reason.
         public var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5))
+        /// The least time from one read of the log to the next. Every append's commit wakes every
+        /// projector (NOTIFY); while writers commit hundreds of times a second, the events of
+        /// several commits are then read (and applied) at once instead of one read, one
+        /// transaction and one decoding each. A write after a quiet moment is read at once.
+        public var readInterval: Duration = .milliseconds(20)
 
         public init(
             batchSize: Int = 1000, maximumBatchSize: Int = 10_000, inMemoryEvents: Int = 2_000_000, pollInterval: Duration = .seconds(1),
-            leaseRetry: Duration = .milliseconds(500), backoff: Backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5))
+            leaseRetry: Duration = .milliseconds(500), backoff: Backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5)),
+            readInterval: Duration = .milliseconds(20)
         ) {
+            self.readInterval = max(.zero, readInterval)
             self.batchSize = max(1, batchSize)
             self.maximumBatchSize = max(self.batchSize, maximumBatchSize)
             self.inMemoryEvents = max(0, inMemoryEvents)
@@ -112,14 +119,17 @@ struct ProjectorWork: LoopWork {
         /// Read past and not written yet: the batches since the checkpoint held no event this
         /// projection takes (nor one it cannot read). See `skippedBeforeWriting`.
         var skipped: (checkpoint: Checkpoint, events: Int, at: ContinuousClock.Instant)?
+        /// When the last read of the log began (`Options.readInterval`).
+        var lastRead: ContinuousClock.Instant?
     }
 
     /// How many events a projector reads past, none of them its, before it writes its checkpoint
     /// past them. Writing is a transaction that locks the checkpoint row, so it holds a transaction
-    /// id, and while it lasts no inline writer is next in the log (docs/projections.md): a
-    /// projector that wrote its checkpoint past every group of message posts (the people and the
-    /// preferences take none of them) made one group in fourteen leave its projections to the
-    /// async projectors. Written at the latest when the projector has found nothing new for a
+    /// id, and until the projectors' sessions were named as sessions that never append, no inline
+    /// writer was next in the log while it lasted (docs/projections.md): a projector that wrote
+    /// its checkpoint past every group of message posts (the people and the preferences take none
+    /// of them) made one group in fourteen leave its projections to the async projectors. It is
+    /// still work for nothing. Written at the latest when the projector has found nothing new for a
     /// poll interval (the log is quiet then), or with its next batch that has work; below the
     /// inline driver's `catchUpLimit`, so that what an inline writer finds pending stays within it.
     static let skippedBeforeWriting = 250
@@ -193,6 +203,10 @@ struct ProjectorWork: LoopWork {
         let projection = self.projection
         let types = projection.eventTypes
         let from = state.skipped?.checkpoint ?? expected.checkpoint
+        if let last = state.lastRead, ContinuousClock.now < last + options.readInterval {
+            try await Task.sleep(until: last + options.readInterval, clock: .continuous)
+        }
+        state.lastRead = ContinuousClock.now
         let (stored, records) = try await session.run { connection in
             try ProjectionState.readWithEvents(projection.name, after: from, limit: limit, on: connection)
         }
