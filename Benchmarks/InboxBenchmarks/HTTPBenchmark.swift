@@ -179,11 +179,18 @@ struct HTTPBenchmark: Benchmark {
                 run: { round in
                     try await before?()
                     let side = alongside.map { work in Task { await work(round) } }
+                    let cpuBefore = try await ProjectionBenchmark.cpuSeconds(client: client)
                     // On a thread of its own: waiting for wrk must not hold one of the cooperative pool's.
                     let result = try await BlockingThread.run { try Self.wrk(url: base + path, script: script) }
+                    let cpuAfter = try await ProjectionBenchmark.cpuSeconds(client: client)
                     side?.cancel()
                     let done = await side?.value
-                    progress("  \(title): p50 \(Self.format(result.p50)), p99 \(Self.format(result.p99)), p99.9 \(Self.format(result.p999)), \(result.errors) socket errors, \(result.non2xx) non-2xx\(done.map { ", " + $0 } ?? "")")
+                    // CPU a request (the server's process, its projectors included, and PostgreSQL;
+                    // not wrk): a figure the machine's other load hardly moves, unlike the latency.
+                    let perRequest = { (seconds: Double) in String(format: "%.0f µs", seconds * 1_000_000 / Double(max(1, result.requests))) }
+                    progress(
+                        "  \(title): p50 \(Self.format(result.p50)), p99 \(Self.format(result.p99)), p99.9 \(Self.format(result.p999)), \(result.errors) socket errors, \(result.non2xx) non-2xx\(done.map { ", " + $0 } ?? ""); "
+                            + "CPU a request \(perRequest(cpuAfter.client - cpuBefore.client)) in the server's process, \(perRequest(cpuAfter.server - cpuBefore.server)) in PostgreSQL")
                     var measurement = Measurement(round: round, events: result.requests, elapsed: .milliseconds(Int64(result.seconds * 1000)))
                     measurement.latency = Latency(p50: result.p50, p99: result.p99, p999: result.p999)
                     return measurement
