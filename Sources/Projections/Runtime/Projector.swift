@@ -33,10 +33,11 @@ public final class Projector: Service {
         public var leaseRetry: Duration = .milliseconds(500)
         /// Waits between tries of a batch that failed for a transient reason.
         public var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5))
-        /// The least time from one read of the log to the next. Every append's commit wakes every
-        /// projector (NOTIFY); while writers commit hundreds of times a second, the events of
-        /// several commits are then read (and applied) at once instead of one read, one
-        /// transaction and one decoding each. A write after a quiet moment is read at once.
+        /// The least time from a read of the log that found events to the next read. Every append's
+        /// commit wakes every projector (NOTIFY); while writers commit hundreds of times a second,
+        /// the events of several commits are then read (and applied) at once instead of one read,
+        /// one transaction and one decoding each. A write after a quiet moment (the last read found
+        /// nothing) is read at once.
         public var readInterval: Duration = .milliseconds(20)
 
         public init(
@@ -119,7 +120,7 @@ struct ProjectorWork: LoopWork {
         /// Read past and not written yet: the batches since the checkpoint held no event this
         /// projection takes (nor one it cannot read). See `skippedBeforeWriting`.
         var skipped: (checkpoint: Checkpoint, events: Int, at: ContinuousClock.Instant)?
-        /// When the last read of the log began (`Options.readInterval`).
+        /// When the last read of the log that found events began (`Options.readInterval`).
         var lastRead: ContinuousClock.Instant?
     }
 
@@ -206,10 +207,13 @@ struct ProjectorWork: LoopWork {
         if let last = state.lastRead, ContinuousClock.now < last + options.readInterval {
             try await Task.sleep(until: last + options.readInterval, clock: .continuous)
         }
-        state.lastRead = ContinuousClock.now
+        let readStarted = ContinuousClock.now
         let (stored, records) = try await session.run { connection in
             try ProjectionState.readWithEvents(projection.name, after: from, limit: limit, on: connection)
         }
+        // Only a read that found something new counts: after a quiet moment (polls that found
+        // nothing), the next write is read at once.
+        state.lastRead = records.isEmpty ? nil : readStarted
         guard let stored else { throw LeaseLost() }
         // An inline writer (or a replay's swap) moved it: resume there, without the transaction
         // that would find that out under the row's lock.
