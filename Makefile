@@ -46,10 +46,11 @@ run: build
 # deadline; the HTTP/2 client fails fast, shuts down promptly and times out; an unknown address
 # costs a sign-in as long as a wrong password; a statement past the API's timeout is a 503 within
 # seconds; slow upload sources are refused at once past their slots; a lost session is opened
-# again within its backoff; a reader held back by an open transaction reads soon after it ends)
+# again within its backoff; a reader held back by an open transaction reads soon after it ends;
+# a projector reads a write after a quiet moment at once, and gathers the commits of a busy one)
 # run after the rest,
 # one at a time, so that they time the tier rather than a two-core machine busy with other suites.
-TIMED_SUITES := PromptShutdown|ConnectionFlood|HTTP2ClientPromptness|SignInTiming|RequestTimeoutTests|UploadRoutesTests|LeasedLoopTests|GapSafetyTests
+TIMED_SUITES := PromptShutdown|ConnectionFlood|HTTP2ClientPromptness|SignInTiming|RequestTimeoutTests|UploadRoutesTests|LeasedLoopTests|GapSafetyTests|ProjectorReadIntervalTests
 
 # The database is stopped and removed whether the tests pass or fail; the exit code is the tests'.
 test: test-deps

@@ -325,49 +325,6 @@ import Testing
         #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
     }
 
-    /// While writers commit faster than `readInterval`, the projector reads the events of several
-    /// commits at once: 12 appends 25 ms apart are applied in a few batches, not one each; the
-    /// first, after a quiet moment, without waiting for the interval. On a cluster of its own:
-    /// another test's open transaction would hold the reads back.
-    @Test func aProjectorReadsTheEventsOfSeveralCommitsAtOnceWhileWritersCommitFasterThanItsReadInterval() async throws {
-        let cluster = try await TestCluster.make()
-        defer { cluster.tearDown() }
-        let db = try await cluster.database()
-        defer { db.client.close() }
-        let interval = Duration.seconds(2)
-        try await db.append(PasswordChanged(personId: "p0"))
-        let batches = Mutex<[Int]>([])
-        let span = try await db.withProjectors(
-            [BellProjection()], readInterval: interval,
-            report: { report in
-                if case .applied(let events, _, _) = report { batches.withLock { $0.append(events) } }
-            }
-        ) {
-            try await db.waitUntilProjected([BellProjection()])
-            // A quiet moment longer than the interval: the next write is read at once.
-            try await Task.sleep(for: interval + .milliseconds(200))
-            batches.withLock { $0.removeAll() }
-            let appended = ContinuousClock.now
-            try await db.append(PasswordChanged(personId: "p1"))
-            while batches.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(5)) }
-            #expect(ContinuousClock.now - appended < interval / 2, "the first write after a quiet moment waited for the interval")
-            let start = ContinuousClock.now
-            for person in 2..<14 {
-                try await db.append(PasswordChanged(personId: "p\(person)"))
-                try await Task.sleep(for: .milliseconds(25))
-            }
-            let span = ContinuousClock.now - start
-            try await db.waitUntilProjected([BellProjection()])
-            return span
-        }
-        let applied = batches.withLock { $0 }
-        #expect(applied.reduce(0, +) == 13)
-        // One read for p1, then at most one per interval while the others were appended, and the last.
-        let most = 3 + Int(span / interval)
-        #expect(applied.count <= most, "13 appends, the last 12 over \(span), read at most every \(interval): \(applied)")
-        #expect(try await db.scalar("SELECT count(*)::int FROM bell_entries", Int.self) == 14)
-    }
-
     /// The checkpoint rows are locked in one statement for every projection concerned: when they
     /// cannot be had (here a lock timeout while another session holds one), the append still
     /// commits and every projection is left to the projector.
@@ -539,5 +496,52 @@ import Testing
         #expect(uuid.uuid.6 >> 4 == 8, "version 8: derived from SHA-256, not SHA-1's version 5")
         #expect(uuid.uuid.8 >> 6 == 0b10, "the RFC variant")
         #expect(BellProjection().version == 2, "ids changed with version 2: live bells are replayed")
+    }
+}
+
+/// The projector's read interval, timed: run on its own by `make test` (TIMED_SUITES), so that it
+/// times the projector rather than a two-core machine busy with other suites.
+@Suite struct ProjectorReadIntervalTests {
+    /// While writers commit faster than `readInterval`, the projector reads the events of several
+    /// commits at once: 12 appends 25 ms apart are applied in a few batches, not one each; the
+    /// first, after a quiet moment, without waiting for the interval. On a cluster of its own:
+    /// another test's open transaction would hold the reads back.
+    @Test func aProjectorReadsTheEventsOfSeveralCommitsAtOnceWhileWritersCommitFasterThanItsReadInterval() async throws {
+        let cluster = try await TestCluster.make()
+        defer { cluster.tearDown() }
+        let db = try await cluster.database()
+        defer { db.client.close() }
+        let interval = Duration.seconds(2)
+        try await db.append(PasswordChanged(personId: "p0"))
+        let batches = Mutex<[Int]>([])
+        let span = try await db.withProjectors(
+            [BellProjection()], readInterval: interval,
+            report: { report in
+                if case .applied(let events, _, _) = report { batches.withLock { $0.append(events) } }
+            }
+        ) {
+            try await db.waitUntilProjected([BellProjection()])
+            // A quiet moment longer than the interval: the next write is read at once.
+            try await Task.sleep(for: interval + .milliseconds(200))
+            batches.withLock { $0.removeAll() }
+            let appended = ContinuousClock.now
+            try await db.append(PasswordChanged(personId: "p1"))
+            while batches.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(5)) }
+            #expect(ContinuousClock.now - appended < interval / 2, "the first write after a quiet moment waited for the interval")
+            let start = ContinuousClock.now
+            for person in 2..<14 {
+                try await db.append(PasswordChanged(personId: "p\(person)"))
+                try await Task.sleep(for: .milliseconds(25))
+            }
+            let span = ContinuousClock.now - start
+            try await db.waitUntilProjected([BellProjection()])
+            return span
+        }
+        let applied = batches.withLock { $0 }
+        #expect(applied.reduce(0, +) == 13)
+        // One read for p1, then at most one per interval while the others were appended, and the last.
+        let most = 3 + Int(span / interval)
+        #expect(applied.count <= most, "13 appends, the last 12 over \(span), read at most every \(interval): \(applied)")
+        #expect(try await db.scalar("SELECT count(*)::int FROM bell_entries", Int.self) == 14)
     }
 }
