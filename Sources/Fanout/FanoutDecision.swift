@@ -14,11 +14,16 @@ public struct OutboxEntry: Sendable, Hashable {
     public var ids: [String: String]
     /// When the projection enqueued it: a device registered later does not get it.
     public var enqueuedAt: Date
+    /// When what it tells happened (its event's time in the log). News older than a push's
+    /// deadline is not pushed however late it was enqueued: by a projector that was behind for a
+    /// day, or one catching up on the whole log from empty tables.
+    public var happenedAt: Date
 
     public init(
         id: Int64, notificationId: String, audience: String, recipientId: String, category: String, event: String, ids: [String: String],
-        enqueuedAt: Date
+        enqueuedAt: Date, happenedAt: Date? = nil
     ) {
+        self.happenedAt = happenedAt ?? enqueuedAt
         self.id = id
         self.notificationId = notificationId
         self.audience = audience
@@ -127,7 +132,7 @@ public struct FanoutDecision: Sendable {
                 decision.skipped["unknown_category", default: 0] += 1
                 continue
             }
-            if entry.enqueuedAt < staleBefore {
+            if min(entry.happenedAt, entry.enqueuedAt) < staleBefore {
                 decision.skipped["stale", default: 0] += 1
                 continue
             }

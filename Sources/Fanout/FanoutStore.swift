@@ -122,7 +122,7 @@ public struct FanoutStore: Sendable {
     private func loadEntries(_ condition: String, _ argument: some PostgresEncodable, on connection: PostgresConnection) throws -> [OutboxEntry] {
         let rows = try connection.query(
             """
-            SELECT id, notification_id, audience, recipient_id, category, event, enqueued_at,
+            SELECT id, notification_id, audience, recipient_id, category, event, enqueued_at, created_at,
                 ARRAY(SELECT key FROM jsonb_each_text(ids) ORDER BY key) AS id_keys,
                 ARRAY(SELECT value FROM jsonb_each_text(ids) ORDER BY key) AS id_values
             FROM notification_outbox
@@ -139,7 +139,8 @@ public struct FanoutStore: Sendable {
                     id: try row.decode(Int64.self, "id"), notificationId: try row.decode(String.self, "notification_id"),
                     audience: try row.decode(String.self, "audience"), recipientId: try row.decode(String.self, "recipient_id"),
                     category: try row.decode(String.self, "category"), event: try row.decode(String.self, "event"),
-                    ids: Dictionary(zip(keys, values)) { first, _ in first }, enqueuedAt: try row.decode(Date.self, "enqueued_at")))
+                    ids: Dictionary(zip(keys, values)) { first, _ in first }, enqueuedAt: try row.decode(Date.self, "enqueued_at"),
+                    happenedAt: try row.decode(Date.self, "created_at")))
         }
         return entries
     }

@@ -60,6 +60,13 @@ import Testing
         #expect(production.deliveries.count == 3, "production pushes to every app")
         let stale = decide([entry(1, "person", "p1", .security, age: 90_000)], facts)
         #expect(stale.deliveries.isEmpty && stale.skipped == ["stale": 1])
+        // Enqueued a moment ago by a projector that was a day behind: the news is a day old.
+        var late = entry(1, "person", "p1", .security, age: 10)
+        late.happenedAt = now.addingTimeInterval(-90_000)
+        let lateDecision = decide([late], facts)
+        #expect(lateDecision.deliveries.isEmpty && lateDecision.skipped == ["stale": 1])
+        late.happenedAt = now.addingTimeInterval(-3_600)
+        #expect(decide([late], facts).deliveries.count == 3, "an hour-old news enqueued late is still pushed")
         var unknown = entry(1, "person", "p1", .security)
         unknown.category = "from_a_newer_release"
         #expect(decide([unknown], facts).skipped == ["unknown_category": 1])
