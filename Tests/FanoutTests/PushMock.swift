@@ -98,7 +98,7 @@ final class PushMock: @unchecked Sendable {
         let deadline = ContinuousClock.now + .seconds(2)
         while process.isRunning && ContinuousClock.now < deadline { usleep(20_000) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        Subprocess.waitForExit(of: process)
         client.shutdown()
         try? FileManager.default.removeItem(at: directory)
     }

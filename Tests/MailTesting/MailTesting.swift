@@ -126,7 +126,7 @@ public final class SMTPMock: @unchecked Sendable {
         while !FileManager.default.fileExists(atPath: portFile.path) {
             guard process.isRunning, ContinuousClock.now < deadline else {
                 if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-                process.waitUntilExit()
+                Subprocess.waitForExit(of: process)
                 let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
                 throw TestFailure(
                     "The SMTP mock did not start (it needs Debian's python3-aiosmtpd: `make test` installs it, or `apt-get install -y python3-aiosmtpd`): \(text)")
@@ -151,7 +151,7 @@ public final class SMTPMock: @unchecked Sendable {
         let deadline = ContinuousClock.now + .seconds(2)
         while process.isRunning && ContinuousClock.now < deadline { usleep(20_000) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        Subprocess.waitForExit(of: process)
         try? FileManager.default.removeItem(at: directory)
     }
 

@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 
 #if canImport(Glibc)
@@ -51,7 +52,7 @@ final class NGHTTPServer: @unchecked Sendable {
                 usleep(20_000)
             }
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
+            Subprocess.waitForExit(of: process)
             lastFailure = "nghttpd \(arguments.joined(separator: " ")) did not listen within 5 s: "
                 + ((try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "")
         }
@@ -72,7 +73,7 @@ final class NGHTTPServer: @unchecked Sendable {
     func stop() {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            Subprocess.waitForExit(of: process)
         }
     }
 
