@@ -18,6 +18,9 @@ struct InboxConfiguration: Sendable {
     var migrationsDirectory: String?
     /// `INBOX_POLL_INTERVAL_MS`: the longest a subscriber waits between reads without a notification.
     var pollIntervalMilliseconds: Int = 1000
+    /// `INBOX_PROJECTOR_READ_INTERVAL_MS`: the least time between a projector's read of the log that
+    /// found events and its next read (`Projector.Options.readInterval`).
+    var projectorReadIntervalMilliseconds: Int = 20
     /// `INBOX_LOG_FORMAT`: `json` when not on a terminal under `auto`.
     var logFormat: LogFormat = .auto
     /// `INBOX_HTTP_HOST`, `INBOX_HTTP_PORT`: where `serve` listens (loopback by default).
@@ -166,6 +169,10 @@ struct InboxConfiguration: Sendable {
         wholeNumber(
             "INBOX_POLL_INTERVAL_MS", "--poll-interval-ms", 10...60_000, default: 1000, unit: "a whole number of milliseconds",
             meaning: "longest wait between two reads of the log without a NOTIFY (10-60000)") { $0.pollIntervalMilliseconds = $1 },
+        wholeNumber(
+            "INBOX_PROJECTOR_READ_INTERVAL_MS", "--projector-read-interval-ms", 0...1_000, default: 20, unit: "a whole number of milliseconds",
+            meaning: "least time between a projector's reads while writers keep committing: their commits are read together (0-1000)"
+        ) { $0.projectorReadIntervalMilliseconds = $1 },
         Setting(variable: "INBOX_LOG_FORMAT", flag: "--log-format", defaultValue: "auto",
                 meaning: "auto, json or text (auto: text on a terminal, JSON otherwise)") { configuration, text in
             guard let format = LogFormat(rawValue: text) else {

@@ -18,7 +18,8 @@ enum Roles {
     /// One projector per projection, each under its own lease.
     static func projectors(_ projections: [any Projection], database: Database, configuration: InboxConfiguration, log: Logger) -> [ServiceGroup.Member] {
         let options = Projector.Options(
-            inMemoryEvents: configuration.replayMemoryEvents, pollInterval: .milliseconds(configuration.pollIntervalMilliseconds))
+            inMemoryEvents: configuration.replayMemoryEvents, pollInterval: .milliseconds(configuration.pollIntervalMilliseconds),
+            readInterval: .milliseconds(configuration.projectorReadIntervalMilliseconds))
         return projections.map { projection in
             let projector = Projector(projection: projection, configuration: database.client.configuration.connection, options: options, logger: log)
             return ServiceGroup.Member("the projector of \(projection.name)", projector, shutdownDeadline: .seconds(30))

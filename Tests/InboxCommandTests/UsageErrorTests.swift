@@ -67,6 +67,8 @@ import Testing
         ("INBOX_DB_POOL_SIZE", "0"),
         ("INBOX_POLL_INTERVAL_MS", "5"),
         ("INBOX_POLL_INTERVAL_MS", "soon"),
+        ("INBOX_PROJECTOR_READ_INTERVAL_MS", "-1"),
+        ("INBOX_PROJECTOR_READ_INTERVAL_MS", "5000"),
         ("INBOX_LOG_FORMAT", "xml"),
         ("DATABASE_URL", "mysql://x"),
         ("INBOX_SCHEDULE_INTERVAL_SECONDS", "5"),
