@@ -30,7 +30,9 @@ public enum ConversationRoutes {
     /// The writes' inline driver: the threads, which the writer reads next. The bell's part of a
     /// post (the recipients' entries and the notifications queued for the fan-out) is done by its
     /// projector, a batch of many posts at a time, out of the writers' transactions.
-    public static func inlineProjections() -> InlineProjections { InlineProjections(projections: [ThreadsProjection()]) }
+    public static func inlineProjections(groupCommit: InlineGroupCommit = InlineGroupCommit()) -> InlineProjections {
+        InlineProjections(projections: [ThreadsProjection()], groupCommit: groupCommit)
+    }
 
     static let messageAttributes: Set<String> = ["body", "attachmentHandles", "offer"]
     static let idempotencyHeader = "Idempotency-Key"

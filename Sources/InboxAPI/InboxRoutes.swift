@@ -13,14 +13,21 @@ public enum InboxRoutes {
         conversationCache: ConversationListCache? = nil, attachments: (any AttachmentValidator)? = nil, uploads: UploadSettings = .temporary,
         unsubscribe: UnsubscribeLink? = nil
     ) -> [Route] {
+        // One group commit for every route's inline appends: appends of one node that each had a
+        // committer of its own were concurrent transactions, and an open one of another route
+        // made a writer leave its projections to the projectors (not next in the log).
+        let groupCommit = InlineGroupCommit()
+        let inline = InlineProjections(groupCommit: groupCommit)
         let served = OperationsRoutes.routes(client: client, migrator: migrator)
             + MetricsRoutes.routes(metrics: metrics, client: client, bellCache: bellCache, conversationCache: conversationCache)
-            + BellRoutes.routes(client: client, cache: bellCache) + DeviceRoutes.routes(client: client)
-            + PreferenceRoutes.routes(client: client) + SavedSearchRoutes.routes(client: client)
-            + ConversationRoutes.routes(client: client, attachments: attachments ?? uploads.store(client: client), cache: conversationCache)
+            + BellRoutes.routes(client: client, inline: inline, cache: bellCache) + DeviceRoutes.routes(client: client)
+            + PreferenceRoutes.routes(client: client, inline: inline) + SavedSearchRoutes.routes(client: client, inline: inline)
+            + ConversationRoutes.routes(
+                client: client, inline: ConversationRoutes.inlineProjections(groupCommit: groupCommit),
+                attachments: attachments ?? uploads.store(client: client), cache: conversationCache)
             + InternalEventRoutes.routes(store: store) + ContactRoutes.routes(client: client) + UploadRoutes.routes(client: client, settings: uploads)
             // Mail's one-click unsubscribe, where links are signed (INBOX_UNSUBSCRIBE_KEYS).
-            + (unsubscribe.map { UnsubscribeRoutes.routes(client: client, links: $0) } ?? [])
+            + (unsubscribe.map { UnsubscribeRoutes.routes(client: client, links: $0, inline: inline) } ?? [])
         return served + [OpenAPI.route(describing: served)]
     }
 

@@ -271,6 +271,52 @@ import Testing
         }
     }
 
+    /// Drivers with other projections may share one committer (the API's routes do): a group
+    /// applies every projection any of its requests asks for, to all of its events, and each
+    /// request is told of the projections of its own driver.
+    @Test func driversWithOtherProjectionsShareAGroupAndEachIsToldOfItsOwn() async throws {
+        try await withTestDatabaseOnAClusterOfItsOwn { db in
+            try await db.append(ConversationStarted(conversationId: "c1", buyerId: "buyer", shopId: "shop", watchId: "w1"))
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            let committer = InlineGroupCommit()
+            let everything = InlineProjections(groupCommit: committer)
+            let threads = InlineProjections(projections: [ThreadsProjection()], groupCommit: committer)
+            let bell = InlineProjections(projections: [BellProjection()], groupCommit: committer)
+            func reporting(_ driver: InlineProjections, _ event: NewEvent) -> Task<InlineProjections.Outcome?, Never> {
+                Task {
+                    try? await BlockingThread.run {
+                        let connection = try db.connect()
+                        defer { connection.close() }
+                        return try driver.appendReporting([event], on: connection).outcome
+                    }
+                }
+            }
+            var message: Task<InlineProjections.Outcome?, Never>?
+            var signIn: Task<InlineProjections.Outcome?, Never>?
+            let leader = try await Self.withLeaderHeld(db, everything, key: 7_301, queue: { 2 }) {
+                message = reporting(
+                    threads, try NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "s", body: "Yes")))
+                signIn = reporting(bell, try NewEvent(PasswordChanged(personId: "p1")))
+            }
+            _ = try leader.get()
+            let messageOutcome = try #require(await message?.value)
+            let signInOutcome = try #require(await signIn?.value)
+            #expect(messageOutcome.applied == ["threads"] && messageOutcome.deferred.isEmpty, "\(messageOutcome)")
+            #expect(signInOutcome.applied == ["bell"] && signInOutcome.deferred.isEmpty, "\(signInOutcome)")
+            let counts = committer.counts
+            #expect(counts.groups == 2 && counts.largestGroup == 2, "the two shared a group: \(counts)")
+            // The message's group applied the bell too, which the threads' driver alone would not
+            // have: its notification for the buyer is queued with no projector running.
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages WHERE message_id = 'm1'", Int.self) == 1)
+            #expect(try await db.scalar("SELECT count(*)::int FROM notification_outbox WHERE recipient_id = 'buyer'", Int.self) == 1)
+            #expect(try await db.scalar("SELECT count(*)::int FROM bell_entries WHERE person_id = 'p1'", Int.self) == 1)
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages WHERE message_id = 'm1'", Int.self) == 1)
+            #expect(try await db.scalar("SELECT count(*)::int FROM notification_outbox WHERE recipient_id = 'buyer'", Int.self) == 1)
+            #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
+        }
+    }
+
     @Test func aFailedCommitFailsTheWholeGroupAndAppendsNothing() async throws {
         try await withTestDatabaseOnAClusterOfItsOwn { db in
             // A deferred constraint trigger: the row is accepted, the COMMIT is refused.

@@ -511,7 +511,7 @@ import Testing
         defer { cluster.tearDown() }
         let db = try await cluster.database()
         defer { db.client.close() }
-        let interval = Duration.seconds(2)
+        let interval = Duration.seconds(3)
         try await db.append(PasswordChanged(personId: "p0"))
         let batches = Mutex<[Int]>([])
         let span = try await db.withProjectors(

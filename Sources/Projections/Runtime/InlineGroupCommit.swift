@@ -73,15 +73,21 @@ public final class InlineGroupCommit: @unchecked Sendable {
         let append: EventStore.PreparedAppend
         let also: (@Sendable (PostgresConnection) throws -> Void)?
         let database: PostgresConfiguration
+        /// The driver it came through: the projections it asks for, and its outcome's filter.
+        let projections: InlineProjections
         /// Whether its caller holds a connection while it waits (and so may lead). Under the condition.
         var holdsConnection = false
         /// Set by the leader, under the committer's condition, once the group is done.
         var result: Result<(appended: [AppendedEvent], outcome: InlineProjections.Outcome), any Error>?
 
-        init(append: EventStore.PreparedAppend, also: (@Sendable (PostgresConnection) throws -> Void)?, database: PostgresConfiguration) {
+        init(
+            append: EventStore.PreparedAppend, also: (@Sendable (PostgresConnection) throws -> Void)?, database: PostgresConfiguration,
+            projections: InlineProjections
+        ) {
             self.append = append
             self.also = also
             self.database = database
+            self.projections = projections
         }
     }
 
@@ -100,17 +106,20 @@ public final class InlineGroupCommit: @unchecked Sendable {
     }
 
     /// Runs `append` (and `also` after it, in the same savepoint) in the next group transaction,
-    /// and returns when that transaction has committed.
+    /// and returns when that transaction has committed. Drivers with other projections may share
+    /// one committer (the API's routes do): a group applies every projection any of its requests
+    /// asks for, to all of the group's events (a projection applies the log in order), and each
+    /// request is told of the projections its own driver has.
     func run(
         _ append: EventStore.PreparedAppend, also: (@Sendable (PostgresConnection) throws -> Void)?, projections: InlineProjections,
         leader: Leader
     ) throws -> (appended: [AppendedEvent], outcome: InlineProjections.Outcome) {
-        let ticket = Ticket(append: append, also: also, database: leader.database)
+        let ticket = Ticket(append: append, also: also, database: leader.database, projections: projections)
         condition.lock()
         queue.append(ticket)
         switch leader {
         case .held(let connection):
-            return try wait(ticket, projections: projections, on: connection)
+            return try wait(ticket, on: connection)
         case .pooled(let client):
             // Only a request that holds a connection leads. One waiting request at a time (the
             // oldest) takes one from the pool, and only while no request holding a connection is
@@ -132,7 +141,7 @@ public final class InlineGroupCommit: @unchecked Sendable {
                             entered = true
                             acquiring = false
                             condition.broadcast()
-                            return try wait(ticket, projections: projections, on: connection)
+                            return try wait(ticket, on: connection)
                         }
                     } catch let error where !entered {
                         condition.lock()
@@ -155,7 +164,7 @@ public final class InlineGroupCommit: @unchecked Sendable {
     /// Waits for `ticket`'s group, leading one on `connection` whenever none is running. Holding
     /// `condition` on entry; released on return.
     private func wait(
-        _ ticket: Ticket, projections: InlineProjections, on connection: PostgresConnection
+        _ ticket: Ticket, on connection: PostgresConnection
     ) throws -> (appended: [AppendedEvent], outcome: InlineProjections.Outcome) {
         ticket.holdsConnection = true
         while true {
@@ -167,7 +176,7 @@ public final class InlineGroupCommit: @unchecked Sendable {
                 running = true
                 let group = takeGroup(leader: ticket)
                 condition.unlock()
-                let results = Self.commit(group, projections: projections, on: connection)
+                let results = Self.commit(group, on: connection)
                 condition.lock()
                 for (member, result) in zip(group, results) { member.result = result }
                 running = false
@@ -211,7 +220,8 @@ public final class InlineGroupCommit: @unchecked Sendable {
     /// a round trip of their own, behind a savepoint, and projection by projection after a
     /// failure, deferring or parking as always), so that a refused write costs the group nothing
     /// but the time.
-    static func commit(_ group: [Ticket], projections: InlineProjections, on connection: PostgresConnection) -> [Answer] {
+    static func commit(_ group: [Ticket], on connection: PostgresConnection) -> [Answer] {
+        let projections = InlineProjections.joining(group.map(\.projections))
         if let answers = attempt(group, projections: projections, writesGoWithNext: true, on: connection) { return answers }
         return attempt(group, projections: projections, writesGoWithNext: false, on: connection) ?? []
     }
@@ -320,7 +330,7 @@ public final class InlineGroupCommit: @unchecked Sendable {
         return group.indices.map { index in
             if let answer = answers[index] { return answer }
             let appended = appendedByRequest[index]
-            return .success((appended, projections.outcome(outcome, for: appended)))
+            return .success((appended, group[index].projections.outcome(outcome, for: appended)))
         }
     }
 }

@@ -35,6 +35,20 @@ public struct InlineProjections: Sendable {
         self.groupCommit = groupCommit
     }
 
+    /// One driver with every projection of `drivers` (each once, in the order they first come),
+    /// and the first one's catch-up limit: what a group of requests that came through several
+    /// drivers applies (`InlineGroupCommit`).
+    static func joining(_ drivers: [InlineProjections]) -> InlineProjections {
+        guard let first = drivers.first else { return InlineProjections(groupCommit: nil) }
+        if drivers.allSatisfy({ $0.projections.map(\.name) == first.projections.map(\.name) }) { return first }
+        var names = Set<String>()
+        var projections: [any Projection] = []
+        for driver in drivers {
+            for projection in driver.projections where names.insert(projection.name).inserted { projections.append(projection) }
+        }
+        return InlineProjections(projections: projections, validator: first.validator, catchUpLimit: first.catchUpLimit, groupCommit: nil)
+    }
+
     /// What happened to each projection the events concern.
     public struct Outcome: Sendable, Hashable {
         /// Projections that now include the events.
