@@ -12,9 +12,10 @@
 -- Sessions that never append now say so: their `application_name` ends with ' [no appends]', and
 -- the database holds them to it (the trigger below refuses their inserts into the log, COPY
 -- included). An older open transaction of such a session no longer keeps a writer from being
--- next. The check reads `pg_stat_activity`; whatever it cannot see (another role's session, a
--- session gone or on to a newer transaction) counts as one that could append, so every doubt
--- defers, as before.
+-- next. The check reads `pg_stat_activity` (whose `application_name` and `backend_xid` every role
+-- sees); whatever it cannot match there (a session gone or on to a newer transaction, a prepared
+-- transaction, a subtransaction's id) counts as one that could append, so every doubt defers, as
+-- before.
 
 CREATE FUNCTION never_appends(p_application_name text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
