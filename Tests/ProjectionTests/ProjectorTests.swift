@@ -282,47 +282,43 @@ import Testing
     /// checkpoint would move past `m0` and the read models would never have it). The session
     /// cannot append: the database refuses it.
     @Test func anOlderTransactionOfASessionThatNeverAppendsDoesNotHoldAnInlineWriterBackAndNothingBetweenIsMissed() async throws {
-        let cluster = try await TestCluster.make()
-        defer { cluster.tearDown() }
-        let db = try await cluster.database()
-        defer { db.client.close() }
-        try await db.append(Self.started)
-        try await db.withProjectors { try await db.waitUntilProjected() }
-        let reader = try PostgresConnection(
-            configuration: db.configuration, applicationName: SessionsThatNeverAppend.applicationName("inbox-test-claims"))
-        defer { reader.close() }
-        try reader.execute("BEGIN")
-        let readerXid = try reader.query("SELECT pg_current_xact_id()::text::bigint").scalar(Int64.self)
-        // Nothing has ended since the reader's transaction began: the snapshot does not list it
-        // (it is at or past the snapshot's xmax), and it is still found and seen to never append.
-        let first = try NewEvent(MessageSent(conversationId: "c1", messageId: "m-first", authorSide: .buyer, authorId: "buyer", body: "Hi"))
-        let firstOutcome = try await db.client.withConnection { connection in
-            try InlineProjections().appendReporting([first], on: connection).outcome
-        }
-        #expect(firstOutcome.applied == ["bell", "threads"], "deferred: \(firstOutcome.deferred)")
-        // Committed after the reader's transaction began, and not projected.
-        _ = try await db.store.append(
-            try NewEvent(MessageSent(conversationId: "c1", messageId: "m0", authorSide: .buyer, authorId: "buyer", body: "Hello")))
+        try await Self.withTheThreadProjected { db in
+            let reader = try PostgresConnection(
+                configuration: db.configuration, applicationName: SessionsThatNeverAppend.applicationName("inbox-test-claims"))
+            defer { reader.close() }
+            try reader.execute("BEGIN")
+            let readerXid = try reader.query("SELECT pg_current_xact_id()::text::bigint").scalar(Int64.self)
+            // Nothing has ended since the reader's transaction began: the snapshot does not list it
+            // (it is at or past the snapshot's xmax), and it is still found and seen to never append.
+            let first = try NewEvent(MessageSent(conversationId: "c1", messageId: "m-first", authorSide: .buyer, authorId: "buyer", body: "Hi"))
+            let firstOutcome = try await db.client.withConnection { connection in
+                try InlineProjections().appendReporting([first], on: connection).outcome
+            }
+            #expect(firstOutcome.applied == ["bell", "threads"], "deferred: \(firstOutcome.deferred)")
+            // Committed after the reader's transaction began, and not projected.
+            _ = try await db.store.append(
+                try NewEvent(MessageSent(conversationId: "c1", messageId: "m0", authorSide: .buyer, authorId: "buyer", body: "Hello")))
 
-        let message = try NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "s", body: "Yes"))
-        let outcome = try await db.client.withConnection { connection in
-            try InlineProjections().appendReporting([message], on: connection).outcome
-        }
-        #expect(outcome.applied == ["bell", "threads"], "deferred: \(outcome.deferred)")
-        #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 3)
-        // The reader's transaction is still the oldest open one.
-        #expect(try reader.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").scalar(Int64.self) == readerXid)
+            let message = try NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "s", body: "Yes"))
+            let outcome = try await db.client.withConnection { connection in
+                try InlineProjections().appendReporting([message], on: connection).outcome
+            }
+            #expect(outcome.applied == ["bell", "threads"], "deferred: \(outcome.deferred)")
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 3)
+            // The reader's transaction is still the oldest open one.
+            #expect(try reader.query("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").scalar(Int64.self) == readerXid)
 
-        #expect {
-            _ = try EventStore.append([try NewEvent(PasswordChanged(personId: "p1"))], on: reader)
-        } throws: { error in
-            (error as? PostgresError)?.sqlState == SQLState("WR003")
+            #expect {
+                _ = try EventStore.append([try NewEvent(PasswordChanged(personId: "p1"))], on: reader)
+            } throws: { error in
+                (error as? PostgresError)?.sqlState == SQLState("WR003")
+            }
+            try reader.execute("ROLLBACK")
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 3)
+            #expect(try await db.scalar("SELECT count(*)::int FROM events WHERE type = 'password_changed'", Int.self) == 0)
+            #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
         }
-        try reader.execute("ROLLBACK")
-        try await db.withProjectors { try await db.waitUntilProjected() }
-        #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 3)
-        #expect(try await db.scalar("SELECT count(*)::int FROM events WHERE type = 'password_changed'", Int.self) == 0)
-        #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
     }
 
     /// The checkpoint rows are locked in one statement for every projection concerned: when they
@@ -507,41 +503,39 @@ import Testing
     /// first, after a quiet moment, without waiting for the interval. On a cluster of its own:
     /// another test's open transaction would hold the reads back.
     @Test func aProjectorReadsTheEventsOfSeveralCommitsAtOnceWhileWritersCommitFasterThanItsReadInterval() async throws {
-        let cluster = try await TestCluster.make()
-        defer { cluster.tearDown() }
-        let db = try await cluster.database()
-        defer { db.client.close() }
-        let interval = Duration.seconds(3)
-        try await db.append(PasswordChanged(personId: "p0"))
-        let batches = Mutex<[Int]>([])
-        let span = try await db.withProjectors(
-            [BellProjection()], readInterval: interval,
-            report: { report in
-                if case .applied(let events, _, _) = report { batches.withLock { $0.append(events) } }
+        try await withTestDatabaseOnAClusterOfItsOwn { db in
+            let interval = Duration.seconds(3)
+            try await db.append(PasswordChanged(personId: "p0"))
+            let batches = Mutex<[Int]>([])
+            let span = try await db.withProjectors(
+                [BellProjection()], readInterval: interval,
+                report: { report in
+                    if case .applied(let events, _, _) = report { batches.withLock { $0.append(events) } }
+                }
+            ) {
+                try await db.waitUntilProjected([BellProjection()])
+                // A quiet moment longer than the interval: the next write is read at once.
+                try await Task.sleep(for: interval + .milliseconds(200))
+                batches.withLock { $0.removeAll() }
+                let appended = ContinuousClock.now
+                try await db.append(PasswordChanged(personId: "p1"))
+                while batches.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(5)) }
+                #expect(ContinuousClock.now - appended < interval / 2, "the first write after a quiet moment waited for the interval")
+                let start = ContinuousClock.now
+                for person in 2..<14 {
+                    try await db.append(PasswordChanged(personId: "p\(person)"))
+                    try await Task.sleep(for: .milliseconds(25))
+                }
+                let span = ContinuousClock.now - start
+                try await db.waitUntilProjected([BellProjection()])
+                return span
             }
-        ) {
-            try await db.waitUntilProjected([BellProjection()])
-            // A quiet moment longer than the interval: the next write is read at once.
-            try await Task.sleep(for: interval + .milliseconds(200))
-            batches.withLock { $0.removeAll() }
-            let appended = ContinuousClock.now
-            try await db.append(PasswordChanged(personId: "p1"))
-            while batches.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(5)) }
-            #expect(ContinuousClock.now - appended < interval / 2, "the first write after a quiet moment waited for the interval")
-            let start = ContinuousClock.now
-            for person in 2..<14 {
-                try await db.append(PasswordChanged(personId: "p\(person)"))
-                try await Task.sleep(for: .milliseconds(25))
-            }
-            let span = ContinuousClock.now - start
-            try await db.waitUntilProjected([BellProjection()])
-            return span
+            let applied = batches.withLock { $0 }
+            #expect(applied.reduce(0, +) == 13)
+            // One read for p1, then at most one per interval while the others were appended, and the last.
+            let most = 3 + Int(span / interval)
+            #expect(applied.count <= most, "13 appends, the last 12 over \(span), read at most every \(interval): \(applied)")
+            #expect(try await db.scalar("SELECT count(*)::int FROM bell_entries", Int.self) == 14)
         }
-        let applied = batches.withLock { $0 }
-        #expect(applied.reduce(0, +) == 13)
-        // One read for p1, then at most one per interval while the others were appended, and the last.
-        let most = 3 + Int(span / interval)
-        #expect(applied.count <= most, "13 appends, the last 12 over \(span), read at most every \(interval): \(applied)")
-        #expect(try await db.scalar("SELECT count(*)::int FROM bell_entries", Int.self) == 14)
     }
 }
