@@ -11,15 +11,15 @@ public enum InboxRoutes {
     public static func all(
         client: PostgresClient, store: EventStore, migrator: Migrator, metrics: RequestMetrics = RequestMetrics(), bellCache: BellCache? = nil,
         conversationCache: ConversationListCache? = nil, attachments: (any AttachmentValidator)? = nil, uploads: UploadSettings = .temporary,
-        unsubscribe: UnsubscribeLink? = nil
+        unsubscribe: UnsubscribeLink? = nil, groupCommit: InlineGroupCommit = InlineGroupCommit()
     ) -> [Route] {
         // One group commit for every route's inline appends: appends of one node that each had a
         // committer of its own were concurrent transactions, and an open one of another route
         // made a writer leave its projections to the projectors (not next in the log).
-        let groupCommit = InlineGroupCommit()
         let inline = InlineProjections(groupCommit: groupCommit)
         let served = OperationsRoutes.routes(client: client, migrator: migrator)
-            + MetricsRoutes.routes(metrics: metrics, client: client, bellCache: bellCache, conversationCache: conversationCache)
+            + MetricsRoutes.routes(
+                metrics: metrics, client: client, bellCache: bellCache, conversationCache: conversationCache, groupCommit: groupCommit)
             + BellRoutes.routes(client: client, inline: inline, cache: bellCache) + DeviceRoutes.routes(client: client)
             + PreferenceRoutes.routes(client: client, inline: inline) + SavedSearchRoutes.routes(client: client, inline: inline)
             + ConversationRoutes.routes(

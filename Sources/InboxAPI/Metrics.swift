@@ -88,7 +88,8 @@ public final class RequestMetrics: Sendable {
 /// misses, size and whether they listen.
 public enum MetricsRoutes {
     public static func routes(
-        metrics: RequestMetrics, client: PostgresClient, bellCache: BellCache? = nil, conversationCache: ConversationListCache? = nil
+        metrics: RequestMetrics, client: PostgresClient, bellCache: BellCache? = nil, conversationCache: ConversationListCache? = nil,
+        groupCommit: InlineGroupCommit? = nil
     ) -> [Route] {
         [
             Route(
@@ -102,9 +103,31 @@ public enum MetricsRoutes {
                     + (conversationCache.map {
                         Self.cacheMetrics("conversation", "Conversation list pages", $0.statistics, listening: $0.isListening)
                     } ?? "")
-                return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database + caches)
+                let inline = groupCommit.map { Self.inlineMetrics($0.counts) } ?? ""
+                return HTTPResponse(
+                    status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database + caches + inline)
             }
         ]
+    }
+
+    /// The inline writes' lines: their group commits, and by projection how many writes had it
+    /// applied inline (read-your-writes) or left it to the projector (`deferred`: the author may
+    /// not see the write on the next read; a share that grows says that something holds the
+    /// writers back, docs/projections.md "The inline driver").
+    static func inlineMetrics(_ statistics: InlineGroupCommit.Statistics) -> String {
+        var lines = [
+            "# HELP inbox_inline_groups_total Transactions the API's inline writes were committed in (group commit).",
+            "# TYPE inbox_inline_groups_total counter", "inbox_inline_groups_total \(statistics.groups)",
+            "# HELP inbox_inline_requests_total Inline writes (each a request's append), committed or refused.",
+            "# TYPE inbox_inline_requests_total counter", "inbox_inline_requests_total \(statistics.requests)",
+            "# HELP inbox_inline_projections_total Committed inline writes by projection: applied inline, or deferred to the projector.",
+            "# TYPE inbox_inline_projections_total counter",
+        ]
+        for name in Set(statistics.applied.keys).union(statistics.deferred.keys).sorted() {
+            lines.append(#"inbox_inline_projections_total{projection="\#(RequestMetrics.escape(name))",outcome="applied"} \#(statistics.applied[name] ?? 0)"#)
+            lines.append(#"inbox_inline_projections_total{projection="\#(RequestMetrics.escape(name))",outcome="deferred"} \#(statistics.deferred[name] ?? 0)"#)
+        }
+        return lines.joined(separator: "\n") + "\n"
     }
 
     /// A cache's lines: `inbox_<name>_cache_hits_total`, `_misses_total`, `_bytes`, `_listening`.

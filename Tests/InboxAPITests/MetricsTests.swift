@@ -14,8 +14,10 @@ import Testing
             try await InboxProjections.prepareLiveTables(client: db.client)
             _ = try await db.store.append([try NewEvent(PasswordChanged(personId: "p1")), try NewEvent(PasswordChanged(personId: "p2"))])
             let metrics = RequestMetrics()
+            let groupCommit = InlineGroupCommit()
             let routes = InboxRoutes.all(
-                client: db.client, store: db.store, migrator: try Migrator(directory: TestDatabase.migrationsDirectory), metrics: metrics)
+                client: db.client, store: db.store, migrator: try Migrator(directory: TestDatabase.migrationsDirectory), metrics: metrics,
+                groupCommit: groupCommit)
             let api = APIServer(routes: routes, gate: nil, metrics: metrics)
             let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
             defer { server.shutdown() }
@@ -33,6 +35,7 @@ import Testing
             #expect(text.contains(#"inbox_http_request_duration_seconds_bucket{route="/healthz",le="+Inf"} 3"#))
             #expect(text.contains(#"inbox_http_request_duration_seconds_count{route="/healthz"} 3"#))
             #expect(text.contains("# TYPE inbox_http_request_duration_seconds histogram"))
+            #expect(text.contains("inbox_inline_groups_total 0") && text.contains("inbox_inline_requests_total 0"), "\(text)")
             #expect(text.contains("inbox_event_log_head_position 2"))
             #expect(text.contains(#"inbox_projection_position{projection="bell"} 0"#))
             #expect(text.contains(#"inbox_projection_positions_behind{projection="bell"} 2"#))
@@ -42,6 +45,15 @@ import Testing
             #expect(text.contains("# TYPE inbox_mail_total counter"))
             let lag = text.split(separator: "\n").first { $0.hasPrefix(#"inbox_projection_lag_seconds{projection="bell"}"#) }
             #expect(lag.flatMap { Double($0.split(separator: " ").last ?? "") }.map { $0 > 0 } == true, "\(String(describing: lag))")
+
+            // An inline write through the API's committer: counted, and its bell applied or deferred
+            // (which of the two depends on the other tests' transactions on the shared cluster).
+            try InlineProjections(groupCommit: groupCommit).append([try NewEvent(PasswordChanged(personId: "p3"))], using: db.client)
+            let after = String(decoding: try await client.send("GET", "/metrics").body, as: UTF8.self)
+            #expect(after.contains("inbox_inline_groups_total 1") && after.contains("inbox_inline_requests_total 1"), "\(after)")
+            let bell = after.split(separator: "\n").filter { $0.hasPrefix(#"inbox_inline_projections_total{projection="bell","#) }
+            #expect(bell.count == 2 && bell.compactMap { Int($0.split(separator: " ").last ?? "") }.reduce(0, +) == 1, "\(bell)")
+            #expect(!after.contains(#"inbox_inline_projections_total{projection="threads""#), "a sign-in is not the threads'")
         }
     }
 }

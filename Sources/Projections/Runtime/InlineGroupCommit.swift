@@ -47,11 +47,15 @@ public final class InlineGroupCommit: @unchecked Sendable {
         self.maximumEvents = max(1, maximumEvents)
     }
 
-    /// How many groups have committed (or failed) and how many requests they held.
+    /// How many groups have committed (or failed) and how many requests they held; and, by
+    /// projection, how many of the requests that committed had it applied inline or left it to
+    /// its projector (their authors may not see their write at once: `/metrics`).
     public struct Statistics: Sendable, Hashable {
         public var groups = 0
         public var requests = 0
         public var largestGroup = 0
+        public var applied: [String: Int] = [:]
+        public var deferred: [String: Int] = [:]
     }
 
     public var counts: Statistics {
@@ -178,7 +182,12 @@ public final class InlineGroupCommit: @unchecked Sendable {
                 condition.unlock()
                 let results = Self.commit(group, on: connection)
                 condition.lock()
-                for (member, result) in zip(group, results) { member.result = result }
+                for (member, result) in zip(group, results) {
+                    member.result = result
+                    guard case .success(let answer) = result else { continue }
+                    for name in answer.outcome.applied { statistics.applied[name, default: 0] += 1 }
+                    for name in answer.outcome.deferred { statistics.deferred[name, default: 0] += 1 }
+                }
                 running = false
                 statistics.groups += 1
                 statistics.requests += group.count
