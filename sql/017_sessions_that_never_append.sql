@@ -13,9 +13,9 @@
 -- the database holds them to it (the trigger below refuses their inserts into the log, COPY
 -- included). An older open transaction of such a session no longer keeps a writer from being
 -- next. The check reads `pg_stat_activity` (whose `application_name` and `backend_xid` every role
--- sees); whatever it cannot match there (a session gone or on to a newer transaction, a prepared
--- transaction, a subtransaction's id) counts as one that could append, so every doubt defers, as
--- before.
+-- sees), and `pg_locks` for a subtransaction's id; whatever it cannot match (a session gone or on
+-- to a newer transaction, a prepared transaction) counts as one that could append, so every doubt
+-- defers, as before.
 
 CREATE FUNCTION never_appends(p_application_name text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
@@ -41,8 +41,12 @@ CREATE TRIGGER events_appenders_only BEFORE INSERT ON events
 -- session that never appends. Meant for a transaction that has appended (it has an id). The older
 -- open transactions are those the snapshot lists below its xmax, and every id from its xmax up to
 -- this transaction's own: ids handed out after the newest one that ended, so all still open (the
--- snapshot does not list them). A subtransaction's id among those has no session of its own in
--- `pg_stat_activity`, so it defers too.
+-- snapshot does not list them). Among those are subtransactions' ids (a projector applies its
+-- batch behind a savepoint), which `pg_stat_activity` does not show: while the subtransaction is
+-- open it holds the lock on its id, and `pg_locks` names its session; once released into its
+-- parent it holds none, and the parent (open, older, so looked at too) decides. A transaction
+-- that has ended by the time it is looked at counts for nothing: the caller reads what is pending
+-- after this returns, in a newer snapshot that sees its events.
 CREATE FUNCTION next_in_the_log() RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -58,11 +62,23 @@ BEGIN
         UNION ALL
         SELECT n::text::xid8 FROM generate_series(pg_snapshot_xmax(snapshot)::text::bigint, own::text::bigint - 1) AS n
     LOOP
-        IF NOT EXISTS (
-            SELECT 1 FROM pg_stat_activity a WHERE a.backend_xid = older::xid AND never_appends(a.application_name)
-        ) THEN
-            RETURN false;
-        END IF;
+        -- Ended since the snapshot: whatever it appended is committed (or gone) before the read
+        -- of what is pending, which the caller sends after this, with a snapshot of its own.
+        CONTINUE WHEN coalesce(pg_xact_status(older), 'committed') <> 'in progress';
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM pg_stat_activity a WHERE a.backend_xid = older::xid AND never_appends(a.application_name));
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+            WHERE l.locktype = 'transactionid' AND l.transactionid = older::xid AND l.mode = 'ExclusiveLock' AND l.granted
+              AND never_appends(a.application_name));
+        -- Ended while it was looked for (its id leaves the sessions and the locks as it commits).
+        CONTINUE WHEN coalesce(pg_xact_status(older), 'committed') <> 'in progress';
+        -- Open, yet no session's id and no lock's: a subtransaction released into its parent (its
+        -- lock goes at the RELEASE). The parent is open and older still, so it is one of the ids
+        -- looked at here, and decides.
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_xid = older::xid)
+            AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'transactionid' AND l.transactionid = older::xid);
+        RETURN false;
     END LOOP;
     RETURN true;
 END

@@ -117,8 +117,13 @@ struct HTTPBenchmark: Benchmark {
         // The rate limiter on, with room for what wrk asks of each person (about 25 requests a
         // second each, past the 20 a person gets in production): the rows measure answers, not 429s.
         let limiter = RateLimiter(limits: .init(personPerSecond: 1_000, personBurst: 1_000))
+        // The API's group commit, whose counts say how many posts of a round had a projection
+        // deferred to its projector (their authors might not read their own write at once).
+        let groupCommit = InlineGroupCommit()
         let api = APIServer(
-            routes: InboxRoutes.all(client: requestClient, store: store, migrator: migrator, bellCache: bellCache, conversationCache: conversationCache),
+            routes: InboxRoutes.all(
+                client: requestClient, store: store, migrator: migrator, bellCache: bellCache, conversationCache: conversationCache,
+                groupCommit: groupCommit),
             gate: AppVersionGate(client: requestClient),
             verifier: verifier, rateLimiter: limiter)
         // wrk is one client address with all its connections: the per-address limit is for others.
@@ -180,9 +185,11 @@ struct HTTPBenchmark: Benchmark {
                     try await before?()
                     let side = alongside.map { work in Task { await work(round) } }
                     let cpuBefore = try await ProjectionBenchmark.cpuSeconds(client: client)
+                    let inlineBefore = groupCommit.counts
                     // On a thread of its own: waiting for wrk must not hold one of the cooperative pool's.
                     let result = try await BlockingThread.run { try Self.wrk(url: base + path, script: script) }
                     let cpuAfter = try await ProjectionBenchmark.cpuSeconds(client: client)
+                    let inline = Self.inlineChange(from: inlineBefore, to: groupCommit.counts)
                     side?.cancel()
                     let done = await side?.value
                     // CPU a request (the server's process, its projectors included, and PostgreSQL;
@@ -190,7 +197,8 @@ struct HTTPBenchmark: Benchmark {
                     let perRequest = { (seconds: Double) in String(format: "%.0f µs", seconds * 1_000_000 / Double(max(1, result.requests))) }
                     progress(
                         "  \(title): p50 \(Self.format(result.p50)), p99 \(Self.format(result.p99)), p99.9 \(Self.format(result.p999)), \(result.errors) socket errors, \(result.non2xx) non-2xx\(done.map { ", " + $0 } ?? ""); "
-                            + "CPU a request \(perRequest(cpuAfter.client - cpuBefore.client)) in the server's process, \(perRequest(cpuAfter.server - cpuBefore.server)) in PostgreSQL")
+                            + "CPU a request \(perRequest(cpuAfter.client - cpuBefore.client)) in the server's process, \(perRequest(cpuAfter.server - cpuBefore.server)) in PostgreSQL"
+                            + (inline.map { "; " + $0 } ?? ""))
                     var measurement = Measurement(round: round, events: result.requests, elapsed: .milliseconds(Int64(result.seconds * 1000)))
                     measurement.latency = Latency(p50: result.p50, p99: result.p99, p999: result.p999)
                     return measurement
@@ -431,6 +439,16 @@ struct HTTPBenchmark: Benchmark {
     }
 
     static func format(_ seconds: Double) -> String { String(format: "%.2f ms", seconds * 1000) }
+
+    /// What the API's inline writes did between two counts (nil when it made none): how many, in
+    /// how many groups, and how many left each projection to its projector.
+    static func inlineChange(from before: InlineGroupCommit.Statistics, to after: InlineGroupCommit.Statistics) -> String? {
+        let requests = after.requests - before.requests
+        guard requests > 0 else { return nil }
+        let names = Set(after.applied.keys).union(after.deferred.keys).sorted()
+        let deferred = names.map { "\($0) \((after.deferred[$0] ?? 0) - (before.deferred[$0] ?? 0))" }.joined(separator: ", ")
+        return "\(requests) inline writes in \(after.groups - before.groups) groups, deferred: \(deferred.isEmpty ? "none" : deferred)"
+    }
 
     /// The first word of the line the wrk script's `done` prints.
     static let percentilesLabel = "inbox-bench-percentiles-us"

@@ -288,8 +288,17 @@ import Testing
             defer { reader.close() }
             try reader.execute("BEGIN")
             let readerXid = try reader.query("SELECT pg_current_xact_id()::text::bigint").scalar(Int64.self)
-            // Nothing has ended since the reader's transaction began: the snapshot does not list it
-            // (it is at or past the snapshot's xmax), and it is still found and seen to never append.
+            // And writes behind savepoints, as a projector applies its batch: subtransactions' ids,
+            // which `pg_stat_activity` does not show. One released into the transaction (it holds
+            // no lock any more: its parent decides), one still open (`pg_locks` names its session).
+            try reader.execute("SAVEPOINT released")
+            try reader.execute("CREATE TEMPORARY TABLE released_of_the_test (id int)")
+            try reader.execute("RELEASE SAVEPOINT released")
+            try reader.execute("SAVEPOINT open")
+            try reader.execute("CREATE TEMPORARY TABLE open_of_the_test (id int)")
+            // Nothing has ended since the reader's transaction began: the snapshot lists none of
+            // its three ids (all at or past the snapshot's xmax), and each is still found and seen
+            // to never append.
             let first = try NewEvent(MessageSent(conversationId: "c1", messageId: "m-first", authorSide: .buyer, authorId: "buyer", body: "Hi"))
             let firstOutcome = try await db.client.withConnection { connection in
                 try InlineProjections().appendReporting([first], on: connection).outcome
