@@ -132,12 +132,27 @@ import Testing
         #expect(sessions <= 1)
     }
 
+    /// The pool's one connection is held; a thread that asks for one waits (or, if it comes only
+    /// after the close, is refused at once): either way it is told the pool closed.
     @Test func aBlockedThreadIsToldWhenThePoolCloses() async throws {
         let db = try await TestDatabase.make(migrated: false)
         defer { Task { await db.drop() } }
         let pool = try PostgresClient(configuration: .init(connection: db.configuration, maximumConnections: 1))
-        let holding = Task { try await pool.withConnection { connection in _ = try connection.query("SELECT pg_sleep(0.5)") } }
-        try await Task.sleep(for: .milliseconds(100))
+        let held = DispatchSemaphore(value: 0)
+        let holding = Task {
+            try await pool.withConnection { connection in
+                held.signal()
+                _ = try connection.query("SELECT pg_sleep(2)")
+            }
+        }
+        // Waited for, not slept for: on a loaded machine the holder may take its connection late,
+        // and the thread below would then get it instead (the failure seen once under make test);
+        // held for 2 s, so that the close comes while it is still held.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while held.wait(timeout: .now()) == .timedOut {
+            guard ContinuousClock.now < deadline else { Issue.record("the holder never took the connection"); return }
+            try await Task.sleep(for: .milliseconds(5))
+        }
         let failures = Failures()
         let finished = DispatchSemaphore(value: 0)
         Thread {
