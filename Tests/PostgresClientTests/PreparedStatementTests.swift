@@ -138,21 +138,21 @@ import Testing
         let db = try await TestDatabase.make(migrated: false)
         defer { Task { await db.drop() } }
         let pool = try PostgresClient(configuration: .init(connection: db.configuration, maximumConnections: 1))
+        // The holder on a thread of its own, waited for rather than slept for, holding the
+        // connection until the pool has closed: on a loaded machine a holder started as a task
+        // took its connection late (the cooperative pool was busy), and the thread below got it
+        // instead (the failure seen once under make test).
         let held = DispatchSemaphore(value: 0)
-        let holding = Task {
-            try await pool.withConnection { connection in
+        let closed = DispatchSemaphore(value: 0)
+        let holderDone = DispatchSemaphore(value: 0)
+        Thread {
+            try? pool.withConnectionBlocking { _ in
                 held.signal()
-                _ = try connection.query("SELECT pg_sleep(2)")
+                _ = closed.wait(timeout: .now() + 60)
             }
-        }
-        // Waited for, not slept for: on a loaded machine the holder may take its connection late,
-        // and the thread below would then get it instead (the failure seen once under make test);
-        // held for 2 s, so that the close comes while it is still held.
-        let deadline = ContinuousClock.now + .seconds(10)
-        while held.wait(timeout: .now()) == .timedOut {
-            guard ContinuousClock.now < deadline else { Issue.record("the holder never took the connection"); return }
-            try await Task.sleep(for: .milliseconds(5))
-        }
+            holderDone.signal()
+        }.start()
+        #expect(try await Self.waitFor(held), "the holder never took the connection")
         let failures = Failures()
         let finished = DispatchSemaphore(value: 0)
         Thread {
@@ -161,9 +161,21 @@ import Testing
         }.start()
         try await Task.sleep(for: .milliseconds(100))
         pool.close()
-        try await holding.value
-        #expect(finished.wait(timeout: .now() + 5) == .success)
+        closed.signal()
+        #expect(try await Self.waitFor(holderDone))
+        #expect(try await Self.waitFor(finished))
         #expect((failures.all.first as? PostgresError)?.code == .poolClosed)
+    }
+
+    /// Whether `semaphore` is signalled within `timeout`, polled without holding a thread of the
+    /// cooperative pool.
+    static func waitFor(_ semaphore: DispatchSemaphore, timeout: Duration = .seconds(30)) async throws -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while semaphore.wait(timeout: .now()) == .timedOut {
+            if ContinuousClock.now >= deadline { return false }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        return true
     }
 }
 
