@@ -189,24 +189,53 @@ import Testing
     /// one event loop goes on answering other connections meanwhile. The slow request is let go
     /// only after the fast one was answered, so if the fast one waited behind it, the test would
     /// time out instead of passing.
+    ///
+    /// The fast one is sent only once the slow one is held in its work (waited for, not slept
+    /// for), and the waits are long: under make test's load the test once failed with the slow
+    /// answer cut by its client's 10 s timeout, which timed the machine rather than the server.
     @Test func aRequestWaitingOnItsWorkDoesNotHoldUpTheOthersOfItsEventLoop() async throws {
+        let arrived = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
         let server = try HTTPServer(configuration: .init(port: 0, threads: 1, blockingThreads: 2)) { request in
             guard request.path == "/slow" else { return .now(Self.echo(request)) }
             return .later {
-                _ = release.wait(timeout: .now() + 10)
+                arrived.signal()
+                _ = release.wait(timeout: .now() + 120)
                 return HTTPResponse(status: 200, contentType: "text/plain", body: "slow done")
             }
         }
         defer { server.shutdown() }
         let port = server.port
-        let slow = Task.detached { try RawHTTPClient.exchange(port: port, Array("GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)) }
-        try await Task.sleep(for: .milliseconds(100))
-        let fast = try RawHTTPClient.exchange(port: port, Array("GET /fast HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), timeout: 5)
+        // On a thread of its own: its client blocks in recv until the answer comes.
+        let slowReply = SlowReply()
+        Thread {
+            slowReply.set(
+                Result { try RawHTTPClient.exchange(port: port, Array("GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), timeout: 150) })
+        }.start()
+        let deadline = ContinuousClock.now + .seconds(60)
+        while arrived.wait(timeout: .now()) == .timedOut {
+            guard ContinuousClock.now < deadline else { Issue.record("the slow request never reached its work"); release.signal(); return }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        // Were the event loop held up by the slow request, this would wait for the 30 s.
+        let fast = try RawHTTPClient.exchange(port: port, Array("GET /fast HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), timeout: 30)
         #expect(fast.contains("GET /fast?"), "\(fast)")
         release.signal()
-        let reply = try await slow.value
-        #expect(RawHTTPClient.statuses(reply) == [200] && reply.contains("slow done"), "\(reply)")
+        var reply: Result<String, any Error>?
+        while reply == nil, ContinuousClock.now < deadline + .seconds(120) {
+            reply = slowReply.value
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        let answer = try #require(reply).get()
+        #expect(RawHTTPClient.statuses(answer) == [200] && answer.contains("slow done"), "\(answer)")
+    }
+
+    /// What the slow request's client thread received.
+    final class SlowReply: @unchecked Sendable {
+        private let lock = NSLock()
+        private var result: Result<String, any Error>?
+        func set(_ result: Result<String, any Error>) { lock.withLock { self.result = result } }
+        var value: Result<String, any Error>? { lock.withLock { result } }
     }
 
     /// Pipelined on one connection, an answer that waits and answers given at once keep their order.
