@@ -177,10 +177,11 @@ let package = Package(
             path: "Tests/InboxTesting", swiftSettings: swiftSettings),
         // The SMTP relay mock and the mail reader of the mail tests.
         .target(name: "MailTesting", dependencies: ["Mail", "EventLog"], path: "Tests/MailTesting", swiftSettings: swiftSettings),
-        // A plain TCP client for tests that put exact bytes on the wire (HTTPServerTests, IdentityTests).
+        // A plain TCP client for tests that put exact bytes on the wire (HTTPServerTests, IdentityTests),
+        // and a wait for a semaphore that holds no thread of the cooperative pool.
         .target(name: "HTTPTesting", path: "Tests/HTTPTesting", swiftSettings: swiftSettings),
         .testTarget(
-            name: "PostgresClientTests", dependencies: ["PostgresClient", "EventLog", "InboxTesting"],
+            name: "PostgresClientTests", dependencies: ["PostgresClient", "EventLog", "InboxTesting", "HTTPTesting"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting", "Lifecycle"],

@@ -208,25 +208,23 @@ import Testing
         let port = server.port
         // On a thread of its own: its client blocks in recv until the answer comes.
         let slowReply = SlowReply()
+        let slowDone = DispatchSemaphore(value: 0)
         Thread {
             slowReply.set(
                 Result { try RawHTTPClient.exchange(port: port, Array("GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), timeout: 150) })
+            slowDone.signal()
         }.start()
-        let deadline = ContinuousClock.now + .seconds(60)
-        while arrived.wait(timeout: .now()) == .timedOut {
-            guard ContinuousClock.now < deadline else { Issue.record("the slow request never reached its work"); release.signal(); return }
-            try await Task.sleep(for: .milliseconds(5))
+        guard try await arrived.signalled(within: .seconds(60)) else {
+            Issue.record("the slow request never reached its work")
+            release.signal()
+            return
         }
         // Were the event loop held up by the slow request, this would wait for the 30 s.
         let fast = try RawHTTPClient.exchange(port: port, Array("GET /fast HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), timeout: 30)
         #expect(fast.contains("GET /fast?"), "\(fast)")
         release.signal()
-        var reply: Result<String, any Error>?
-        while reply == nil, ContinuousClock.now < deadline + .seconds(120) {
-            reply = slowReply.value
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        let answer = try #require(reply).get()
+        #expect(try await slowDone.signalled(within: .seconds(180)))
+        let answer = try #require(slowReply.value).get()
         #expect(RawHTTPClient.statuses(answer) == [200] && answer.contains("slow done"), "\(answer)")
     }
 

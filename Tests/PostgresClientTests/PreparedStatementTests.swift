@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTesting
 import InboxTesting
 import PostgresClient
 import Testing
@@ -152,7 +153,7 @@ import Testing
             }
             holderDone.signal()
         }.start()
-        #expect(try await Self.waitFor(held), "the holder never took the connection")
+        #expect(try await held.signalled(within: .seconds(30)), "the holder never took the connection")
         let failures = Failures()
         let finished = DispatchSemaphore(value: 0)
         Thread {
@@ -162,20 +163,9 @@ import Testing
         try await Task.sleep(for: .milliseconds(100))
         pool.close()
         closed.signal()
-        #expect(try await Self.waitFor(holderDone))
-        #expect(try await Self.waitFor(finished))
+        #expect(try await holderDone.signalled(within: .seconds(30)))
+        #expect(try await finished.signalled(within: .seconds(30)))
         #expect((failures.all.first as? PostgresError)?.code == .poolClosed)
-    }
-
-    /// Whether `semaphore` is signalled within `timeout`, polled without holding a thread of the
-    /// cooperative pool.
-    static func waitFor(_ semaphore: DispatchSemaphore, timeout: Duration = .seconds(30)) async throws -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while semaphore.wait(timeout: .now()) == .timedOut {
-            if ContinuousClock.now >= deadline { return false }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        return true
     }
 }
 
