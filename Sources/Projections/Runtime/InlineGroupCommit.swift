@@ -21,6 +21,13 @@ import PostgresClient
 /// group had accepted gets that error (nothing of the group is in the log, nothing was
 /// acknowledged). Requests that arrive meanwhile queue for the next group.
 ///
+/// Each request sleeps on a semaphore of its own, and is woken only when something it waits for
+/// may have come: its group's answer, its turn to lead (the oldest queued request holding a
+/// connection, once no group runs) or to take a connection from the pool (the oldest queued
+/// request, once none holding a connection is queued and none is taking one). With one condition
+/// for all, every group's end woke every waiting request, dozens of threads to find one leader
+/// (docs/benchmarks.md, issue 12's tenth session).
+///
 /// Do not call `append(_:using: client)` while holding a connection of `client`'s pool: with every
 /// connection held that way, no one could lead.
 ///
@@ -29,8 +36,9 @@ import PostgresClient
 /// (callers inside a transaction of their own do not come here), so it holds no lock the leader
 /// could wait for.
 public final class InlineGroupCommit: @unchecked Sendable {
-    // Everything below `condition` is read and written only while holding it.
-    private let condition = NSCondition()
+    // Everything below `condition` is read and written only while holding it (each request waits
+    // on its own `Ticket.wake`, not on it).
+    private let condition = NSLock()
     private var queue: [Ticket] = []
     private var running = false
     /// A waiting request is taking a connection from the pool to lead with.
@@ -83,6 +91,8 @@ public final class InlineGroupCommit: @unchecked Sendable {
         var holdsConnection = false
         /// Set by the leader, under the committer's condition, once the group is done.
         var result: Result<(appended: [AppendedEvent], outcome: InlineProjections.Outcome), any Error>?
+        /// Signalled when this request may have something to do or to return (`wakeNext`).
+        let wake = DispatchSemaphore(value: 0)
 
         init(
             append: EventStore.PreparedAppend, also: (@Sendable (PostgresConnection) throws -> Void)?, database: PostgresConfiguration,
@@ -144,23 +154,23 @@ public final class InlineGroupCommit: @unchecked Sendable {
                             condition.lock()
                             entered = true
                             acquiring = false
-                            condition.broadcast()
                             return try wait(ticket, on: connection)
                         }
                     } catch let error where !entered {
                         condition.lock()
                         acquiring = false
-                        condition.broadcast()
                         if let index = queue.firstIndex(where: { $0 === ticket }) {
                             queue.remove(at: index)
+                            wakeNext()
                             condition.unlock()
                             throw error
                         }
                         // Taken into a group meanwhile: its answer comes from there.
+                        wakeNext()
                         continue
                     }
                 }
-                condition.wait()
+                sleep(ticket)
             }
         }
     }
@@ -171,6 +181,8 @@ public final class InlineGroupCommit: @unchecked Sendable {
         _ ticket: Ticket, on connection: PostgresConnection
     ) throws -> (appended: [AppendedEvent], outcome: InlineProjections.Outcome) {
         ticket.holdsConnection = true
+        // Came from the pool already answered: a request behind it may have to take one now.
+        if ticket.result != nil { wakeNext() }
         while true {
             if let result = ticket.result {
                 condition.unlock()
@@ -179,6 +191,9 @@ public final class InlineGroupCommit: @unchecked Sendable {
             if !running {
                 running = true
                 let group = takeGroup(leader: ticket)
+                // No request holding a connection is left queued: the oldest takes one from the
+                // pool while this group runs, to lead the next.
+                wakeNext()
                 condition.unlock()
                 let results = Self.commit(group, on: connection)
                 condition.lock()
@@ -192,10 +207,30 @@ public final class InlineGroupCommit: @unchecked Sendable {
                 statistics.groups += 1
                 statistics.requests += group.count
                 statistics.largestGroup = max(statistics.largestGroup, group.count)
-                condition.broadcast()
+                for member in group where member !== ticket { member.wake.signal() }
+                wakeNext()
                 continue
             }
-            condition.wait()
+            sleep(ticket)
+        }
+    }
+
+    /// Releases `condition`, sleeps until `ticket` is woken, and takes `condition` again.
+    private func sleep(_ ticket: Ticket) {
+        condition.unlock()
+        ticket.wake.wait()
+        condition.lock()
+    }
+
+    /// Wakes the request that has to act next, if any: with no group running, the oldest queued
+    /// request holding a connection (it leads); with none such queued and none taking a connection
+    /// from the pool, the oldest queued request (it takes one). Holding `condition`. A request
+    /// woken for nothing finds nothing to do and sleeps again; one woken twice only looks twice.
+    private func wakeNext() {
+        if let holder = queue.first(where: \.holdsConnection) {
+            if !running { holder.wake.signal() }
+        } else if !acquiring, let first = queue.first {
+            first.wake.signal()
         }
     }
 
