@@ -181,6 +181,41 @@ import Testing
         #expect(received.first?.channel == "bell_changed")
     }
 
+    /// A listener nobody waits on still reads its session: left unread, the server session blocks
+    /// writing to it, and PostgreSQL then holds every committing NOTIFY of the database behind it.
+    @Test func aListenerNobodyWaitsOnKeepsItsSessionReadAndHandsOutWhatCameInOrder() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        let listener = try PostgresListener(configuration: db.configuration, channels: ["bell_changed"], applicationName: "unread-listener")
+        try await listener.start()
+        let pid = try await listener.backendPID()
+        // About 600 KB of notifications in one commit: more than a socket holds unread.
+        let count = 9_000
+        try await db.client.execute(
+            "SELECT pg_notify('bell_changed', 'person-' || lpad(i::text, 40, '0')) FROM generate_series(1, \(count)) AS i")
+        var state = ""
+        for _ in 0..<100 {
+            state = try await db.client.query("SELECT coalesce(wait_event, '') AS w FROM pg_stat_activity WHERE pid = $1", binds: [PostgresBind(pid)]) {
+                try $0.decode(String.self, "w")
+            }.first ?? "gone"
+            if state == "ClientRead" { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(state == "ClientRead", "the listening session should wait for its client, not block writing to it")
+        var received: [PostgresNotification] = []
+        for _ in 0..<100 where received.count < count {
+            received += try await listener.next(timeout: .milliseconds(100))
+        }
+        #expect(received.count == count)
+        #expect(received.first?.payload == "person-" + String(repeating: "0", count: 39) + "1")
+        #expect(received.map(\.payload) == received.map(\.payload).sorted())
+        // The same notice twice before anybody asks is handed out once.
+        try await db.client.withConnection { try $0.notify("bell_changed", payload: "again") }
+        try await db.client.withConnection { try $0.notify("bell_changed", payload: "again") }
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try await listener.next(timeout: .milliseconds(100)).map(\.payload) == ["again"])
+    }
+
     @Test func aChannelNameThatIsNotAPlainIdentifierIsRefused() {
         #expect(throws: PostgresError.self) {
             try PostgresListener(configuration: PostgresConfiguration(url: "postgres:///x"), channels: ["bell; DROP TABLE x"])
