@@ -158,8 +158,9 @@ final class ListenerCore: Sendable {
             }
             let previous = state.waiter?.continuation
             state.waiter = (id, continuation, deadline)
-            // The thread's wait would outlast this one's: it is told to look again.
-            let sooner = !start && state.turnEnds.map { deadline < $0 } ?? false
+            // The thread's wait would outlast this one's, or it pauses after a drain nobody
+            // waited for: it is told to look again now.
+            let sooner = !start && state.draining && (state.turnEnds.map { deadline < $0 } ?? true)
             return (.waits, previous, start, sooner)
         }
         // One waiter at a time (the subscriber's loop); one left over from a call whose task went
