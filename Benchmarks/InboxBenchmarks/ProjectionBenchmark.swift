@@ -212,6 +212,8 @@ struct ProjectionBenchmark: Benchmark {
         let names = InboxProjections.all.map(\.name)
         var lastSeen: [String] = []
         var lastMoved = ContinuousClock.now
+        // When each projector's checkpoint first stood at the head: which of them the catch-up waited for.
+        var caughtUp: [String: Duration] = [:]
         while true {
             try await Task.sleep(for: .milliseconds(20))
             if let failure = stopped.failures.withLock({ $0.first }) {
@@ -222,6 +224,10 @@ struct ProjectionBenchmark: Benchmark {
                     "SELECT projection || '=' || transaction_id::text || '/' || position FROM projection_checkpoints WHERE projection = ANY($1) ORDER BY 1",
                     names
                 ).map { try $0.decode(String.self, at: 0) }
+            }
+            for checkpoint in checkpoints where checkpoint.hasSuffix("=" + head) {
+                let name = String(checkpoint.prefix { $0 != "=" })
+                if caughtUp[name] == nil { caughtUp[name] = ContinuousClock.now - started }
             }
             if checkpoints.count == names.count, checkpoints.allSatisfy({ $0.hasSuffix("=" + head) }) { break }
             if checkpoints != lastSeen {
@@ -235,6 +241,9 @@ struct ProjectionBenchmark: Benchmark {
         for task in tasks { task.cancel() }
         for task in tasks { _ = await task.result }
         try await reportCPU(since: cpuBefore, events: events, what: "catch-up round \(round)", client: client)
+        progress(
+            "  catch-up round \(round): caught up "
+                + caughtUp.sorted { $0.value < $1.value }.map { "\($0.key) \(String(format: "%.1f", $0.value.inSeconds)) s" }.joined(separator: ", "))
         // The projectors whose tables are empty fold up to `catchUpOptions.inMemoryEvents` events
         // in memory before their first commit: what they held is the peak over the generator's state.
         progress(
