@@ -13,11 +13,12 @@ import Synchronization
 /// The session is read all the time, not only while somebody waits in `next`: from `start` (or
 /// the first `next`) on, its thread drains what the server sends and keeps it for the next call
 /// (each channel and payload once, in the order they first came: what a subscriber acts on).
-/// A listener left unread makes its server session block writing to it, and PostgreSQL then
-/// holds every committing `NOTIFY` in the database behind it: the notification queue cannot be
-/// trimmed past that session, and the commit that has to trim it waits for it with the queue's
-/// lock held (measured: writers' commits of 50 ms every 2 s while a projector was busy applying,
-/// docs/benchmarks.md, issue 12's tenth session). While nobody waits, the thread drains at most
+/// A listener left unread makes its server session block writing to it (`ClientWrite`), and
+/// PostgreSQL keeps every notification of the database in its queue until the slowest listening
+/// session has read it: the queue grows for as long as that lasts, and a full one fails every
+/// commit that notifies (seen: the bell's and the threads' projector listeners blocked through
+/// whole benchmark rounds while their projectors applied, the queue growing, docs/benchmarks.md,
+/// issue 12's tenth session). While nobody waits, the thread drains at most
 /// every `unwatchedDrainInterval`, so a busy subscriber costs a wake-up per interval, not one per
 /// notification. Past `keptNotifications` different ones unread, it stops reading until the next
 /// call (the server holds the rest, as it would without the thread): nothing is dropped.
