@@ -67,6 +67,18 @@ public final class PostgresClient: Sendable {
         self.configuration = configuration
     }
 
+    private init(checked configuration: Configuration) {
+        self.configuration = configuration
+    }
+
+    /// Another pool of this one's size on the same database, whose sessions carry `applicationName`
+    /// (a pool's configuration is valid once it exists, so this cannot fail). Close it when done.
+    public func separatePool(applicationName: String) -> PostgresClient {
+        var configuration = self.configuration
+        configuration.applicationName = applicationName
+        return PostgresClient(checked: configuration)
+    }
+
     public convenience init(url: String, maximumConnections: Int = 10) throws {
         try self.init(configuration: Configuration(connection: PostgresConfiguration(url: url), maximumConnections: maximumConnections))
     }

@@ -330,6 +330,32 @@ import Testing
         }
     }
 
+    /// A replay's pool is marked as never appending: a replay's write transaction (a slice's
+    /// COPYs, say) does not make an inline writer leave its projections to the projectors, and the
+    /// database refuses an append on that pool.
+    @Test func aReplaysOpenTransactionDoesNotHoldAnInlineWriterBackAndItsPoolCannotAppend() async throws {
+        try await Self.withTheThreadProjected { db in
+            let replayer = Replayer(client: db.client, projections: [ThreadsProjection()])
+            try await replayer.client.withConnection { replaying in
+                try replaying.execute("BEGIN")
+                try replaying.execute("CREATE TEMPORARY TABLE written_by_the_replay (id int)")
+                _ = try replaying.query("SELECT pg_current_xact_id()")
+                let message = try NewEvent(MessageSent(conversationId: "c1", messageId: "m1", authorSide: .seller, authorId: "s", body: "Yes"))
+                let outcome = try db.client.withConnectionBlocking { connection in
+                    try InlineProjections().appendReporting([message], on: connection).outcome
+                }
+                #expect(outcome.applied == ["bell", "threads"], "deferred: \(outcome.deferred)")
+                try replaying.execute("ROLLBACK")
+            }
+            await #expect {
+                _ = try await EventStore(client: replayer.client).append(try NewEvent(PasswordChanged(personId: "p1")))
+            } throws: { error in
+                (error as? PostgresError)?.sqlState == SQLState("WR003")
+            }
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 1)
+        }
+    }
+
     /// The checkpoint rows are locked in one statement for every projection concerned: when they
     /// cannot be had (here a lock timeout while another session holds one), the append still
     /// commits and every projection is left to the projector.

@@ -2,6 +2,7 @@ import Encodings
 import EventLog
 import Foundation
 import InboxDomain
+import Lifecycle
 import PostgresClient
 
 /// The replay driver: rebuilds projections from the whole log into new tables beside the live
@@ -54,6 +55,11 @@ public final class Replayer: Sendable {
         }
     }
 
+    /// The replay's own pool, of the size of the client it was given and on its database, whose
+    /// sessions are marked as never appending (`SessionsThatNeverAppend`): a replay writes its
+    /// tables and never the log, so its transactions (a slice's COPYs, the index builds, the swap)
+    /// do not make the API's inline writers leave their projections to the async projectors
+    /// meanwhile, and the database refuses an append on them.
     public let client: PostgresClient
     public let projections: [any Projection]
     public let batchSize: Int
@@ -69,12 +75,14 @@ public final class Replayer: Sendable {
         client: PostgresClient, projections: [any Projection], batchSize: Int = 20_000, inMemoryEventLimit: Int64 = 2_000_000,
         spillDirectory: URL = FileManager.default.temporaryDirectory
     ) {
-        self.client = client
+        self.client = client.separatePool(applicationName: SessionsThatNeverAppend.applicationName("inbox-replay"))
         self.projections = projections.sorted { $0.name < $1.name }
         self.batchSize = batchSize
         self.inMemoryEventLimit = inMemoryEventLimit
         self.spillDirectory = spillDirectory
     }
+
+    deinit { client.close() }
 
     /// How many slices a log of `events` events is folded in.
     public func slices(forEvents events: Int64) -> Int {
