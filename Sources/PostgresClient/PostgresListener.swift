@@ -99,9 +99,6 @@ final class ListenerCore: Sendable {
         /// When the thread's current wait for the server ends by itself.
         var turnEnds: ContinuousClock.Instant?
         var nextID = 0
-        /// The newest wait that has registered, and the waits ended (cancelled) before they could.
-        var lastWaitID = 0
-        var endedEarly: Set<Int> = []
         var draining = false
         var stopped = false
         /// The drain failed: the next drain that connects is a reconnect.
@@ -145,9 +142,10 @@ final class ListenerCore: Sendable {
             case waits, answer([PostgresNotification]), failure(any Error)
         }
         let (now, previous, start, sooner) = state.withLock { state -> (Now, CheckedContinuation<[PostgresNotification], any Error>?, Bool, Bool) in
-            state.lastWaitID = max(state.lastWaitID, id)
-            // Cancelled before it got here: answered at once (the caller then throws).
-            if state.endedEarly.remove(id) != nil { return (.answer([]), nil, false, false) }
+            // Cancelled before it got here (this runs on the waiting task, and a cancellation sets
+            // the task's flag before its handler takes the lock in `end`): answered at once, and
+            // the caller then throws.
+            if Task.isCancelled { return (.answer([]), nil, false, false) }
             if let failure = state.failure {
                 state.failure = nil
                 return (.failure(failure), nil, false, false)
@@ -179,10 +177,7 @@ final class ListenerCore: Sendable {
     /// Ends the wait `id` (if still waiting) with `result`: its cancellation.
     func end(_ id: Int, with result: Result<[PostgresNotification], any Error>) {
         let waiter = state.withLock { state -> CheckedContinuation<[PostgresNotification], any Error>? in
-            guard let waiter = state.waiter, waiter.id == id else {
-                if id > state.lastWaitID { state.endedEarly.insert(id) }
-                return nil
-            }
+            guard let waiter = state.waiter, waiter.id == id else { return nil }
             state.waiter = nil
             return waiter.continuation
         }
