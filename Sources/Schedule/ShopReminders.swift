@@ -186,7 +186,7 @@ public struct ShopReminders: Sendable {
             INSERT INTO notification_outbox (notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
             SELECT u.id, 'shop', u.shop, 'shop', $3, jsonb_build_object('sellerId', u.shop), 0, $4
             FROM unnest($1::text[], $2::text[]) AS u(id, shop)
-            ON CONFLICT (notification_id, audience, recipient_id) DO NOTHING
+            ON CONFLICT DO NOTHING
             """, ids, shops, Self.event, now)
         let messages = reminders.flatMap { reminder in reminder.messages.map { (reminder.shopId, $0) } }
         try connection.query(

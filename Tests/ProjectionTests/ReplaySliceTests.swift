@@ -135,7 +135,7 @@ import Testing
                     sessions = try await db.client.query(
                         "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'inbox-project-%'"
                     ) { try $0.decode(String.self, at: 0) }.sorted()
-                    if !sessions.contains(where: { $0.hasSuffix("-reader") }) { break }
+                    if !sessions.contains(where: { $0.hasSuffix("-reader") || $0.contains("-side") }) { break }
                     try await Task.sleep(for: .milliseconds(20))
                 }
                 #expect(
@@ -241,6 +241,58 @@ import Testing
             #expect(keptAfter == kept, "the rows already there were left as they were")
             let after = try await db.client.query("SELECT \(key) FROM notification_outbox ORDER BY id") { try $0.decode(String.self, at: 0) }
             #expect(after == everything, "each notification once, the others enqueued again in the log's order")
+        }
+    }
+
+    /// The in-memory catch-up writes the bell's outbox on a session of its own, committed before
+    /// the transaction with the rows and the checkpoint. When that transaction fails after it (here
+    /// a serialization failure the first time the checkpoint moves), the retry finds the outbox
+    /// rows there and leaves them: each notification is enqueued once, in the log's order, as
+    /// batch by batch.
+    @Test func aCatchUpWhoseTransactionFailsAfterItsOutboxCommittedEnqueuesEachNotificationOnce() async throws {
+        try await withTestDatabase { db in
+            var simulation = MarketplaceSimulation(configuration: .init(people: 300, shops: 20, watches: 400, seed: 12))
+            _ = try await db.appendSimulated(&simulation, count: 3_000, batchSize: 500)
+            try await db.withProjectors([BellProjection()], inMemoryEvents: 0) { try await db.waitUntilProjected([BellProjection()]) }
+            let key = "notification_id || '/' || audience || '/' || recipient_id"
+            let everything = try await db.client.query("SELECT \(key) FROM notification_outbox ORDER BY id") { try $0.decode(String.self, at: 0) }
+            try #require(everything.count > 20)
+            try await db.client.transaction { connection in
+                try connection.execute("TRUNCATE notification_outbox CASCADE")
+                for table in BellProjection().tableNames { try connection.execute("DROP TABLE public.\(table)") }
+                try connection.execute("DELETE FROM projection_checkpoints WHERE projection = 'bell'")
+                // A sequence is not rolled back with the transaction that draws from it: the
+                // first move of the bell's checkpoint past the start fails, the next succeeds.
+                try connection.execute(
+                    """
+                    CREATE SEQUENCE bell_catch_up_tries;
+                    CREATE FUNCTION fail_the_first_catch_up() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN
+                        IF NEW.projection = 'bell' AND NEW.events_applied > 0 AND nextval('bell_catch_up_tries') = 1 THEN
+                            RAISE EXCEPTION 'the first catch-up fails after its outbox committed' USING ERRCODE = '40001';
+                        END IF;
+                        RETURN NEW;
+                    END $$;
+                    CREATE TRIGGER fail_the_first_catch_up BEFORE UPDATE ON projection_checkpoints
+                        FOR EACH ROW EXECUTE FUNCTION fail_the_first_catch_up();
+                    """)
+            }
+            let reports = Mutex<[Projector.Report]>([])
+            try await db.withProjectors([BellProjection()], batchSize: 100, report: { report in reports.withLock { $0.append(report) } }) {
+                try await db.waitUntilProjected([BellProjection()])
+            }
+            let seen = reports.withLock { $0 }
+            #expect(seen.contains { if case .retrying = $0 { true } else { false } }, "the first catch-up failed: \(seen)")
+            #expect(
+                seen.contains { if case .applied(let events, _, _) = $0 { events > 1_000 } else { false } },
+                "the second was the in-memory one: \(seen)")
+            let tries = try await db.scalar("SELECT last_value::int FROM bell_catch_up_tries", Int.self)
+            #expect(tries >= 2)
+            let after = try await db.client.query("SELECT \(key) FROM notification_outbox ORDER BY id") { try $0.decode(String.self, at: 0) }
+            #expect(after == everything, "each notification once, in the log's order")
+            let queued = try await db.scalar(
+                "SELECT count(*)::int FROM notification_outbox_pending p JOIN notification_outbox o ON o.id = p.outbox_id", Int.self)
+            #expect(queued == everything.count, "each queued for the fan-out")
         }
     }
 }

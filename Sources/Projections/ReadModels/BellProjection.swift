@@ -221,7 +221,7 @@ public struct BellProjection: StagedProjection {
                 INSERT INTO notification_outbox
                     (notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[], $8::timestamptz[])
-                ON CONFLICT (notification_id, audience, recipient_id) DO NOTHING
+                ON CONFLICT DO NOTHING
                 """, rows.map(\.notificationId), rows.map(\.audience), rows.map(\.recipientId), rows.map(\.category), rows.map(\.event),
                 rows.map { PostgresRawJSON($0.idsJSON) }, rows.map(\.sourcePosition), rows.map(\.createdAt))
         ]

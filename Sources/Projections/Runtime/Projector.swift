@@ -1,8 +1,10 @@
+import Dispatch
 import EventLog
 import Foundation
 import InboxDomain
 import Lifecycle
 import PostgresClient
+import Synchronization
 
 /// The async driver: keeps one projection's live tables current with the log. A `Service` on a
 /// `LeasedLoop`.
@@ -311,9 +313,17 @@ struct ProjectorWork: LoopWork {
             batch = try await next.value
         }
         let through = last, unreadableEvents = unreadable
+        // The bell's outbox goes in on a session of its own while the rows go in on this one: the
+        // catch-up's longest statement, on the other core (`ReplayFold.sideWrite`). It commits
+        // first: this transaction waits for it before its own commit.
+        let side = fold.sideWrite().map {
+            SideWrite($0, configuration: configuration, applicationName: "inbox-project-\(projection.name)-side [no appends]")
+        }
         do {
             return try await session.run { connection -> Outcome in
                 try connection.transaction { connection -> Outcome in
+                    // Moved: whoever moved it applied these events, and its outbox rows are the
+                    // side write's (the key keeps one of each).
                     if let moved = try Self.movedUnderLock(projection.name, from: expected, on: connection) { return .moved(moved) }
                     let context = ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .live)
                     try fold.write(in: context)
@@ -321,6 +331,7 @@ struct ProjectorWork: LoopWork {
                     let parked = unreadableEvents + fold.outcome.parked
                     try ProjectionBatchApplier.park(parked, into: "projection_dead_letters", on: connection)
                     try ProjectionState.advance(projection.name, to: through, applied: fold.outcome.applied, on: connection)
+                    try side?.wait()
                     return .applied(fold.outcome.applied, parked, through, full: true)
                 }
             }
@@ -335,6 +346,41 @@ struct ProjectorWork: LoopWork {
 
     /// The batches of an in-memory catch-up: a replay's.
     static let inMemoryBatch = 20_000
+
+    /// A fold's side write (`ReplayFold.sideWrite`), started at once in a transaction of its own on
+    /// a session of its own, which a connection's thread waits for.
+    final class SideWrite: Sendable {
+        private let done = DispatchSemaphore(value: 0)
+        private let result = Mutex<Result<Void, any Error>?>(nil)
+
+        init(_ write: @escaping ReplaySettledWrite, configuration: PostgresConfiguration, applicationName: String) {
+            let session = PostgresSession(configuration: configuration, applicationName: applicationName)
+            Task { [self] in
+                let outcome: Result<Void, any Error>
+                do {
+                    try await session.run { connection in
+                        try connection.transaction { connection in
+                            try write(ProjectionContext(connection: connection, schema: ProjectionState.liveSchema, mode: .live))
+                        }
+                    }
+                    outcome = .success(())
+                } catch {
+                    outcome = .failure(error)
+                }
+                session.close()
+                self.result.withLock { $0 = outcome }
+                self.done.signal()
+            }
+        }
+
+        /// Blocks until the write has committed (or throws what it failed with). Called on a
+        /// connection's thread, never on the cooperative pool's.
+        func wait() throws {
+            done.wait()
+            done.signal()
+            try result.withLock { $0 }?.get()
+        }
+    }
 
     /// Up to `limit` events after `checkpoint`, gap-safe, decoded (only `types`, and those this
     /// release does not know) on every core.

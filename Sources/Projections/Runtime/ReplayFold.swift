@@ -29,6 +29,12 @@ protocol ReplayFold: Sendable {
     mutating func takeSettled() -> ReplaySettledWrite?
     /// Fills the tables with the rows of this fold (of all the log, or of one slice).
     func write(in context: ProjectionContext) throws
+    /// What a live catch-up (`.live`) writes besides `write`'s rows, on a session and in a
+    /// transaction of its own, at the same time as them: rows a second write leaves as they are
+    /// (the bell's outbox, under its "each notification once" key). The catch-up commits them
+    /// before its own transaction, so that a crash between the two loses nothing: the next try
+    /// writes them again, and the key keeps what is there. Nil: nothing.
+    func sideWrite() -> ReplaySettledWrite?
     /// What is made of every slice's rows once they are all written (counters counted in SQL).
     static func finish(in context: ProjectionContext) throws
     /// Where an event of a type this fold handles goes when the log is cut into slices: the slice
@@ -41,6 +47,7 @@ typealias ReplaySettledWrite = @Sendable (ProjectionContext) throws -> Void
 
 extension ReplayFold {
     mutating func takeSettled() -> ReplaySettledWrite? { nil }
+    func sideWrite() -> ReplaySettledWrite? { nil }
     static func finish(in context: ProjectionContext) throws {
         // Live, whoever keeps conversation lists in memory learns that all of them changed.
         if context.mode != .replay { try ThreadChanges.announceEverything(on: context.connection) }}
@@ -211,15 +218,44 @@ struct BellReplayFold: ReplayFold {
         try ReplayCopy.copy(
             facts.searches, into: "COPY \(context.table("bell_saved_searches")) (saved_search_id, person_id, deleted) FROM STDIN", on: connection
         ) { id, search in [id, search.personId, search.deleted.postgresText] }
+        // Live, the outbox is `sideWrite`'s.
         guard context.mode != .replay else { return }
-        try Self.enqueue(outbox, on: connection)
         try BellChanges.announceEverybody(on: connection)
     }
 
-    /// The live path's enqueue (`BellProjection`), through COPY: a row already in the outbox (its
-    /// notification sent before the tables were emptied) is left as it is.
+    func sideWrite() -> ReplaySettledWrite? {
+        guard rows.sendsNotifications, !outbox.isEmpty else { return nil }
+        let outbox = self.outbox
+        return { context in try Self.enqueue(outbox, on: context.connection) }
+    }
+
+    /// The live path's enqueue (`BellProjection`), through COPY, in the log's order (the order the
+    /// live path would have enqueued them, the fan-out's queue order). A row already in the outbox
+    /// (its notification sent before the tables were emptied, or by an earlier try of this
+    /// catch-up) is left as it is.
+    ///
+    /// The outbox's key leads with the event's position (sql/018), so whether any of these
+    /// notifications can be there already is one look at the key over the rows' positions. None
+    /// (the usual case: a first catch-up, or one after the outbox was emptied): the rows are copied
+    /// straight in. Some: through a temporary table and `INSERT ... ON CONFLICT DO NOTHING`, which
+    /// costs a sort and a second copy of every row (4 of the 7.8 s of 530,000 rows in
+    /// docs/benchmarks.md). Should another writer enqueue one of them between the look and the
+    /// COPY, the COPY fails on the key and the catch-up goes batch by batch, where each insert
+    /// leaves what is there.
     private static func enqueue(_ rows: [BellFold.OutboxRow], on connection: PostgresConnection) throws {
-        if rows.isEmpty { return }
+        guard let first = rows.first else { return }
+        let (lowest, highest) = rows.reduce((first.sourcePosition, first.sourcePosition)) { ($0.0 < $1.sourcePosition ? $0.0 : $1.sourcePosition, max($0.1, $1.sourcePosition)) }
+        let columns = "notification_id, audience, recipient_id, category, event, ids, source_position, created_at"
+        func fields(_ row: BellFold.OutboxRow) -> [String?] {
+            [row.notificationId, row.audience, row.recipientId, row.category, row.event, row.idsJSON, String(row.sourcePosition), row.createdAt.postgresText]
+        }
+        let anyThere = try connection.query(
+            "SELECT EXISTS (SELECT 1 FROM notification_outbox WHERE source_position BETWEEN $1 AND $2)", lowest, highest
+        ).scalar(Bool.self)
+        guard anyThere else {
+            try ReplayCopy.copy(rows, into: "COPY notification_outbox (\(columns)) FROM STDIN", on: connection, row: fields)
+            return
+        }
         try connection.execute(
             """
             CREATE TEMPORARY TABLE bell_outbox_catch_up (
@@ -227,26 +263,14 @@ struct BellReplayFold: ReplayFold {
                 source_position bigint, created_at timestamptz
             ) ON COMMIT DROP
             """)
-        try connection.copyIn(
-            """
-            COPY bell_outbox_catch_up (ordinal, notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
-            FROM STDIN
-            """
-        ) { writer in
-            for (ordinal, row) in rows.enumerated() {
-                try writer.write(row: [
-                    String(ordinal), row.notificationId, row.audience, row.recipientId, row.category, row.event, row.idsJSON,
-                    String(row.sourcePosition), row.createdAt.postgresText,
-                ])
-            }
+        try connection.copyIn("COPY bell_outbox_catch_up (ordinal, \(columns)) FROM STDIN") { writer in
+            for (ordinal, row) in rows.enumerated() { try writer.write(row: [String(ordinal)] + fields(row)) }
         }
-        // In the order the live path would have enqueued them: the log's.
         try connection.execute(
             """
-            INSERT INTO notification_outbox (notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
-            SELECT notification_id, audience, recipient_id, category, event, ids, source_position, created_at FROM bell_outbox_catch_up
-            ORDER BY ordinal
-            ON CONFLICT (notification_id, audience, recipient_id) DO NOTHING
+            INSERT INTO notification_outbox (\(columns))
+            SELECT \(columns) FROM bell_outbox_catch_up ORDER BY ordinal
+            ON CONFLICT DO NOTHING
             """)
     }
 }
@@ -388,6 +412,8 @@ final class ReplayFoldState: @unchecked Sendable {
     func takeSettled() -> ReplaySettledWrite? { fold.takeSettled() }
 
     func write(in context: ProjectionContext) throws { try fold.write(in: context) }
+
+    func sideWrite() -> ReplaySettledWrite? { fold.sideWrite() }
 }
 
 extension Sequence {
