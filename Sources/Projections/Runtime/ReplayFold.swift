@@ -238,10 +238,10 @@ struct BellReplayFold: ReplayFold {
     /// notifications can be there already is one look at the key over the rows' positions. None
     /// (the usual case: a first catch-up, or one after the outbox was emptied): the rows are copied
     /// straight in. Some: through a temporary table and `INSERT ... ON CONFLICT DO NOTHING`, which
-    /// costs a sort and a second copy of every row (4 of the 7.8 s of 530,000 rows in
-    /// docs/benchmarks.md). Should another writer enqueue one of them between the look and the
-    /// COPY, the COPY fails on the key and the catch-up goes batch by batch, where each insert
-    /// leaves what is there.
+    /// costs a second copy of every row and a sort that spills to disk (docs/benchmarks.md,
+    /// "Issue 14, sixth session"). Should another writer enqueue one of them between the look and
+    /// the COPY, the COPY fails on the key, the rows' transaction with it, and the catch-up goes
+    /// batch by batch, where each insert leaves what is there.
     private static func enqueue(_ rows: [BellFold.OutboxRow], on connection: PostgresConnection) throws {
         guard let first = rows.first else { return }
         let (lowest, highest) = rows.reduce((first.sourcePosition, first.sourcePosition)) { ($0.0 < $1.sourcePosition ? $0.0 : $1.sourcePosition, max($0.1, $1.sourcePosition)) }
