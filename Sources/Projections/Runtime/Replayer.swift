@@ -4,6 +4,7 @@ import Foundation
 import InboxDomain
 import Lifecycle
 import PostgresClient
+import Synchronization
 
 /// The replay driver: rebuilds projections from the whole log into new tables beside the live
 /// ones, while the live ones keep serving, then swaps them in in one transaction.
@@ -116,6 +117,7 @@ public final class Replayer: Sendable {
     public func prepare() async throws { try await prepare(projections) }
 
     private func prepare(_ projections: [any Projection]) async throws {
+        indexed.withLock { $0.subtract(projections.map(\.name)) }
         try await client.transaction { connection in
             for projection in projections {
                 let schema = Self.schemaName(for: projection)
@@ -147,7 +149,8 @@ public final class Replayer: Sendable {
     /// their dead letters and their replay checkpoint in one transaction at the end;
     /// the others apply each batch on a connection of their own, in a transaction with their
     /// replay checkpoint. A fold that cannot be sliced over this log (`ReplaySliceRouter`) is
-    /// rebuilt through SQL afterwards, to where the others stand.
+    /// rebuilt through SQL afterwards, to where the others stand. Each projection's indexes are
+    /// built as soon as its tables are complete (`buildIndexes`), while the others still write.
     public func catchUp(progress: @escaping @Sendable (Progress) -> Void = { _ in }) async throws {
         let started = ContinuousClock.now
         let total = try await client.withConnection { connection in
@@ -168,6 +171,7 @@ public final class Replayer: Sendable {
                 group.addTask { [self] in
                     do {
                         try await replayThroughSQL(projection, from: feed, report: report)
+                        try await buildIndexes(of: projection)
                         return nil
                     } catch {
                         await feed.stop()
@@ -178,9 +182,12 @@ public final class Replayer: Sendable {
             if !folds.isEmpty {
                 group.addTask {
                     do {
-                        return try await sliced.run(from: feed, report: report) { stage in
-                            progress(Progress(eventsDone: total, eventsTotal: total, elapsed: ContinuousClock.now - started, stage: stage))
-                        }
+                        return try await sliced.run(
+                            from: feed, report: report,
+                            progress: { stage in
+                                progress(Progress(eventsDone: total, eventsTotal: total, elapsed: ContinuousClock.now - started, stage: stage))
+                            },
+                            completed: { [self] projection in try await buildIndexes(of: projection) })
                     } catch {
                         await feed.stop()
                         throw error
@@ -200,6 +207,7 @@ public final class Replayer: Sendable {
             try await prepare([member.projection])
             let again = ReplayFeed(client: client, after: start, through: last, batchSize: batchSize, readers: 1)
             try await replayThroughSQL(member.projection, from: again) { _ in }
+            try await buildIndexes(of: member.projection)
         }
     }
 
@@ -220,21 +228,31 @@ public final class Replayer: Sendable {
     }
 
     /// Builds the new tables' other indexes (primary keys exist from the start) and updates their
-    /// statistics. `swap()` does it first if it has not been done.
+    /// statistics, of the projections whose indexes `catchUp` has not built yet (it builds each
+    /// projection's once its tables are complete, while the others may still be writing). `swap()`
+    /// calls it first.
     public func buildIndexes() async throws {
+        let left = projections.filter { projection in !indexed.withLock { $0.contains(projection.name) } }
         // One projection per connection at the same time: each index is built by one server process.
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for projection in projections {
-                group.addTask { [client] in
-                    try await client.withConnection { connection in
-                        let schema = Self.schemaName(for: projection)
-                        try projection.createIndexes(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
-                        for table in projection.tableNames { try connection.execute("ANALYZE \"\(schema)\".\(table)") }
-                    }
-                }
+            for projection in left {
+                group.addTask { [self] in try await buildIndexes(of: projection) }
             }
             try await group.waitForAll()
         }
+    }
+
+    /// The projections whose new tables have their indexes (`buildIndexes`); `prepare` takes a
+    /// projection out, its tables being new.
+    private let indexed = Mutex<Set<String>>([])
+
+    private func buildIndexes(of projection: any Projection) async throws {
+        try await client.withConnection { connection in
+            let schema = Self.schemaName(for: projection)
+            try projection.createIndexes(in: ProjectionContext(connection: connection, schema: schema, mode: .replay))
+            for table in projection.tableNames { try connection.execute("ANALYZE \"\(schema)\".\(table)") }
+        }
+        indexed.withLock { _ = $0.insert(projection.name) }
     }
 
     /// Swaps the new tables in, after building their indexes and applying whatever the log gained

@@ -10,9 +10,10 @@ import Synchronization
 /// One pass over the log (the feed, shared with the projections that replay through SQL) folds the
 /// first slice and writes the events of the others to disk (`ReplaySpill`); then each other slice
 /// is read back, decoded and folded on its own, and written with COPY. With one slice (a log no
-/// longer than a slice) nothing is written to disk. At the end, in one transaction per projection,
-/// what is made of all the slices' rows (`ReplayFold.finish`), the dead letters and the replay
-/// checkpoint.
+/// longer than a slice) nothing is written to disk. Once a projection's last slice is written, in
+/// one transaction, what is made of all its slices' rows (`ReplayFold.finish`), its dead letters
+/// and its replay checkpoint; then `completed` (the replayer builds its indexes), while the other
+/// projections may still be writing.
 ///
 /// A fold whose slices could disagree with one fold over the whole log (a hazard, see
 /// `ReplaySliceRouter`) stops; `run` returns it, and the replayer rebuilds it through SQL.
@@ -60,9 +61,10 @@ final class SlicedReplay: @unchecked Sendable {
 
     /// Replays every member from the feed; returns the members that met a hazard (not recorded),
     /// and the checkpoint the others were recorded at.
-    func run(from feed: ReplayFeed, report: @Sendable (Int64?) -> Void, progress: @Sendable (String) -> Void) async throws
-        -> (hazards: [Member], last: Checkpoint?)
-    {
+    func run(
+        from feed: ReplayFeed, report: @Sendable (Int64?) -> Void, progress: @Sendable (String) -> Void,
+        completed: @escaping @Sendable (any Projection) async throws -> Void = { _ in }
+    ) async throws -> (hazards: [Member], last: Checkpoint?) {
         precondition(members.count <= 8, "a spill record has 8 bits for its folds")
         if slices > 1 {
             for name in ReplaySpill.removeAbandoned(in: spillDirectory) {
@@ -83,30 +85,39 @@ final class SlicedReplay: @unchecked Sendable {
             index += 1
         }
         guard let last else { return ([], nil) }
-        try await writeSlice()
+        let end = Ending(checkpoint: last, completed: completed)
+        try await writeSlice(ending: spill == nil ? end : nil)
         if let spill {
             try spill.finishWriting()
             for slice in 1..<slices {
                 progress("replay: slice \(slice + 1) of \(slices), \(spill.counts[slice] ?? 0) events")
-                try await replaySlice(slice, from: spill)
+                try await replaySlice(slice, from: spill, ending: slice == slices - 1 ? end : nil)
                 spill.remove(slice)
             }
         }
-        let hazards = members.filter { $0.hazard != nil }
-        for member in members where member.hazard == nil {
-            try await client.withConnection { connection in
-                try connection.transaction { connection in
-                    let context = ProjectionContext(connection: connection, schema: Replayer.schemaName(for: member.projection), mode: .replay)
-                    try member.fold.finish(in: context)
-                    let refused = Self.distinct(member.refused)
-                    var outcome = ProjectionBatchApplier.Outcome()
-                    outcome.applied = member.relevant - refused.count
-                    outcome.parked = member.unreadable + refused
-                    try Replayer.record(outcome, of: member.projection, through: last, on: connection)
-                }
+        return (members.filter { $0.hazard != nil }, last)
+    }
+
+    /// What follows the last slice's write of each member.
+    private struct Ending: Sendable {
+        let checkpoint: Checkpoint
+        let completed: @Sendable (any Projection) async throws -> Void
+    }
+
+    /// What is made of all of `member`'s slices, its dead letters and its replay checkpoint, in one
+    /// transaction.
+    private func finish(_ member: Member, through last: Checkpoint) async throws {
+        try await client.withConnection { connection in
+            try connection.transaction { connection in
+                let context = ProjectionContext(connection: connection, schema: Replayer.schemaName(for: member.projection), mode: .replay)
+                try member.fold.finish(in: context)
+                let refused = Self.distinct(member.refused)
+                var outcome = ProjectionBatchApplier.Outcome()
+                outcome.applied = member.relevant - refused.count
+                outcome.parked = member.unreadable + refused
+                try Replayer.record(outcome, of: member.projection, through: last, on: connection)
             }
         }
-        return (hazards, last)
     }
 
     /// The first pass: the first slice's events folded, the others' spilled.
@@ -206,7 +217,8 @@ final class SlicedReplay: @unchecked Sendable {
     }
 
     /// Writes the current slice's rows, each member's on a connection of its own, and starts the
-    /// next slice from empty state.
+    /// next slice from empty state. After the last slice (`ending`), each member then finishes on
+    /// its own, without waiting for the others' writes.
     ///
     /// Not in one transaction: each COPY is its own, and the folds cut their tables into
     /// COPYs of at most `ReplayCopy.rowsPerStatement` rows, because a write transaction holds back
@@ -214,11 +226,12 @@ final class SlicedReplay: @unchecked Sendable {
     /// entries took seconds. A replay that fails is prepared again (its tables dropped), and a fold
     /// that meets a hazard is rebuilt through SQL in new tables, so nothing needs the whole slice
     /// to be one transaction.
-    private func writeSlice() async throws {
+    private func writeSlice(ending: Ending?) async throws {
         try await settled()
         try await withThrowingTaskGroup(of: Void.self) { group in
+            // Each task touches only its member.
             for member in members where member.hazard == nil {
-                group.addTask { [client, slices] in
+                group.addTask { [self] in
                     do {
                         try await client.withConnection { connection in
                             try member.state.write(
@@ -227,19 +240,23 @@ final class SlicedReplay: @unchecked Sendable {
                     } catch let error as PostgresError where slices > 1 && error.isUniqueViolation {
                         member.hazard = "a row of two slices has one key: \(error)"
                     }
+                    member.refused += member.state.outcome.parked
+                    member.state = ReplayFoldState(member.fold)
+                    guard let ending, member.hazard == nil else { return }
+                    try await finish(member, through: ending.checkpoint)
+                    try await ending.completed(member.projection)
                 }
             }
             try await group.waitForAll()
         }
-        for member in members {
-            member.refused += member.state.outcome.parked
+        for member in members where member.hazard != nil {
             member.state = ReplayFoldState(member.fold)
         }
     }
 
     /// Reads a slice's events back, decodes them (on every core, the next batch while this one is
     /// folded), folds them and writes the slice's rows.
-    private func replaySlice(_ slice: Int, from spill: ReplaySpill) async throws {
+    private func replaySlice(_ slice: Int, from spill: ReplaySpill, ending: Ending?) async throws {
         let reader = try spill.reader(for: slice)
         let limit = batchSize
         func read() -> Task<[(ProjectedEvent, UInt8)], any Error> {
@@ -257,7 +274,7 @@ final class SlicedReplay: @unchecked Sendable {
             if members.allSatisfy({ $0.hazard != nil }) { continue }
             try await fold(inputs)
         }
-        try await writeSlice()
+        try await writeSlice(ending: ending)
     }
 
     /// Decodes spilled records as the first pass did (each decoded then, so an error here is not
