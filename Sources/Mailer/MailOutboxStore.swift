@@ -24,14 +24,21 @@ public struct MailOutboxStore: Sendable {
         /// long for the others written meanwhile, then they go in one mail, less those the shop
         /// has read (or answered) by then.
         public var shopDigest: Duration
+        /// News older than this when it is decided is not mailed (INBOX_MAIL_STALE_SECONDS),
+        /// counted as `skipped.stale`: a mailer that was down for a month, or behind a projector
+        /// that caught up on years of the log from empty tables, does not mail what it missed.
+        /// Its age is that of its event in the log, or of its outbox row if younger, as the
+        /// fan-out's push deadline (docs/fanout.md).
+        public var staleAfter: Duration
 
         public init(
             gather: Duration = .seconds(3600), claimFor: Duration = .seconds(300),
             backoff: [Duration] = [.seconds(60), .seconds(300), .seconds(1800), .seconds(7200), .seconds(21_600)], maximumAttempts: Int = 10,
-            shopDigest: Duration = .seconds(3600)
+            shopDigest: Duration = .seconds(3600), staleAfter: Duration = .seconds(604_800)
         ) {
             self.gather = gather
             self.shopDigest = shopDigest
+            self.staleAfter = staleAfter
             self.claimFor = claimFor
             self.backoff = backoff.isEmpty ? [.seconds(60)] : backoff
             self.maximumAttempts = max(1, maximumAttempts)
@@ -141,7 +148,8 @@ public struct MailOutboxStore: Sendable {
     ///   amount read from the event), for each person who works at the shop now whose `shop`
     ///   switch for `email` is on.
     /// Each (person, stream) gets a `mail_people` row; one whose queue was empty is due at the
-    /// later of its next allowed time and now plus the stream's window.
+    /// later of its next allowed time and now plus the stream's window. An entry older than
+    /// `Settings.staleAfter` is taken and not queued (`skipped.stale`).
     public func decide(limit: Int, now: Date, on connection: PostgresConnection) throws -> Decided {
         try connection.transaction { connection in
             // The events are read for what the outbox's ids leave out: a match's watches, an order's amount.
@@ -152,6 +160,7 @@ public struct MailOutboxStore: Sendable {
                         SELECT outbox_id FROM mail_pending ORDER BY outbox_id LIMIT $1 FOR UPDATE SKIP LOCKED))
                     RETURNING outbox_id)
                 SELECT o.id, o.audience, o.recipient_id, o.category, o.event, o.created_at, p.enabled, s.interval,
+                    least(o.created_at, o.enqueued_at) < $2 AS stale,
                     o.ids->>'savedSearchId' AS search_id, o.ids->>'sellerId' AS seller_id,
                     (CASE WHEN e.position IS NULL THEN o.ids
                           ELSE o.ids || jsonb_strip_nulls(jsonb_build_object('watchIds', e.payload->'watchIds', 'amount', e.payload->'amount'))
@@ -164,10 +173,15 @@ public struct MailOutboxStore: Sendable {
                     ON o.category = 'saved_searches' AND s.saved_search_id = o.ids->>'savedSearchId' AND s.person_id = o.recipient_id AND NOT s.deleted
                 LEFT JOIN events e
                     ON (o.category = 'saved_searches' OR (o.audience = 'shop' AND o.event = 'order_paid')) AND e.position = o.source_position
-                """, limit)
+                """, limit, now - settings.staleAfter.inSeconds)
             var queue = QueueRows()
+            var stale = 0
             var shopRows: [(shop: String, stream: MailStream, item: Item)] = []
             for row in rows {
+                if try row.decode(Bool.self, "stale") {
+                    stale += 1
+                    continue
+                }
                 guard let category = NotificationCategory(rawValue: try row.decode(String.self, "category")),
                     let stream = MailStream.of(
                         audience: try row.decode(String.self, "audience"), category: category, event: try row.decode(String.self, "event"),
@@ -208,6 +222,7 @@ public struct MailOutboxStore: Sendable {
                     }
                 }
             }
+            if stale > 0 { try Self.count(["skipped.stale": stale], on: connection) }
             if queue.people.isEmpty { return Decided(entries: rows.count, queued: 0) }
             try connection.query(
                 """

@@ -94,6 +94,8 @@ struct InboxConfiguration: Sendable {
     var shopDigestSeconds: Int = 3600
     /// `INBOX_MAIL_ATTEMPTS`: temporary failures of one mail before it is dropped.
     var mailAttempts: Int = 10
+    /// `INBOX_MAIL_STALE_SECONDS`: news older than this when the mailer decides it is not mailed.
+    var mailStaleSeconds: Int = 604_800
     /// `INBOX_MAIL_BATCH`, `INBOX_MAIL_POLL_SECONDS`: entries decided and mails claimed per
     /// step; the wait between two looks when nothing woke the mailer.
     var mailBatch: Int = 100
@@ -311,6 +313,12 @@ struct InboxConfiguration: Sendable {
             "INBOX_MAIL_ATTEMPTS", "--mail-attempts", 1...100, default: 10, unit: "a whole number",
             meaning: "temporary failures of one mail (1 min, 5 min, 30 min, 2 h, then every 6 h apart) before it is dropped and counted (1-100)") {
             $0.mailAttempts = $1
+        },
+        wholeNumber(
+            "INBOX_MAIL_STALE_SECONDS", "--mail-stale-seconds", 3600...2_419_200, default: 604_800, unit: "a whole number of seconds",
+            meaning: "news older than this when the mailer decides it (its event's age, or its outbox row's if younger) is not mailed, "
+                + "only counted: a mailer that was down, or a projector that caught up on the whole log, does not mail the past (3600-2419200)") {
+            $0.mailStaleSeconds = $1
         },
         wholeNumber(
             "INBOX_REPLAY_MEMORY_EVENTS", "--replay-memory-events", 0...1_000_000_000, default: 2_000_000, unit: "a whole number",

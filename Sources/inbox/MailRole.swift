@@ -36,7 +36,7 @@ extension Roles {
         let store = MailOutboxStore(
             settings: MailOutboxStore.Settings(
                 gather: .seconds(configuration.mailGatherSeconds), claimFor: claimFor, maximumAttempts: configuration.mailAttempts,
-                shopDigest: .seconds(configuration.shopDigestSeconds)))
+                shopDigest: .seconds(configuration.shopDigestSeconds), staleAfter: .seconds(configuration.mailStaleSeconds)))
         let service = MailService(
             configuration: database.client.configuration.connection, store: store, transport: transport, from: mail.from, links: links,
             options: MailService.Options(batchSize: configuration.mailBatch, pollInterval: .seconds(configuration.mailPollSeconds)), logger: log)

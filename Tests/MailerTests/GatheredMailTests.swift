@@ -155,6 +155,30 @@ import Testing
         }
     }
 
+    /// News older than `staleAfter` (a week by default) when it is decided is taken and counted,
+    /// not mailed: by its event's age (a projector that caught up on an old log enqueued it now),
+    /// or by its outbox row's (a mailer that was down for a week), whichever is older.
+    @Test func newsOlderThanAWeekWhenDecidedIsCountedNotMailed() async throws {
+        let folder = try MailMocks.temporaryDirectory("mailer-folder")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try await withTestDatabase { db in
+            for person in ["p-old-event", "p-old-row", "p-new"] { try await db.setContact(person, "\(person)@example.com", .en) }
+            try await db.appendAndProject([PasswordChanged(personId: "p-old-event"), PasswordChanged(personId: "p-old-row"), PasswordChanged(personId: "p-new")])
+            try await db.client.withConnection { connection in
+                // The clock below is about a day ahead: 7 days back makes about 8 days of age.
+                try connection.execute("UPDATE notification_outbox SET created_at = created_at - interval '7 days' WHERE recipient_id = 'p-old-event'")
+                try connection.execute("UPDATE notification_outbox SET enqueued_at = enqueued_at - interval '7 days' WHERE recipient_id = 'p-old-row'")
+            }
+            let round = try await db.round(Self.folderMailer(folder, MovedClock(start)))
+            #expect(round.decided.entries == 3 && round.decided.queued == 1)
+            #expect(round.outcomes == ["p-new": .sent])
+            #expect(try mails(in: folder).map(\.toAddress) == ["p-new@example.com"])
+            #expect(try await db.mailCounters()["skipped.stale"] == 2)
+            #expect(try await db.queued("p-old-event").isEmpty)
+            #expect(try await db.queued("p-old-row").isEmpty)
+        }
+    }
+
     @Test func withoutAContactAtSendTimeTheMailIsDroppedAndCounted() async throws {
         let folder = try MailMocks.temporaryDirectory("mailer-folder")
         defer { try? FileManager.default.removeItem(at: folder) }
