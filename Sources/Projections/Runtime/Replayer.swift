@@ -72,6 +72,10 @@ public final class Replayer: Sendable {
     /// Where the events of the slices after the first wait for their turn (`INBOX_REPLAY_SPILL_DIR`).
     public let spillDirectory: URL
 
+    /// The projections whose new tables have their indexes (`buildIndexes`); `prepare` takes a
+    /// projection out, its tables being new.
+    private let indexed = Mutex<Set<String>>([])
+
     public init(
         client: PostgresClient, projections: [any Projection], batchSize: Int = 20_000, inMemoryEventLimit: Int64 = 2_000_000,
         spillDirectory: URL = FileManager.default.temporaryDirectory
@@ -241,10 +245,6 @@ public final class Replayer: Sendable {
             try await group.waitForAll()
         }
     }
-
-    /// The projections whose new tables have their indexes (`buildIndexes`); `prepare` takes a
-    /// projection out, its tables being new.
-    private let indexed = Mutex<Set<String>>([])
 
     private func buildIndexes(of projection: any Projection) async throws {
         try await client.withConnection { connection in
