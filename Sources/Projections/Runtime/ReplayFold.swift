@@ -243,8 +243,8 @@ struct BellReplayFold: ReplayFold {
     /// the COPY, the COPY fails on the key, the rows' transaction with it, and the catch-up goes
     /// batch by batch, where each insert leaves what is there.
     private static func enqueue(_ rows: [BellFold.OutboxRow], on connection: PostgresConnection) throws {
-        guard let first = rows.first else { return }
-        let (lowest, highest) = rows.reduce((first.sourcePosition, first.sourcePosition)) { ($0.0 < $1.sourcePosition ? $0.0 : $1.sourcePosition, max($0.1, $1.sourcePosition)) }
+        let positions = rows.map(\.sourcePosition)
+        guard let lowest = positions.min(), let highest = positions.max() else { return }
         let columns = "notification_id, audience, recipient_id, category, event, ids, source_position, created_at"
         func fields(_ row: BellFold.OutboxRow) -> [String?] {
             [row.notificationId, row.audience, row.recipientId, row.category, row.event, row.idsJSON, String(row.sourcePosition), row.createdAt.postgresText]

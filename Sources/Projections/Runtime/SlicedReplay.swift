@@ -249,9 +249,6 @@ final class SlicedReplay: @unchecked Sendable {
             }
             try await group.waitForAll()
         }
-        for member in members where member.hazard != nil {
-            member.state = ReplayFoldState(member.fold)
-        }
     }
 
     /// Reads a slice's events back, decodes them (on every core, the next batch while this one is
