@@ -87,9 +87,14 @@ let package = Package(
             name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "JSONParsing", "Crypto", "Encodings", "Lifecycle"],
             swiftSettings: swiftSettings),
 
+        // The notification outbox and its pending queues: the one writer of `notification_outbox`
+        // (for the bell projection, its catch-up and the schedule) and the one way the fan-out and
+        // the mailer read it.
+        .target(name: "NotificationOutbox", dependencies: ["InboxDomain", "PostgresClient", "Encodings"], swiftSettings: swiftSettings),
+
         // Read models derived from the log, and the drivers that keep them current.
         .target(
-            name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto", "Encodings", "Lifecycle"],
+            name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto", "Encodings", "Lifecycle", "NotificationOutbox"],
             swiftSettings: swiftSettings),
 
         // Plausible, deterministic event streams for tests and benchmarks.
@@ -98,7 +103,7 @@ let package = Package(
             swiftSettings: swiftSettings),
 
         // Push registrations: register, list, change, delete (also by token, for the push fan-out).
-        .target(name: "Devices", dependencies: ["PostgresClient"], swiftSettings: swiftSettings),
+        .target(name: "Devices", dependencies: ["PostgresClient", "InboxDomain"], swiftSettings: swiftSettings),
 
         // The push protocol without I/O: texts, collapse keys, APNs and FCM payloads, their answers,
         // provider tokens.
@@ -107,7 +112,8 @@ let package = Package(
         // The push fan-out: deciding the outbox into deliveries, sending them through APNs and FCM
         // (or a logging transport), recording every answer.
         .target(
-            name: "Fanout", dependencies: ["PushProtocol", "HTTP2Client", "PostgresClient", "Lifecycle", "InboxDomain", "Encodings", "Threads"],
+            name: "Fanout",
+            dependencies: ["PushProtocol", "HTTP2Client", "PostgresClient", "Lifecycle", "InboxDomain", "Encodings", "Threads", "NotificationOutbox", "Devices"],
             swiftSettings: swiftSettings),
 
         // Uploaded files: their type read from the bytes (libmagic), multipart bodies, fetching a
@@ -124,18 +130,21 @@ let package = Package(
         // per-person queues, gathers each queue into one mail per INBOX_MAIL_GATHER_SECONDS in the
         // contact's language, and sends it through Mail's transport (MailService, any number of nodes).
         .target(
-            name: "Mailer", dependencies: ["Mail", "PostgresClient", "InboxDomain", "Lifecycle", "Encodings"], swiftSettings: swiftSettings),
+            name: "Mailer",
+            dependencies: ["Mail", "PostgresClient", "InboxDomain", "Lifecycle", "Encodings", "NotificationOutbox", "Projections", "Crypto"],
+            swiftSettings: swiftSettings),
 
         // Time-driven work: the shop_unanswered reminder (ShopReminders) and the role that checks it on
         // one node at a time (ScheduleService). Reads the live read models, writes the push outbox.
         .target(
-            name: "Schedule", dependencies: ["PostgresClient", "Lifecycle", "Crypto", "Encodings"], swiftSettings: swiftSettings),
+            name: "Schedule", dependencies: ["PostgresClient", "Lifecycle", "Crypto", "Encodings", "InboxDomain", "NotificationOutbox", "Projections"],
+            swiftSettings: swiftSettings),
 
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
             name: "InboxAPI", dependencies: [
                 "HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Devices", "Encodings", "Lifecycle",
-                "Fanout", "Uploads", "Mail", "JSONParsing",
+                "Fanout", "Uploads", "Mail", "Mailer", "JSONParsing",
             ],
             swiftSettings: swiftSettings),
 
@@ -197,7 +206,7 @@ let package = Package(
             name: "InboxAPITests",
             dependencies: [
                 "InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections", "Encodings", "Threads",
-                "Uploads", "Mail",
+                "Uploads", "Mail", "InboxSimulation",
             ],
             swiftSettings: swiftSettings),
         .testTarget(
@@ -209,7 +218,7 @@ let package = Package(
             name: "FanoutTests",
             dependencies: [
                 "Fanout", "PushProtocol", "HTTP2Client", "InboxTesting", "Devices", "EventLog", "Projections", "InboxDomain", "PostgresClient",
-                "Lifecycle", "InboxAPI", "HTTPServer", "Crypto",
+                "Lifecycle", "InboxAPI", "HTTPServer", "Crypto", "NotificationOutbox", "Mail", "Mailer", "InboxSimulation",
             ],
             swiftSettings: swiftSettings),
         // Against Debian's aiosmtpd (Tests/MailMocks) with a certificate made by the openssl CLI at test time.
@@ -252,7 +261,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         // The projections' folds, pure: no database, no InboxTesting. EventLog only for `RecordedEvent`.
         .testTarget(
-            name: "ProjectionFoldTests", dependencies: ["Projections", "InboxDomain", "EventLog"], swiftSettings: swiftSettings),
+            name: "ProjectionFoldTests", dependencies: ["Projections", "InboxDomain", "EventLog", "NotificationOutbox"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxCommandTests",
             dependencies: [

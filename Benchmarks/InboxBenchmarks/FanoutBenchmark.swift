@@ -275,7 +275,7 @@ final class NGHTTPSink: @unchecked Sendable {
     /// A rendered FCM push's body, as the fan-out sends it.
     var body: [UInt8] {
         let content = PushRenderer.render(
-            PushNotification(category: .messages, event: "message_received", ids: ["conversationId": "c1", "messageId": "m1"], notificationId: "n1"),
+            PushNotification(kind: .messageReceived, ids: ["conversationId": "c1", "messageId": "m1"], notificationId: "n1"),
             language: .nl, badge: nil)
         return (try? FCMPayload.encode(content, token: "fcm-12345")) ?? []
     }

@@ -1,4 +1,5 @@
 import Foundation
+import InboxDomain
 import PostgresClient
 
 /// The push registrations (the `devices` table), for the API and for the push fan-out, which
@@ -100,6 +101,97 @@ public struct DeviceRegistry: Sendable {
         try client.withConnectionBlocking { connection in
             try connection.query("DELETE FROM devices WHERE push_token = $1", pushToken).affectedRows ?? 0
         } > 0
+    }
+
+    // MARK: For the push fan-out, in its transactions
+
+    /// A registration as a push needs it, typed.
+    public struct PushRegistration: Sendable, Hashable {
+        public var id: UUID
+        public var personId: String
+        public var platform: DevicePlatform
+        public var token: String
+        public var appId: String?
+        public var locale: String?
+        /// The APNs host the token is known to belong to; nil: not known yet.
+        public var apnsEnvironment: APNsEnvironment?
+        public var createdAt: Date
+
+        public init(
+            id: UUID, personId: String, platform: DevicePlatform, token: String, appId: String? = nil, locale: String? = nil,
+            apnsEnvironment: APNsEnvironment? = nil, createdAt: Date
+        ) {
+            self.id = id
+            self.personId = personId
+            self.platform = platform
+            self.token = token
+            self.appId = appId
+            self.locale = locale
+            self.apnsEnvironment = apnsEnvironment
+            self.createdAt = createdAt
+        }
+
+        init?(row: PostgresRow) throws {
+            guard let platform = DevicePlatform(rawValue: try row.decode(String.self, "platform")) else { return nil }
+            self.init(
+                id: try row.decode(UUID.self, "id"), personId: try row.decode(String.self, "person_id"), platform: platform,
+                token: try row.decode(String.self, "push_token"), appId: try row.decode(String?.self, "app_id"),
+                locale: try row.decode(String?.self, "locale"),
+                apnsEnvironment: try row.decode(String?.self, "apns_environment").flatMap(APNsEnvironment.init(rawValue:)),
+                createdAt: try row.decode(Date.self, "created_at"))
+        }
+    }
+
+    static let pushColumns = "id, person_id, platform, push_token, app_id, locale, apns_environment, created_at"
+
+    /// Every registration of `people`, per person, oldest first.
+    public static func pushRegistrations(of people: some Collection<String>, on connection: PostgresConnection) throws -> [String: [PushRegistration]] {
+        if people.isEmpty { return [:] }
+        var registrations: [String: [PushRegistration]] = [:]
+        for row in try connection.query(
+            "SELECT \(pushColumns) FROM devices WHERE person_id = ANY($1::text[]) ORDER BY created_at, id", Array(Set(people)))
+        {
+            guard let registration = try PushRegistration(row: row) else { continue }
+            registrations[registration.personId, default: []].append(registration)
+        }
+        return registrations
+    }
+
+    /// The registrations `ids` that are still their person's, by id (one deleted, or taken over by
+    /// somebody else since, is absent).
+    public static func pushRegistrations(
+        _ ids: [(id: UUID, personId: String)], on connection: PostgresConnection
+    ) throws -> [UUID: PushRegistration] {
+        if ids.isEmpty { return [:] }
+        var registrations: [UUID: PushRegistration] = [:]
+        for row in try connection.query(
+            """
+            SELECT \(pushColumns) FROM devices d WHERE d.id = ANY($1::uuid[])
+                AND (d.id, d.person_id) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))
+            """, ids.map(\.id), ids.map(\.personId))
+        {
+            guard let registration = try PushRegistration(row: row) else { continue }
+            registrations[registration.id] = registration
+        }
+        return registrations
+    }
+
+    /// Deletes the registrations `ids`: those APNs or FCM declared dead.
+    public static func delete(_ ids: [UUID], on connection: PostgresConnection) throws {
+        if ids.isEmpty { return }
+        try connection.query("DELETE FROM devices WHERE id = ANY($1::uuid[])", ids)
+    }
+
+    /// Stores the APNs host each registration's token was found to belong to.
+    public static func learned(_ environments: [UUID: APNsEnvironment], on connection: PostgresConnection) throws {
+        if environments.isEmpty { return }
+        let ids = Array(environments.keys)
+        try connection.query(
+            """
+            UPDATE devices v SET apns_environment = u.environment, updated_at = clock_timestamp()
+            FROM unnest($1::uuid[], $2::text[]) AS u(id, environment)
+            WHERE v.id = u.id AND v.id = ANY($1::uuid[]) AND v.apns_environment IS DISTINCT FROM u.environment
+            """, ids, ids.map { environments[$0]!.rawValue })
     }
 
     static func change(id: UUID, of person: String, to details: Device.Details, on connection: PostgresConnection) throws -> Device? {

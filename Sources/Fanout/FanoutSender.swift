@@ -3,7 +3,9 @@ import Foundation
 import InboxDomain
 import Lifecycle
 import PostgresClient
+import NotificationOutbox
 import PushProtocol
+import Threads
 
 /// The push fan-out (`inbox fanout`, and part of `inbox run`): decides outbox entries into
 /// deliveries, claims due deliveries, renders each in its registration's language, hands them to
@@ -37,17 +39,21 @@ public struct FanoutSender: Service {
     let store: FanoutStore
     let transport: any PushTransport
     let options: Options
+    let now: @Sendable () -> Date
     let clock: any Clock<Duration>
     let logger: Logger
 
+    /// `now` tells the time of decisions, deadlines and retries (the wall clock by default), `clock`
+    /// paces the loops: tests move them instead of waiting.
     public init(
         configuration: PostgresConfiguration, store: FanoutStore, transport: any PushTransport, options: Options = Options(),
-        clock: any Clock<Duration> = ContinuousClock(), logger: Logger
+        now: @escaping @Sendable () -> Date = { Date() }, clock: any Clock<Duration> = ContinuousClock(), logger: Logger
     ) {
         self.configuration = configuration
         self.store = store
         self.transport = transport
         self.options = options
+        self.now = now
         self.clock = clock
         self.logger = logger.with(["role": "fanout"])
     }
@@ -66,8 +72,9 @@ public struct FanoutSender: Service {
             for worker in 1...options.workers {
                 let loop = LeasedLoop(
                     name: "fanout-\(worker)",
-                    work: FanoutWork(store: store, transport: transport, batchSize: options.batchSize, node: options.node, logger: logger),
-                    configuration: configuration, channels: ["inbox_outbox"],
+                    work: FanoutWork(
+                        store: store, transport: transport, batchSize: options.batchSize, node: options.node, now: now, logger: logger),
+                    configuration: configuration, channels: [NotificationOutbox.channel],
                     options: LeasedLoop<FanoutWork>.Options(pollInterval: options.pollInterval), clock: clock, logger: logger,
                     isRetryable: Self.isRetryable, appendsEvents: false)
                 group.addTask { try await loop.run(from: FanoutWork.State()) }
@@ -85,7 +92,7 @@ public struct FanoutSender: Service {
     }
 }
 
-/// One worker's turn: decide a batch, claim a batch, send it, record the answers.
+/// One worker's turn: decide a batch, claim a batch, send it, record the answers as they arrive.
 struct FanoutWork: LoopWork {
     struct State: Sendable {
         var recordedTokens: [String: Date] = [:]
@@ -95,6 +102,7 @@ struct FanoutWork: LoopWork {
     let transport: any PushTransport
     let batchSize: Int
     let node: String
+    let now: @Sendable () -> Date
     let logger: Logger
 
     func begin(_ state: inout State, on session: LeasedSession) async throws {}
@@ -102,9 +110,10 @@ struct FanoutWork: LoopWork {
     func step(_ state: inout State, on session: LeasedSession) async throws -> LoopStep {
         let store = store
         let batchSize = batchSize
+        let now = now()
         // A batch a dead fan-out left behind first, then new entries: two transactions, one hop.
         let (takenOver, decided) = try await session.run { connection in
-            (try store.takeOver(now: Date(), on: connection), try store.decide(limit: batchSize, now: Date(), on: connection))
+            (try store.takeOver(now: now, on: connection), try store.decide(limit: batchSize, now: now, on: connection))
         }
         for skipped in takenOver.otherApps + decided.otherApps {
             logger.info(
@@ -113,7 +122,6 @@ struct FanoutWork: LoopWork {
         }
         // What was just decided is held by this fan-out; room left goes to retries.
         var claimed = takenOver.claimed + decided.claimed
-        let batches = [takenOver.batch, decided.batch].compactMap { $0 }
         if claimed.count < batchSize {
             let room = batchSize - claimed.count
             claimed += try await session.run { try store.claim(limit: room, on: $0) }
@@ -124,9 +132,8 @@ struct FanoutWork: LoopWork {
                 "took over pushes claimed by a fan-out that stopped before recording them: each may reach its phone twice",
                 metadata: ["pushes": "\(reclaimed)"])
         }
-        if !claimed.isEmpty || !batches.isEmpty {
-            let resolutions = await send(claimed)
-            let lost = try await session.run { try store.record(resolutions, batches: batches, on: $0) }
+        if !claimed.isEmpty {
+            let lost = try await sendAndRecord(claimed, on: session)
             if !lost.isEmpty {
                 logger.warning(
                     "sent a batch after its claim ran out and another fan-out took it over: its pushes may reach their phones twice",
@@ -142,62 +149,107 @@ struct FanoutWork: LoopWork {
         return decided.entries == batchSize || takenOver.batch != nil || claimed.count >= batchSize ? .more : .wait(nil)
     }
 
-    /// Renders and sends `claimed`, and says what to record for each.
-    func send(_ claimed: [FanoutStore.Claimed]) async -> [(claimed: FanoutStore.Claimed, resolution: FanoutStore.Resolution)] {
-        let now = Date()
-        var resolutions: [FanoutStore.Resolution?] = Array(repeating: nil, count: claimed.count)
+    /// Renders and sends `claimed`, and records each answer as it arrives: whatever has come in
+    /// is recorded in one transaction while the rest is on its way, so that a fan-out that dies
+    /// leaves to be sent again only what had not been answered yet. A batch row goes with its
+    /// last answer. Returns the batches that were no longer this fan-out's when recorded.
+    func sendAndRecord(_ claimed: [FanoutStore.Claimed], on session: LeasedSession) async throws -> [FanoutStore.Batch] {
+        let store = store
+        let prepared = prepare(claimed)
+        var ready = prepared.ready
+        let outgoing = prepared.outgoing, slots = prepared.slots
+        var unanswered: [FanoutStore.Batch: Int] = [:]
+        for push in claimed { if let batch = push.batch { unanswered[batch, default: 0] += 1 } }
+        let inbox = AnswerInbox()
+        let transport = transport
+        let sending = Task {
+            if !outgoing.isEmpty { await transport.send(outgoing) { slot, result in inbox.add(slot, result) } }
+            inbox.finish()
+        }
+        var lost: [FanoutStore.Batch] = []
+        while true {
+            let answers = await inbox.next()
+            let answeredAt = now()
+            for (slot, result) in answers ?? [] {
+                let push = claimed[slots[slot]]
+                ready.append((push, resolution(push, result, at: answeredAt)))
+            }
+            var finishing: [FanoutStore.Batch] = []
+            for (push, _) in ready {
+                guard let batch = push.batch else { continue }
+                unanswered[batch, default: 0] -= 1
+                if unanswered[batch] == 0 { finishing.append(batch) }
+            }
+            if !ready.isEmpty || !finishing.isEmpty {
+                let resolutions = ready, finished = finishing
+                lost += try await session.run { try store.record(resolutions, finishing: finished, on: $0) }
+                ready = []
+            }
+            if answers == nil { break }
+        }
+        await sending.value
+        return lost
+    }
+
+    /// The resolutions known before sending (a registration gone, a deadline passed) and the
+    /// pushes to send, each with the index of its claimed push.
+    func prepare(
+        _ claimed: [FanoutStore.Claimed]
+    ) -> (ready: [(claimed: FanoutStore.Claimed, resolution: FanoutStore.Resolution)], outgoing: [OutgoingPush], slots: [Int]) {
+        let now = now()
+        var ready: [(claimed: FanoutStore.Claimed, resolution: FanoutStore.Resolution)] = []
         var outgoing: [OutgoingPush] = []
-        var outgoingIndexes: [Int] = []
+        var slots: [Int] = []
         outgoing.reserveCapacity(claimed.count)
-        for (index, delivery) in claimed.enumerated() {
-            guard let device = delivery.device else {
-                resolutions[index] = .skip(reason: "device_gone")
+        for (index, push) in claimed.enumerated() {
+            guard let device = push.device else {
+                ready.append((push, .skip(reason: PushSkip.deviceGone.name)))
                 continue
             }
-            if now > delivery.deadline {
-                resolutions[index] = .drop(reason: "deadline")
+            if now > push.deadline {
+                ready.append((push, .drop(reason: "deadline")))
                 continue
             }
             let content = PushRenderer.render(
-                delivery.notification, language: Language(locale: device.locale), badge: device.platform == .ios ? delivery.unread : nil)
+                push.notification, language: Language(locale: device.locale), badge: device.platform == .ios ? push.unread : nil)
             outgoing.append(
-                OutgoingPush(platform: device.platform, token: device.token, appId: device.appId, apnsEnvironment: device.apnsEnvironment, content: content))
-            outgoingIndexes.append(index)
+                OutgoingPush(
+                    id: push.pushId, platform: device.platform, token: device.token, appId: device.appId, apnsEnvironment: device.apnsEnvironment,
+                    content: content))
+            slots.append(index)
         }
-        let results = outgoing.isEmpty ? [] : await transport.send(outgoing)
-        let answered = Date()
-        for (slot, result) in zip(outgoingIndexes, results) {
-            let delivery = claimed[slot]
-            let platform = delivery.device!.platform
-            let resolution: FanoutStore.Resolution
-            switch result.outcome {
-            case .delivered:
-                resolution = .delivered(platform, learned: result.learnedEnvironment, logged: result.logged)
-            case .unregistered(let reason):
-                resolution = .deleteRegistration(reason: reason)
-            case .badDeviceToken:
-                resolution = .deleteRegistration(reason: "BadDeviceToken")
-            case .expiredProviderToken:
-                resolution = Self.retry(delivery, reason: "ExpiredProviderToken", after: nil, now: answered)
-            case .retry(let reason, let after):
-                resolution = Self.retry(delivery, reason: reason, after: after, now: answered)
-            case .permanent(let reason):
-                resolution = .drop(reason: reason)
-            }
-            switch resolution {
-            case .deleteRegistration(let reason):
-                logger.info(
-                    "deleted a dead registration", metadata: ["device": delivery.deviceId.uuidString, "platform": platform.rawValue, "reason": reason])
-            case .drop(let reason):
-                logger.warning(
-                    "gave up a push",
-                    metadata: ["device": delivery.deviceId.uuidString, "platform": platform.rawValue, "reason": reason, "attempts": "\(delivery.attempts)"])
-            default:
-                break
-            }
-            resolutions[slot] = resolution
+        return (ready, outgoing, slots)
+    }
+
+    /// What to record for `push` after the platform's `result`.
+    func resolution(_ push: FanoutStore.Claimed, _ result: PushResult, at answered: Date) -> FanoutStore.Resolution {
+        let platform = push.device!.platform
+        let resolution: FanoutStore.Resolution
+        switch result.outcome {
+        case .delivered:
+            resolution = .delivered(platform, learned: result.learnedEnvironment, logged: result.logged)
+        case .unregistered(let reason):
+            resolution = .deleteRegistration(reason: reason)
+        case .badDeviceToken:
+            resolution = .deleteRegistration(reason: "BadDeviceToken")
+        case .expiredProviderToken:
+            resolution = Self.retry(push, reason: "ExpiredProviderToken", after: nil, now: answered)
+        case .retry(let reason, let after):
+            resolution = Self.retry(push, reason: reason, after: after, now: answered)
+        case .permanent(let reason):
+            resolution = .drop(reason: reason)
         }
-        return zip(claimed, resolutions).map { (claimed: $0, resolution: $1 ?? .retry(at: answered, reason: "not_sent")) }
+        switch resolution {
+        case .deleteRegistration(let reason):
+            logger.info("deleted a dead registration", metadata: ["device": push.deviceId.uuidString, "platform": platform.rawValue, "reason": reason])
+        case .drop(let reason):
+            logger.warning(
+                "gave up a push",
+                metadata: ["device": push.deviceId.uuidString, "platform": platform.rawValue, "reason": reason, "attempts": "\(push.attempts)"])
+        default:
+            break
+        }
+        return resolution
     }
 
     /// Again after `after` (the platform's `Retry-After`) or a doubling backoff (1 s, 2 s, … 5 min),
@@ -208,5 +260,53 @@ struct FanoutWork: LoopWork {
         let at = now.addingTimeInterval(wait)
         if at > delivery.deadline { return .drop(reason: "deadline:" + reason) }
         return .retry(at: at, reason: reason)
+    }
+}
+
+/// The answers of one send, handed from the transport's threads to the worker that records them.
+final class AnswerInbox: Sendable {
+    private struct State {
+        var answers: [(Int, PushResult)] = []
+        var finished = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Locked(State())
+
+    func add(_ slot: Int, _ result: PushResult) {
+        let waiter = state.withLock { state in
+            state.answers.append((slot, result))
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Every answer has been added.
+    func finish() {
+        let waiter = state.withLock { state in
+            state.finished = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// The answers added since the last call, once there is at least one; nil once every answer
+    /// was taken and the send finished.
+    func next() async -> [(Int, PushResult)]? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLock { state in
+                if !state.answers.isEmpty || state.finished { return true }
+                state.waiter = continuation
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+        return state.withLock { state in
+            if state.answers.isEmpty { return state.finished ? nil : [] }
+            defer { state.answers = [] }
+            return state.answers
+        }
     }
 }

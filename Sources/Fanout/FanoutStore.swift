@@ -1,6 +1,9 @@
-import Foundation
+import Crypto
+import Devices
 import Encodings
+import Foundation
 import InboxDomain
+import NotificationOutbox
 import PostgresClient
 import PushProtocol
 
@@ -39,7 +42,7 @@ public struct FanoutStore: Sendable {
     // MARK: Deciding
 
     /// A batch of decided entries held by one fan-out (sql/010): `claim` is new at every claim, so
-    /// only its holder can finish it.
+    /// only its holder can record it.
     public struct Batch: Sendable, Hashable {
         public var id: Int64
         public var claim: UUID
@@ -61,21 +64,18 @@ public struct FanoutStore: Sendable {
 
     /// Decides up to `limit` pending outbox entries in one transaction: the entries leave the
     /// pending queue and one batch row (sql/010) records that this fan-out holds them, so an entry
-    /// is decided once, by one fan-out. The caller sends the pushes at once and records them with
-    /// `record(_:batches:on:)`; only a push that must be tried again gets a row of its own.
+    /// is decided once, by one fan-out. The caller sends the pushes at once and records their
+    /// answers as they arrive (`record(_:finishing:on:)`); only a push that must be tried again
+    /// gets a row of its own.
     public func decide(limit: Int, now: Date, on connection: PostgresConnection) throws -> Decided {
         try connection.transaction { connection in
-            let entries = try loadEntries(
-                """
-                WHERE id = ANY(ARRAY(
-                    SELECT outbox_id FROM notification_outbox_pending ORDER BY outbox_id LIMIT $1 FOR UPDATE SKIP LOCKED))
-                """, limit, on: connection)
-            if entries.isEmpty { return .nothing }
+            let taken = try NotificationOutbox.take(.push, limit: limit, on: connection)
+            if taken.count == 0 { return .nothing }
             let deadline = now.addingTimeInterval(settings.deadline.inSeconds)
-            let (claimed, decision) = try plan(entries, now: now, deadline: deadline, reclaimed: false, on: connection)
+            let claim = UUID()
+            var (claimed, decision) = try plan(taken.entries, now: now, deadline: deadline, reclaimed: false, on: connection)
             var batch: Batch?
             if !claimed.isEmpty {
-                let claim = UUID()
                 let id = try connection.query(
                     """
                     INSERT INTO push_batches (outbox_ids, claim, node, claimed_until, deadline)
@@ -83,19 +83,17 @@ public struct FanoutStore: Sendable {
                     """, Array(Set(claimed.map(\.outboxId))).sorted(), claim, settings.node, settings.claimFor.wholeMilliseconds, deadline
                 ).scalar(Int64.self)
                 batch = Batch(id: id, claim: claim)
+                for index in claimed.indices { claimed[index].batch = batch }
             }
-            try connection.query("DELETE FROM notification_outbox_pending WHERE outbox_id = ANY($1::bigint[])", entries.map(\.id))
-            var counts: [String: Int] = [:]
-            for (reason, count) in decision.skipped { counts["skipped." + reason] = count }
-            try Self.count(counts, on: connection)
-            return Decided(entries: entries.count, claimed: claimed, otherApps: decision.otherApps, batch: batch)
+            try Self.count(Self.counts(decision, unreadable: taken.unreadable), on: connection)
+            return Decided(entries: taken.count, claimed: claimed, otherApps: decision.otherApps, batch: batch)
         }
     }
 
     /// Takes over one batch whose holder's claim ran out (it died, or lost its database): its
-    /// entries are decided again from the live tables (a device deleted meanwhile gets nothing)
-    /// and every push is marked `reclaimed`, since it may be on the phone already. Nothing when no
-    /// batch is abandoned.
+    /// pushes whose answers the holder had not recorded are decided again (a device deleted
+    /// meanwhile gets nothing) and marked `reclaimed`, since each may be on the phone already.
+    /// Nothing when no batch is abandoned.
     public func takeOver(now: Date, on connection: PostgresConnection) throws -> Decided {
         try connection.transaction { connection in
             let claim = UUID()
@@ -104,146 +102,78 @@ public struct FanoutStore: Sendable {
                 UPDATE push_batches b SET claim = $1, node = $2, claimed_until = clock_timestamp() + $3 * interval '1 millisecond',
                     taken_over = b.taken_over + 1
                 WHERE b.id = (SELECT id FROM push_batches WHERE claimed_until < clock_timestamp() ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-                RETURNING b.id, b.outbox_ids, b.deadline
+                RETURNING b.id, b.outbox_ids, b.deadline, b.answered_outbox_ids, b.answered_devices
                 """, claim, settings.node, settings.claimFor.wholeMilliseconds)
             guard let row = rows.first else { return .nothing }
             let id = try row.decode(Int64.self, at: 0)
-            let entries = try loadEntries("WHERE id = ANY($1::bigint[])", try row.decode([Int64].self, at: 1), on: connection)
-            let (claimed, decision) = try plan(entries, now: now, deadline: try row.decode(Date.self, at: 2), reclaimed: true, on: connection)
+            let taken = try NotificationOutbox.entries(try row.decode([Int64].self, at: 1), on: connection)
+            let answered = Set(zip(try row.decode([Int64].self, at: 3), try row.decode([UUID].self, at: 4)).map(PushKey.init))
+            var (claimed, decision) = try plan(
+                taken.entries, now: now, deadline: try row.decode(Date.self, at: 2), reclaimed: true, skipping: answered, on: connection)
             if claimed.isEmpty {
                 try connection.query("DELETE FROM push_batches WHERE id = $1", id)
-                return Decided(entries: entries.count, claimed: [], otherApps: decision.otherApps, batch: nil)
+                return Decided(entries: taken.count, claimed: [], otherApps: decision.otherApps, batch: nil)
             }
-            return Decided(entries: entries.count, claimed: claimed, otherApps: decision.otherApps, batch: Batch(id: id, claim: claim))
+            let batch = Batch(id: id, claim: claim)
+            for index in claimed.indices { claimed[index].batch = batch }
+            return Decided(entries: taken.count, claimed: claimed, otherApps: decision.otherApps, batch: batch)
         }
     }
 
-    /// Outbox entries, by the `condition` on their id.
-    private func loadEntries(_ condition: String, _ argument: some PostgresEncodable, on connection: PostgresConnection) throws -> [OutboxEntry] {
-        let rows = try connection.query(
-            """
-            SELECT id, notification_id, audience, recipient_id, category, event, enqueued_at, created_at,
-                ARRAY(SELECT key FROM jsonb_each_text(ids) ORDER BY key) AS id_keys,
-                ARRAY(SELECT value FROM jsonb_each_text(ids) ORDER BY key) AS id_values
-            FROM notification_outbox
-            \(condition)
-            ORDER BY id
-            """, argument)
-        var entries: [OutboxEntry] = []
-        entries.reserveCapacity(rows.count)
-        for row in rows {
-            let keys = try row.decode([String].self, "id_keys")
-            let values = try row.decode([String].self, "id_values")
-            entries.append(
-                OutboxEntry(
-                    id: try row.decode(Int64.self, "id"), notificationId: try row.decode(String.self, "notification_id"),
-                    audience: try row.decode(String.self, "audience"), recipientId: try row.decode(String.self, "recipient_id"),
-                    category: try row.decode(String.self, "category"), event: try row.decode(String.self, "event"),
-                    ids: Dictionary(zip(keys, values)) { first, _ in first }, enqueuedAt: try row.decode(Date.self, "enqueued_at"),
-                    happenedAt: try row.decode(Date.self, "created_at")))
-        }
-        return entries
+    /// A push of a batch: its notification and registration.
+    struct PushKey: Hashable {
+        var outboxId: Int64
+        var deviceId: UUID
     }
 
-    /// The pushes of `entries`, decided from the live tables, with the badge of each person now.
+    /// The counters of a decision: what was not pushed, by reason.
+    static func counts(_ decision: FanoutDecision, unreadable: Int) -> [String: Int] {
+        var counts: [String: Int] = [:]
+        for (skip, count) in decision.skipped { counts["skipped." + skip.name, default: 0] += count }
+        if unreadable > 0 { counts["skipped." + PushSkip.unknownKind.name, default: 0] += unreadable }
+        return counts
+    }
+
+    /// The pushes of `entries` to their people's registrations now, but those in `skipping` (a
+    /// taken-over batch's already answered), with the badge of each person now.
     private func plan(
-        _ entries: [OutboxEntry], now: Date, deadline: Date, reclaimed: Bool, on connection: PostgresConnection
+        _ entries: [OutboxEntry], now: Date, deadline: Date, reclaimed: Bool, skipping answered: Set<PushKey> = [],
+        on connection: PostgresConnection
     ) throws -> ([Claimed], FanoutDecision) {
-        let facts = try loadFacts(for: entries, on: connection)
-        let decision = FanoutDecision.decide(
-            entries, facts: facts, policy: settings.policy, staleBefore: now.addingTimeInterval(-settings.deadline.inSeconds))
+        let devices = try DeviceRegistry.pushRegistrations(of: FanoutDecision.people(of: entries), on: connection)
+        var decision = FanoutDecision.decide(
+            entries, devices: devices, policy: settings.policy, staleBefore: now.addingTimeInterval(-settings.deadline.inSeconds))
+        if !answered.isEmpty { decision.deliveries.removeAll { answered.contains(PushKey(outboxId: $0.outboxId, deviceId: $0.deviceId)) } }
         if decision.deliveries.isEmpty { return ([], decision) }
-        let people = Array(Set(decision.deliveries.map(\.personId)))
-        var unread: [String: Int] = [:]
-        for row in try connection.query("SELECT person_id, unread_count FROM bell_counters WHERE person_id = ANY($1::text[])", people) {
-            unread[try row.decode(String.self, at: 0)] = try row.decode(Int.self, at: 1)
-        }
+        let unread = try Self.unread(of: decision.deliveries.map(\.personId), on: connection)
         let entriesById = Dictionary(entries.map { ($0.id, $0) }) { first, _ in first }
         var claimed: [Claimed] = []
         claimed.reserveCapacity(decision.deliveries.count)
         for delivery in decision.deliveries {
             guard let entry = entriesById[delivery.outboxId] else { continue }
-            let device = delivery.device
             claimed.append(
                 Claimed(
-                    deliveryId: nil, outboxId: entry.id, deviceId: device.id, personId: delivery.personId, attempts: 1, deadline: deadline,
-                    device: PushPlatform(rawValue: device.platform).map {
-                        Claimed.Registration(
-                            platform: $0, token: device.token, appId: device.appId, locale: device.locale,
-                            apnsEnvironment: device.apnsEnvironment.flatMap(APNsEnvironment.init(rawValue:)))
-                    },
-                    notification: PushNotification(
-                        category: NotificationCategory(rawValue: entry.category) ?? .messages, event: entry.event, ids: entry.ids,
-                        notificationId: entry.audience == "person" ? entry.notificationId : nil),
+                    deliveryId: nil, outboxId: entry.id, deviceId: delivery.deviceId, personId: delivery.personId, attempts: 1, deadline: deadline,
+                    device: delivery.device, notification: PushNotification(kind: entry.kind, ids: entry.ids, notificationId: entry.notificationId),
                     unread: unread[delivery.personId] ?? 0, reclaimed: reclaimed))
         }
         return (claimed, decision)
     }
 
-    /// The live tables' facts about the people of `entries` (five queries for the whole batch).
-    private func loadFacts(for entries: [OutboxEntry], on connection: PostgresConnection) throws -> DecisionFacts {
-        var facts = DecisionFacts()
-        let shops = Array(Set(entries.filter { $0.audience == "shop" }.map(\.recipientId)))
-        if !shops.isEmpty {
-            for row in try connection.query("SELECT shop_id, person_id FROM shop_members WHERE shop_id = ANY($1::text[])", shops) {
-                facts.members[try row.decode(String.self, at: 0), default: []].append(try row.decode(String.self, at: 1))
-            }
+    /// Each person's unread bell count now: the iOS badge.
+    private static func unread(of people: [String], on connection: PostgresConnection) throws -> [String: Int] {
+        var unread: [String: Int] = [:]
+        for row in try connection.query("SELECT person_id, unread_count FROM bell_counters WHERE person_id = ANY($1::text[])", Array(Set(people))) {
+            unread[try row.decode(String.self, at: 0)] = try row.decode(Int.self, at: 1)
         }
-        var people = Set(entries.filter { $0.audience == "person" }.map(\.recipientId))
-        for members in facts.members.values { people.formUnion(members) }
-        let personList = Array(people)
-        if personList.isEmpty { return facts }
-        for row in try connection.query("SELECT person_id FROM blocked_accounts WHERE person_id = ANY($1::text[])", personList) {
-            facts.blocked.insert(try row.decode(String.self, at: 0))
-        }
-        for row in try connection.query(
-            "SELECT person_id, category, enabled FROM notification_preferences WHERE person_id = ANY($1::text[]) AND channel = 'push'",
-            personList)
-        {
-            facts.pushSwitches[try row.decode(String.self, at: 0), default: [:]][try row.decode(String.self, at: 1)] = try row.decode(
-                Bool.self, at: 2)
-        }
-        let searches = Array(Set(entries.compactMap { $0.category == NotificationCategory.savedSearches.rawValue ? $0.ids["savedSearchId"] : nil }))
-        if !searches.isEmpty {
-            for row in try connection.query(
-                "SELECT saved_search_id, person_id, interval, push FROM saved_searches WHERE saved_search_id = ANY($1::text[]) AND NOT deleted",
-                searches)
-            {
-                facts.savedSearches[try row.decode(String.self, at: 0)] = (
-                    person: try row.decode(String.self, at: 1),
-                    settings: SavedSearchSettings(
-                        interval: SavedSearchInterval(rawValue: try row.decode(String.self, at: 2)) ?? .never, push: try row.decode(Bool.self, at: 3))
-                )
-            }
-        }
-        for row in try connection.query(
-            """
-            SELECT person_id, id, app_id, created_at, platform, push_token, locale, apns_environment
-            FROM devices WHERE person_id = ANY($1::text[]) ORDER BY created_at, id
-            """, personList)
-        {
-            facts.devices[try row.decode(String.self, at: 0), default: []].append(
-                RegisteredDevice(
-                    id: try row.decode(UUID.self, at: 1), appId: try row.decode(String?.self, at: 2), createdAt: try row.decode(Date.self, at: 3),
-                    platform: try row.decode(String.self, at: 4), token: try row.decode(String.self, at: 5), locale: try row.decode(String?.self, at: 6),
-                    apnsEnvironment: try row.decode(String?.self, at: 7)))
-        }
-        return facts
+        return unread
     }
 
     // MARK: Claiming
 
-    /// A delivery claimed for sending, with what its push needs. `device` is nil when the
-    /// registration was deleted (or taken over by somebody else) after the decision.
+    /// A push claimed for sending, with what it needs. `device` is nil when the registration was
+    /// deleted (or taken over by somebody else) after the decision.
     public struct Claimed: Sendable {
-        public struct Registration: Sendable {
-            public var platform: PushPlatform
-            public var token: String
-            public var appId: String?
-            public var locale: String?
-            public var apnsEnvironment: APNsEnvironment?
-        }
-
         /// The delivery row (sql/006) of a push being tried again; nil for a push of a batch
         /// (decided just now, or taken over), which has no row of its own.
         public var deliveryId: Int64?
@@ -252,67 +182,70 @@ public struct FanoutStore: Sendable {
         public var personId: String
         public var attempts: Int
         public var deadline: Date
-        public var device: Registration?
+        public var device: DeviceRegistry.PushRegistration?
         public var notification: PushNotification
         /// The person's unread bell count now: the iOS badge.
         public var unread: Int
         /// Claimed before by a fan-out that never said what became of it (it died, or lost its
         /// database): its push may have gone out already, and may now go out twice.
         public var reclaimed: Bool
+        /// The batch that holds it; nil for a push being tried again (it has its delivery row).
+        public var batch: Batch?
+
+        /// The push's own id (`apns-id`), the same on every attempt of this notification to this
+        /// registration: a UUID derived from both.
+        public var pushId: UUID {
+            UUID(uuidString: SHA256.uuidString(naming: "wristler-push:\(outboxId):\(deviceId.uuidString.lowercased())".utf8)) ?? UUID()
+        }
     }
 
-    /// Claims up to `limit` due deliveries for `claimFor`, oldest first, skipping the ones other
-    /// fan-outs hold.
+    /// Claims up to `limit` due deliveries (pushes to try again) for `claimFor`, oldest first,
+    /// skipping the ones other fan-outs hold.
     public func claim(limit: Int, on connection: PostgresConnection) throws -> [Claimed] {
-        // `= ANY(ARRAY(...))` and LATERAL lookups keep every step on an index: as a join, the
-        // planner hashed the whole deliveries, devices and counters tables for each batch.
         let rows = try connection.query(
             """
-            WITH claimed AS (
-                UPDATE push_deliveries d
-                SET claimed_until = clock_timestamp() + $2 * interval '1 millisecond', attempts = d.attempts + 1,
-                    reclaimed = d.claimed_until IS NOT NULL
-                WHERE d.id = ANY(ARRAY(
-                    SELECT id FROM push_deliveries
-                    WHERE not_before <= clock_timestamp() AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
-                    ORDER BY not_before, id LIMIT $1 FOR UPDATE SKIP LOCKED))
-                RETURNING d.id, d.outbox_id, d.device_id, d.person_id, d.attempts, d.deadline, d.reclaimed
-            )
-            SELECT c.id, c.outbox_id, c.device_id, c.person_id, c.attempts, c.deadline, c.reclaimed,
-                v.platform, v.push_token, v.app_id, v.locale, v.apns_environment,
-                o.notification_id, o.audience, o.category, o.event,
-                ARRAY(SELECT key FROM jsonb_each_text(o.ids) ORDER BY key) AS id_keys,
-                ARRAY(SELECT value FROM jsonb_each_text(o.ids) ORDER BY key) AS id_values,
-                coalesce(b.unread_count, 0) AS unread
-            FROM claimed c
-            CROSS JOIN LATERAL (SELECT * FROM notification_outbox o WHERE o.id = c.outbox_id) o
-            LEFT JOIN LATERAL (SELECT * FROM devices v WHERE v.id = c.device_id AND v.person_id = c.person_id) v ON true
-            LEFT JOIN LATERAL (SELECT unread_count FROM bell_counters b WHERE b.person_id = c.person_id) b ON true
-            ORDER BY c.id
+            UPDATE push_deliveries d
+            SET claimed_until = clock_timestamp() + $2 * interval '1 millisecond', attempts = d.attempts + 1,
+                reclaimed = d.claimed_until IS NOT NULL
+            WHERE d.id = ANY(ARRAY(
+                SELECT id FROM push_deliveries
+                WHERE not_before <= clock_timestamp() AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+                ORDER BY not_before, id LIMIT $1 FOR UPDATE SKIP LOCKED))
+            RETURNING d.id, d.outbox_id, d.device_id, d.person_id, d.attempts, d.deadline, d.reclaimed
             """, limit, settings.claimFor.wholeMilliseconds)
-        var claimed: [Claimed] = []
-        claimed.reserveCapacity(rows.count)
+        if rows.count == 0 { return [] }
+        var due: [(id: Int64, outboxId: Int64, deviceId: UUID, personId: String, attempts: Int, deadline: Date, reclaimed: Bool)] = []
         for row in rows {
-            var device: Claimed.Registration?
-            if let platform = try row.decode(String?.self, "platform").flatMap(PushPlatform.init(rawValue:)) {
-                device = Claimed.Registration(
-                    platform: platform, token: try row.decode(String.self, "push_token"), appId: try row.decode(String?.self, "app_id"),
-                    locale: try row.decode(String?.self, "locale"),
-                    apnsEnvironment: try row.decode(String?.self, "apns_environment").flatMap(APNsEnvironment.init(rawValue:)))
+            due.append(
+                (
+                    try row.decode(Int64.self, "id"), try row.decode(Int64.self, "outbox_id"), try row.decode(UUID.self, "device_id"),
+                    try row.decode(String.self, "person_id"), try row.decode(Int.self, "attempts"), try row.decode(Date.self, "deadline"),
+                    try row.decode(Bool.self, "reclaimed")
+                ))
+        }
+        let entries = Dictionary(
+            try NotificationOutbox.entries(Array(Set(due.map(\.outboxId))), on: connection).entries.map { ($0.id, $0) }) { first, _ in first }
+        let devices = try DeviceRegistry.pushRegistrations(due.map { ($0.deviceId, $0.personId) }, on: connection)
+        let unread = try Self.unread(of: due.map(\.personId), on: connection)
+        var claimed: [Claimed] = []
+        var unreadable: [Int64] = []
+        claimed.reserveCapacity(due.count)
+        for push in due.sorted(by: { $0.id < $1.id }) {
+            guard let entry = entries[push.outboxId] else {
+                unreadable.append(push.id)
+                continue
             }
-            let keys = try row.decode([String].self, "id_keys")
-            let values = try row.decode([String].self, "id_values")
-            let isPerson = try row.decode(String.self, "audience") == "person"
-            let category = NotificationCategory(rawValue: try row.decode(String.self, "category")) ?? .messages
             claimed.append(
                 Claimed(
-                    deliveryId: try row.decode(Int64.self, "id"), outboxId: try row.decode(Int64.self, "outbox_id"), deviceId: try row.decode(UUID.self, "device_id"),
-                    personId: try row.decode(String.self, "person_id"), attempts: try row.decode(Int.self, "attempts"),
-                    deadline: try row.decode(Date.self, "deadline"), device: device,
-                    notification: PushNotification(
-                        category: category, event: try row.decode(String.self, "event"), ids: Dictionary(zip(keys, values)) { first, _ in first },
-                        notificationId: isPerson ? try row.decode(String.self, "notification_id") : nil),
-                    unread: try row.decode(Int.self, "unread"), reclaimed: try row.decode(Bool.self, "reclaimed")))
+                    deliveryId: push.id, outboxId: push.outboxId, deviceId: push.deviceId, personId: push.personId, attempts: push.attempts,
+                    deadline: push.deadline, device: devices[push.deviceId],
+                    notification: PushNotification(kind: entry.kind, ids: entry.ids, notificationId: entry.notificationId),
+                    unread: unread[push.personId] ?? 0, reclaimed: push.reclaimed))
+        }
+        if !unreadable.isEmpty {
+            // Of a kind a newer release enqueued: counted and let go, never tried for ever.
+            try connection.query("DELETE FROM push_deliveries WHERE id = ANY($1::bigint[])", unreadable)
+            try Self.count(["skipped." + PushSkip.unknownKind.name: unreadable.count], on: connection)
         }
         return claimed
     }
@@ -334,34 +267,34 @@ public struct FanoutStore: Sendable {
         case skip(reason: String)
     }
 
-    /// Records the resolutions of claimed pushes and finishes `batches`, in one transaction: a
+    /// Records the resolutions of claimed pushes, in one transaction, as their answers arrive: a
     /// delivery row is deleted or rescheduled; a push of a batch that must be tried again gets a
-    /// row of its own (the only time a first try writes one); the batch rows go. Returns the
-    /// batches that were no longer this caller's (taken over by another fan-out because this one
-    /// outlived its claim): their pushes may go out twice.
+    /// row of its own (the only time a first try writes one), and every recorded push of a batch
+    /// is listed on the batch's row as answered, so that a fan-out taking the batch over sends only
+    /// what was not; the rows of `finishing` (every push of theirs recorded, now or before) go.
+    /// Returns the batches that were no longer this caller's (taken over by another fan-out because
+    /// this one outlived its claim): their pushes may go out twice.
     @discardableResult
     public func record(
-        _ resolutions: [(claimed: Claimed, resolution: Resolution)], batches: [Batch] = [], on connection: PostgresConnection
+        _ resolutions: [(claimed: Claimed, resolution: Resolution)], finishing: [Batch] = [], on connection: PostgresConnection
     ) throws -> [Batch] {
-        if resolutions.isEmpty && batches.isEmpty { return [] }
+        if resolutions.isEmpty && finishing.isEmpty { return [] }
         var finished: [Int64] = []
         var retryIds: [Int64] = []
         var retryAt: [Date] = []
         var retryReasons: [String] = []
         var firstRetries: [(claimed: Claimed, at: Date, reason: String)] = []
         var deadDevices: [UUID] = []
-        var learnedDevices: [UUID] = []
-        var learnedEnvironments: [String] = []
+        var learned: [UUID: APNsEnvironment] = [:]
+        var answered: [Batch: [PushKey]] = [:]
         var counts: [String: Int] = [:]
+        let finishingBatches = Set(finishing)
         for (claimed, resolution) in resolutions {
             if claimed.reclaimed { counts["reclaimed", default: 0] += 1 }
             switch resolution {
-            case .delivered(let platform, let learned, let logged):
+            case .delivered(let platform, let environment, let logged):
                 counts[(logged ? "logged." : "sent.") + platform.rawValue, default: 0] += 1
-                if let learned {
-                    learnedDevices.append(claimed.deviceId)
-                    learnedEnvironments.append(learned.rawValue)
-                }
+                if let environment { learned[claimed.deviceId] = environment }
             case .deleteRegistration(let reason):
                 deadDevices.append(claimed.deviceId)
                 counts[Self.counterName("deleted.", reason), default: 0] += 1
@@ -380,6 +313,9 @@ public struct FanoutStore: Sendable {
                 counts[Self.counterName("skipped.", reason), default: 0] += 1
             }
             if case .retry = resolution {} else if let id = claimed.deliveryId { finished.append(id) }
+            if let batch = claimed.batch, !finishingBatches.contains(batch) {
+                answered[batch, default: []].append(PushKey(outboxId: claimed.outboxId, deviceId: claimed.deviceId))
+            }
         }
         return try connection.transaction { connection in
             if !finished.isEmpty { try connection.query("DELETE FROM push_deliveries WHERE id = ANY($1::bigint[])", finished) }
@@ -402,27 +338,31 @@ public struct FanoutStore: Sendable {
                     firstRetries.map(\.reason))
             }
             // The device's other pending pushes find it gone when claimed (`skipped.device_gone`).
-            if !deadDevices.isEmpty { try connection.query("DELETE FROM devices WHERE id = ANY($1::uuid[])", deadDevices) }
-            if !learnedDevices.isEmpty {
-                try connection.query(
-                    """
-                    UPDATE devices v SET apns_environment = u.environment, updated_at = clock_timestamp()
-                    FROM unnest($1::uuid[], $2::text[]) AS u(id, environment)
-                    WHERE v.id = u.id AND v.id = ANY($1::uuid[]) AND v.apns_environment IS DISTINCT FROM u.environment
-                    """, learnedDevices, learnedEnvironments)
-            }
+            try DeviceRegistry.delete(deadDevices, on: connection)
+            try DeviceRegistry.learned(learned, on: connection)
             try Self.count(counts, on: connection)
-            if batches.isEmpty { return [] }
+            var lost: [Batch] = []
+            for (batch, keys) in answered.sorted(by: { $0.key.id < $1.key.id }) {
+                let held = try connection.query(
+                    """
+                    UPDATE push_batches SET answered_outbox_ids = answered_outbox_ids || $3::bigint[],
+                        answered_devices = answered_devices || $4::uuid[]
+                    WHERE id = $1 AND claim = $2
+                    """, batch.id, batch.claim, keys.map(\.outboxId), keys.map(\.deviceId)
+                ).affectedRows ?? 0
+                if held == 0 { lost.append(batch) }
+            }
+            if finishing.isEmpty { return lost }
             var finishedBatches = Set<Int64>()
             for row in try connection.query(
                 """
                 DELETE FROM push_batches b USING unnest($1::bigint[], $2::uuid[]) AS u(id, claim)
                 WHERE b.id = u.id AND b.claim = u.claim AND b.id = ANY($1::bigint[]) RETURNING b.id
-                """, batches.map(\.id), batches.map(\.claim))
+                """, finishing.map(\.id), finishing.map(\.claim))
             {
                 finishedBatches.insert(try row.decode(Int64.self, at: 0))
             }
-            return batches.filter { !finishedBatches.contains($0.id) }
+            return lost + finishing.filter { !finishedBatches.contains($0.id) }
         }
     }
 
@@ -477,11 +417,7 @@ public struct FanoutStore: Sendable {
     }
 
     private static func readStatus(on connection: PostgresConnection) throws -> Status {
-        let outbox = try connection.query(
-            """
-            SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(o.enqueued_at)), 0)::float8
-            FROM notification_outbox_pending p JOIN notification_outbox o ON o.id = p.outbox_id
-            """)[0]
+        let outbox = try NotificationOutbox.waiting(.push, on: connection)
         let deliveries = try connection.query(
             "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM push_deliveries")[0]
         let batches = try connection.query(
@@ -501,7 +437,7 @@ public struct FanoutStore: Sendable {
             tokens.append((try row.decode(String.self, at: 0), try row.decode(String.self, at: 1), try row.decode(Double.self, at: 2)))
         }
         return Status(
-            undecided: try outbox.decode(Int.self, at: 0), oldestUndecidedSeconds: try outbox.decode(Double.self, at: 1),
+            undecided: outbox.count, oldestUndecidedSeconds: outbox.oldestSeconds,
             pending: try deliveries.decode(Int.self, at: 0), oldestPendingSeconds: try deliveries.decode(Double.self, at: 1),
             sending: try batches.decode(Int.self, at: 0), abandoned: try batches.decode(Int.self, at: 1),
             counters: counters.map { (name: $0.0, count: $0.1) },

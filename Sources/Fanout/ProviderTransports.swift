@@ -1,5 +1,6 @@
 import Foundation
 import HTTP2Client
+import InboxDomain
 import Lifecycle
 import PushProtocol
 import Threads
@@ -79,48 +80,57 @@ public final class APNsTransport: PushTransport {
         }
     }
 
-    public func send(_ pushes: [OutgoingPush]) async -> [PushResult] {
-        var results = [PushResult?](repeating: nil, count: pushes.count)
+    public func send(_ pushes: [OutgoingPush], answered: @escaping @Sendable (Int, PushResult) -> Void) async {
         var environments = pushes.map { $0.apnsEnvironment ?? settings.defaultEnvironment }
         // First try every push; then at most once more for the ones refused with an expired token
-        // or a device token the host does not know (on the other host).
+        // or a device token the host does not know (on the other host). Every other answer is
+        // final and told at once, while the rest are still on their way.
         // An APNs device token is hex. Anything else (a registration made with a bad token, or one
         // with `/`, `?` or spaces that would change the request's path) is never sent: Apple would
         // call it a BadDeviceToken on either host, so the registration is deleted as one.
         var pending: [Int] = []
         for (index, push) in pushes.enumerated() {
-            if Self.isDeviceToken(push.token) { pending.append(index) } else { results[index] = PushResult(.badDeviceToken) }
+            if Self.isDeviceToken(push.token) { pending.append(index) } else { answered(index, PushResult(.badDeviceToken)) }
         }
         var probed = Set<Int>()
         var renewed = false
         for round in 0..<3 where !pending.isEmpty {
             let now = Date()
             guard let providerToken = providerToken(now: now) else {
-                for index in pending { results[index] = PushResult(.retry(reason: "ExpiredProviderToken", after: .seconds(60))) }
-                break
+                for index in pending { answered(index, PushResult(.retry(reason: "ExpiredProviderToken", after: .seconds(60)))) }
+                return
             }
-            let answers = await client.send(pending.map { request(pushes[$0], environment: environments[$0], token: providerToken, now: now) })
+            let tried = pending, hosts = environments, alreadyProbed = probed, mayRenew = !renewed && round < 2, mayProbe = round < 2
+            let outcomes = Locked([PushOutcome?](repeating: nil, count: tried.count))
+            let logger = logger, hostURLs = hosts.map { url($0) }
+            _ = await client.send(tried.map { request(pushes[$0], environment: environments[$0], token: providerToken, now: now) }) { slot, answer in
+                let index = tried[slot]
+                let outcome = pushOutcome(answer, classify: APNsAnswer.classify) { error in
+                    logger.warning("APNs unreachable", metadata: ["error": error.description, "host": hostURLs[index]])
+                }
+                outcomes.withLock { $0[slot] = outcome }
+                switch outcome {
+                case .badDeviceToken where mayProbe && !alreadyProbed.contains(index), .expiredProviderToken where mayRenew:
+                    return  // tried again below
+                case .delivered:
+                    answered(index, PushResult(.delivered, learnedEnvironment: pushes[index].apnsEnvironment != hosts[index] ? hosts[index] : nil))
+                default:
+                    answered(index, PushResult(outcome))
+                }
+            }
             var again: [Int] = []
             var expired = false
-            for (index, answer) in zip(pending, answers) {
-                let outcome = pushOutcome(answer, classify: APNsAnswer.classify) { error in
-                    logger.warning("APNs unreachable", metadata: ["error": error.description, "host": url(environments[index])])
-                }
-                let learned = pushes[index].apnsEnvironment != environments[index] ? environments[index] : nil
+            for (index, outcome) in zip(tried, outcomes.withLock { $0 }) {
                 switch outcome {
-                case .badDeviceToken where !probed.contains(index) && round < 2:
+                case .badDeviceToken where mayProbe && !alreadyProbed.contains(index):
                     probed.insert(index)
                     environments[index] = environments[index].other
                     again.append(index)
-                case .badDeviceToken:
-                    results[index] = PushResult(.badDeviceToken)
-                case .expiredProviderToken where !renewed && round < 2:
+                case .expiredProviderToken where mayRenew:
                     expired = true
                     again.append(index)
-                case .delivered:
-                    results[index] = PushResult(.delivered, learnedEnvironment: learned)
                 default:
-                    results[index] = PushResult(outcome)
+                    break
                 }
             }
             if expired {
@@ -129,8 +139,7 @@ public final class APNsTransport: PushTransport {
             }
             pending = again
         }
-        for index in pending where results[index] == nil { results[index] = PushResult(.retry(reason: "ExpiredProviderToken", after: nil)) }
-        return results.map { $0 ?? PushResult(.retry(reason: "not_sent", after: nil)) }
+        for index in pending { answered(index, PushResult(.retry(reason: "ExpiredProviderToken", after: nil))) }
     }
 
     /// Hex digits only, and some (Apple's tokens are 64 of them today; the length may change).
@@ -151,7 +160,9 @@ public final class APNsTransport: PushTransport {
             body = Array(repeating: UInt8(ascii: " "), count: APNsPayload.maximumBytes + 1)
         }
         let headers = APNsHeaders(topic: push.appId ?? settings.defaultTopic, content: push.content, now: now, timeToLive: settings.timeToLive)
-        var fields: [(name: String, value: String)] = [("authorization", "bearer " + token), ("content-type", "application/json")]
+        var fields: [(name: String, value: String)] = [
+            ("authorization", "bearer " + token), ("content-type", "application/json"), ("apns-id", push.id.uuidString.lowercased()),
+        ]
         for field in headers.fields { fields.append((field.key, field.value)) }
         return HTTP2Request(
             method: "POST", url: url(environment) + APNsHeaders.path(deviceToken: push.token), headers: fields, body: body,
@@ -222,31 +233,29 @@ public final class FCMTransport: PushTransport {
         }
     }
 
-    public func send(_ pushes: [OutgoingPush]) async -> [PushResult] {
-        var results = [PushResult?](repeating: nil, count: pushes.count)
+    public func send(_ pushes: [OutgoingPush], answered: @escaping @Sendable (Int, PushResult) -> Void) async {
         var pending = Array(pushes.indices)
         var rejected: String?
         for round in 0..<2 where !pending.isEmpty {
             guard let accessToken = await accessToken(rejected: rejected) else {
-                for index in pending { results[index] = PushResult(.retry(reason: "no_access_token", after: .seconds(30))) }
-                break
+                for index in pending { answered(index, PushResult(.retry(reason: "no_access_token", after: .seconds(30)))) }
+                return
             }
-            let answers = await client.send(pending.map { request(pushes[$0], accessToken: accessToken) })
-            var again: [Int] = []
-            for (index, answer) in zip(pending, answers) {
+            // Every answer but an expired token on the first round is final, and told at once.
+            let tried = pending, logger = logger
+            let outcomes = Locked([PushOutcome?](repeating: nil, count: tried.count))
+            _ = await client.send(tried.map { request(pushes[$0], accessToken: accessToken) }) { slot, answer in
                 let outcome = pushOutcome(answer, classify: FCMAnswer.classify) { error in
                     logger.warning("FCM unreachable", metadata: ["error": error.description])
                 }
-                if outcome == .expiredProviderToken && round == 0 {
-                    again.append(index)
-                    rejected = accessToken
-                } else {
-                    results[index] = PushResult(outcome)
-                }
+                outcomes.withLock { $0[slot] = outcome }
+                if outcome == .expiredProviderToken && round == 0 { return }
+                answered(tried[slot], PushResult(outcome))
             }
-            pending = again
+            pending = zip(tried, outcomes.withLock { $0 }).filter { $0.1 == .expiredProviderToken && round == 0 }.map(\.0)
+            if !pending.isEmpty { rejected = accessToken }
         }
-        return results.map { $0 ?? PushResult(.retry(reason: "UNAUTHENTICATED", after: nil)) }
+        for index in pending { answered(index, PushResult(.retry(reason: "UNAUTHENTICATED", after: nil))) }
     }
 
     func request(_ push: OutgoingPush, accessToken: String) -> HTTP2Request {

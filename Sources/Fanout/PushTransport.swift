@@ -1,15 +1,17 @@
 import Foundation
+import InboxDomain
 import Lifecycle
 import PushProtocol
+import Threads
 
 /// The platform of a registration.
-public enum PushPlatform: String, Sendable, Hashable {
-    case ios
-    case android
-}
+public typealias PushPlatform = DevicePlatform
 
 /// One push, rendered, for one registration.
 public struct OutgoingPush: Sendable {
+    /// The push's own id, the same on every attempt (`apns-id`): derived from its notification in
+    /// the outbox and the registration (`FanoutStore.Claimed.pushId`).
+    public var id: UUID
     public var platform: PushPlatform
     public var token: String
     /// The registration's app (APNs topic); nil when the app did not say.
@@ -18,7 +20,10 @@ public struct OutgoingPush: Sendable {
     public var apnsEnvironment: APNsEnvironment?
     public var content: PushContent
 
-    public init(platform: PushPlatform, token: String, appId: String?, apnsEnvironment: APNsEnvironment?, content: PushContent) {
+    public init(
+        id: UUID = UUID(), platform: PushPlatform, token: String, appId: String?, apnsEnvironment: APNsEnvironment?, content: PushContent
+    ) {
+        self.id = id
         self.platform = platform
         self.token = token
         self.appId = appId
@@ -43,10 +48,11 @@ public struct PushResult: Sendable, Hashable {
     }
 }
 
-/// Hands pushes to the platforms. `send` answers one result per push, in order, and never throws:
-/// a failure to reach a platform is a `.retry` result.
+/// Hands pushes to the platforms. `send` tells `answered` each push's result (by its index in
+/// `pushes`) as soon as it is final, from any thread (so quickly), and returns once every push has
+/// one. It never throws: a failure to reach a platform is a `.retry` result.
 public protocol PushTransport: Sendable {
-    func send(_ pushes: [OutgoingPush]) async -> [PushResult]
+    func send(_ pushes: [OutgoingPush], answered: @escaping @Sendable (Int, PushResult) -> Void) async
     /// When each provider token in use was made (for status and metrics).
     func providerTokenIssuedAt() -> [String: Date]
     /// Ends connections and threads.
@@ -56,6 +62,13 @@ public protocol PushTransport: Sendable {
 extension PushTransport {
     public func providerTokenIssuedAt() -> [String: Date] { [:] }
     public func shutdown() {}
+
+    /// Sends `pushes` and answers their results at the end, in order.
+    public func send(_ pushes: [OutgoingPush]) async -> [PushResult] {
+        let results = Locked([PushResult?](repeating: nil, count: pushes.count))
+        await send(pushes) { index, result in results.withLock { $0[index] = result } }
+        return results.withLock { $0.map { $0 ?? PushResult(.retry(reason: "not_sent", after: nil)) } }
+    }
 }
 
 /// The embedded default, without APNs or FCM credentials: logs what would be sent and counts it
@@ -67,18 +80,18 @@ public struct LoggingTransport: PushTransport {
         self.logger = logger
     }
 
-    public func send(_ pushes: [OutgoingPush]) async -> [PushResult] {
-        for push in pushes {
+    public func send(_ pushes: [OutgoingPush], answered: @escaping @Sendable (Int, PushResult) -> Void) async {
+        for (index, push) in pushes.enumerated() {
             var metadata: [String: String] = [
                 "platform": push.platform.rawValue, "title": push.content.title, "body": push.content.body,
                 "token": String(push.token.prefix(8)) + "…",
             ]
             for field in push.content.data { metadata["data." + field.key] = field.value }
-            if let collapse = push.content.collapseId { metadata["collapse"] = collapse }
+            metadata["collapse"] = push.content.collapseId
             if let badge = push.content.badge { metadata["badge"] = String(badge) }
             logger.info("push (no APNs/FCM credentials: logged, not sent)", metadata: metadata)
+            answered(index, PushResult(.delivered, logged: true))
         }
-        return pushes.map { _ in PushResult(.delivered, logged: true) }
     }
 }
 
@@ -93,18 +106,17 @@ public struct PlatformTransport: PushTransport {
         self.android = android
     }
 
-    public func send(_ pushes: [OutgoingPush]) async -> [PushResult] {
+    public func send(_ pushes: [OutgoingPush], answered: @escaping @Sendable (Int, PushResult) -> Void) async {
         var iosIndexes: [Int] = []
         var androidIndexes: [Int] = []
         for (index, push) in pushes.enumerated() {
             if push.platform == .ios { iosIndexes.append(index) } else { androidIndexes.append(index) }
         }
-        async let iosResults = iosIndexes.isEmpty ? [] : ios.send(iosIndexes.map { pushes[$0] })
-        async let androidResults = androidIndexes.isEmpty ? [] : android.send(androidIndexes.map { pushes[$0] })
-        var results = [PushResult](repeating: PushResult(.retry(reason: "not_sent", after: nil)), count: pushes.count)
-        for (index, result) in zip(iosIndexes, await iosResults) { results[index] = result }
-        for (index, result) in zip(androidIndexes, await androidResults) { results[index] = result }
-        return results
+        await withTaskGroup(of: Void.self) { group in
+            for (transport, indexes) in [(ios, iosIndexes), (android, androidIndexes)] where !indexes.isEmpty {
+                group.addTask { await transport.send(indexes.map { pushes[$0] }) { answered(indexes[$0], $1) } }
+            }
+        }
     }
 
     public func providerTokenIssuedAt() -> [String: Date] {

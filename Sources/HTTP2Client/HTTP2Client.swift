@@ -226,9 +226,17 @@ public final class HTTP2Client: Sendable {
 
     /// Many requests handed over at once (one wake-up of each engine's loop); the answers in the same order.
     public func send(_ requests: [HTTP2Request]) async -> [Result<HTTP2Response, HTTP2ClientError>] {
+        await send(requests, answered: nil)
+    }
+
+    /// Many requests handed over at once; each answer is also handed to `answered` (with the
+    /// request's index) as soon as it is in, on the engine's loop thread, so it must be quick.
+    public func send(
+        _ requests: [HTTP2Request], answered: (@Sendable (Int, Result<HTTP2Response, HTTP2ClientError>) -> Void)?
+    ) async -> [Result<HTTP2Response, HTTP2ClientError>] {
         if requests.isEmpty { return [] }
         return await withCheckedContinuation { continuation in
-            let batch = Batch(count: requests.count, continuation: continuation)
+            let batch = Batch(count: requests.count, answered: answered, continuation: continuation)
             let now = ContinuousClock.now
             var h2Items: [Pending] = []
             var curlItems: [Pending] = []
@@ -441,22 +449,28 @@ final class Batch: Sendable {
     }
 
     private let state: Locked<State>
+    private let answered: (@Sendable (Int, Result<HTTP2Response, HTTP2ClientError>) -> Void)?
     private let continuation: CheckedContinuation<[Result<HTTP2Response, HTTP2ClientError>], Never>
 
-    init(count: Int, continuation: CheckedContinuation<[Result<HTTP2Response, HTTP2ClientError>], Never>) {
+    init(
+        count: Int, answered: (@Sendable (Int, Result<HTTP2Response, HTTP2ClientError>) -> Void)? = nil,
+        continuation: CheckedContinuation<[Result<HTTP2Response, HTTP2ClientError>], Never>
+    ) {
         self.state = Locked(State(results: Array(repeating: nil, count: count), remaining: count))
+        self.answered = answered
         self.continuation = continuation
     }
 
     func finish(_ index: Int, _ result: Result<HTTP2Response, HTTP2ClientError>) {
-        let complete = state.withLock { state -> [Result<HTTP2Response, HTTP2ClientError>]? in
-            guard case .none = state.results[index] else { return nil }
+        let (first, complete) = state.withLock { state -> (Bool, [Result<HTTP2Response, HTTP2ClientError>]?) in
+            guard case .none = state.results[index] else { return (false, nil) }
             state.results[index] = result
             state.remaining -= 1
-            guard state.remaining == 0 else { return nil }
+            guard state.remaining == 0 else { return (true, nil) }
             defer { state.results = [] }
-            return state.results.map { $0! }
+            return (true, state.results.map { $0! })
         }
+        if first { answered?(index, result) }
         if let complete { continuation.resume(returning: complete) }
     }
 }

@@ -2,6 +2,7 @@ import EventLog
 import Fanout
 import Foundation
 import HTTPServer
+import Mailer
 import PostgresClient
 import Projections
 import Threads
@@ -189,17 +190,18 @@ public enum MetricsRoutes {
     /// every node. None before sql/014 is applied.
     static func mailMetrics(on connection: PostgresConnection) throws -> [String] {
         guard try connection.query("SELECT to_regclass('mail_counters') IS NOT NULL").scalar(Bool.self) else { return [] }
-        let row = try connection.query("SELECT (SELECT count(*) FROM mail_pending), (SELECT count(*) FROM mail_queue)")[0]
+        let status = try MailOutboxStore.status(on: connection)
         var lines = [
             "# HELP inbox_mail_outbox_undecided Notifications the mailers have not decided yet.", "# TYPE inbox_mail_outbox_undecided gauge",
-            "inbox_mail_outbox_undecided \(try row.decode(Int64.self, at: 0))",
+            "inbox_mail_outbox_undecided \(status.undecided)",
             "# HELP inbox_mail_queued Notifications queued for a mail (gathered, saved search, shop digest or sold).", "# TYPE inbox_mail_queued gauge",
-            "inbox_mail_queued \(try row.decode(Int64.self, at: 1))",
-            "# HELP inbox_mail_total Mails and notifications by outcome (sent, retried, dropped, no_contact, queued, notifications_sent, ...).",
+            "inbox_mail_queued \(status.queued)",
+            "# HELP inbox_mail_total Mails and notifications by outcome (sent, retried, dropped, no_contact, queued, notifications_sent, "
+                + "skipped.<reason>, switched_off, ...).",
             "# TYPE inbox_mail_total counter",
         ]
-        for counter in try connection.query("SELECT name, count FROM mail_counters ORDER BY name") {
-            lines.append("inbox_mail_total{outcome=\"\(try counter.decode(String.self, at: 0))\"} \(try counter.decode(Int64.self, at: 1))")
+        for (name, count) in status.counters.sorted(by: { $0.key < $1.key }) {
+            lines.append("inbox_mail_total{outcome=\"\(RequestMetrics.escape(name))\"} \(count)")
         }
         return lines
     }

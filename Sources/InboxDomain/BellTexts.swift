@@ -1,36 +1,89 @@
-/// The words of bell entries (and, later, of pushes), in each language. The app routes on `type`,
-/// `event` and the ids, never on these.
+/// The titles of notifications, in each language: a bell entry's, its push's and its line in a
+/// mail. The app routes on `type`, `event` and the ids, never on these.
 public enum BellTexts {
-    /// What happened, in a few words, by the entry's `event`.
-    static let titles: [String: [Language: String]] = [
-        "message_received": [.en: "New message", .nl: "Nieuw bericht", .de: "Neue Nachricht", .fr: "Nouveau message"],
-        "offer_made": [.en: "New offer", .nl: "Nieuw bod", .de: "Neues Angebot", .fr: "Nouvelle offre"],
-        "order_paid": [.en: "Payment received", .nl: "Betaling ontvangen", .de: "Zahlung eingegangen", .fr: "Paiement reçu"],
-        "order_shipped": [.en: "Your watch is on its way", .nl: "Je horloge is onderweg", .de: "Deine Uhr ist unterwegs", .fr: "Votre montre est en route"],
-        "order_delivered": [.en: "Your watch has arrived", .nl: "Je horloge is bezorgd", .de: "Deine Uhr ist angekommen", .fr: "Votre montre est arrivée"],
-        "order_cancelled": [.en: "Order cancelled", .nl: "Bestelling geannuleerd", .de: "Bestellung storniert", .fr: "Commande annulée"],
-        "order_refunded": [.en: "Order refunded", .nl: "Bestelling terugbetaald", .de: "Bestellung erstattet", .fr: "Commande remboursée"],
-        "price_dropped": [.en: "A saved watch dropped in price", .nl: "Een bewaard horloge is in prijs verlaagd", .de: "Eine gemerkte Uhr ist günstiger", .fr: "Une montre enregistrée a baissé de prix"],
-        "watch_sold": [.en: "A saved watch was sold", .nl: "Een bewaard horloge is verkocht", .de: "Eine gemerkte Uhr wurde verkauft", .fr: "Une montre enregistrée a été vendue"],
-        "saved_search_matched": [.en: "New watches for your search", .nl: "Nieuwe horloges voor je zoekopdracht", .de: "Neue Uhren für deine Suche", .fr: "Nouvelles montres pour votre recherche"],
-        "new_sign_in": [.en: "New sign-in to your account", .nl: "Nieuwe aanmelding op je account", .de: "Neue Anmeldung bei deinem Konto", .fr: "Nouvelle connexion à votre compte"],
-        "password_changed": [.en: "Your password was changed", .nl: "Je wachtwoord is gewijzigd", .de: "Dein Passwort wurde geändert", .fr: "Votre mot de passe a été modifié"],
-        "second_factor_enabled": [.en: "Two-step verification is on", .nl: "Tweestapsverificatie staat aan", .de: "Zwei-Faktor-Anmeldung ist aktiviert", .fr: "La validation en deux étapes est activée"],
-        "second_factor_disabled": [.en: "Two-step verification is off", .nl: "Tweestapsverificatie staat uit", .de: "Zwei-Faktor-Anmeldung ist deaktiviert", .fr: "La validation en deux étapes est désactivée"],
-        "email_changed": [.en: "Your e-mail address was changed", .nl: "Je e-mailadres is gewijzigd", .de: "Deine E-Mail-Adresse wurde geändert", .fr: "Votre adresse e-mail a été modifiée"],
-        "offer_accepted": [.en: "Offer accepted", .nl: "Bod geaccepteerd", .de: "Angebot angenommen", .fr: "Offre acceptée"],
-        "offer_received": [.en: "Offer received", .nl: "Bod ontvangen", .de: "Angebot erhalten", .fr: "Offre reçue"],
-        "offer_refused": [.en: "Offer declined", .nl: "Bod afgewezen", .de: "Angebot abgelehnt", .fr: "Offre refusée"],
-    ]
-
-    /// The entry's title in `language`; for an event this release has no words for, the category's
-    /// title (the app falls back on `type` the same way).
-    public static func title(event: String, category: String, _ language: Language) -> String {
-        if let title = titles[event]?[language] { return title }
-        if let category = NotificationCategory(rawValue: category) { return PreferenceTexts.title(category, language) }
-        return titles["message_received"]![language]!
+    /// The title of a notification of `kind` in `language`.
+    public static func title(_ kind: NotificationKind, _ language: Language) -> String {
+        titles(kind)[language.index]
     }
 
-    /// The events with words of their own.
-    public static var events: Set<String> { Set(titles.keys) }
+    /// The title of a stored entry (its `event` and `category` as the bell keeps them); for a word
+    /// this release does not know (a legacy entry's own), the category's title, as the app falls
+    /// back on `type`.
+    public static func title(event: String, category: String, _ language: Language) -> String {
+        let audience: NotificationKind.Audience = category == NotificationCategory.shop.rawValue ? .shop : .person
+        if let kind = NotificationKind(word: event, audience: audience) { return title(kind, language) }
+        if let category = NotificationCategory(rawValue: category) { return PreferenceTexts.title(category, language) }
+        return title(.messageReceived, language)
+    }
+
+    /// In the order of `Language.allCases`: en, nl, de, fr. A shop's news speaks of the shop, not of
+    /// the person.
+    static func titles(_ kind: NotificationKind) -> [String] {
+        switch kind {
+        case .messageReceived: ["New message", "Nieuw bericht", "Neue Nachricht", "Nouveau message"]
+        case .offerMade: ["New offer", "Nieuw bod", "Neues Angebot", "Nouvelle offre"]
+        case .orderPaid: ["Payment received", "Betaling ontvangen", "Zahlung eingegangen", "Paiement reçu"]
+        case .orderShipped: ["Your watch is on its way", "Je horloge is onderweg", "Deine Uhr ist unterwegs", "Votre montre est en route"]
+        case .orderDelivered: ["Your watch has arrived", "Je horloge is bezorgd", "Deine Uhr ist angekommen", "Votre montre est arrivée"]
+        case .orderCancelled: ["Order cancelled", "Bestelling geannuleerd", "Bestellung storniert", "Commande annulée"]
+        case .orderRefunded: ["Order refunded", "Bestelling terugbetaald", "Bestellung erstattet", "Commande remboursée"]
+        case .priceDropped:
+            [
+                "A saved watch dropped in price", "Een bewaard horloge is in prijs verlaagd", "Eine gemerkte Uhr ist günstiger",
+                "Une montre enregistrée a baissé de prix",
+            ]
+        case .watchSold:
+            ["A saved watch was sold", "Een bewaard horloge is verkocht", "Eine gemerkte Uhr wurde verkauft", "Une montre enregistrée a été vendue"]
+        case .savedSearchMatched:
+            [
+                "New watches for your search", "Nieuwe horloges voor je zoekopdracht", "Neue Uhren für deine Suche",
+                "Nouvelles montres pour votre recherche",
+            ]
+        case .newSignIn:
+            [
+                "New sign-in to your account", "Nieuwe aanmelding op je account", "Neue Anmeldung bei deinem Konto",
+                "Nouvelle connexion à votre compte",
+            ]
+        case .passwordChanged:
+            ["Your password was changed", "Je wachtwoord is gewijzigd", "Dein Passwort wurde geändert", "Votre mot de passe a été modifié"]
+        case .secondFactorEnabled:
+            [
+                "Two-step verification is on", "Tweestapsverificatie staat aan", "Zwei-Faktor-Anmeldung ist aktiviert",
+                "La validation en deux étapes est activée",
+            ]
+        case .secondFactorDisabled:
+            [
+                "Two-step verification is off", "Tweestapsverificatie staat uit", "Zwei-Faktor-Anmeldung ist deaktiviert",
+                "La validation en deux étapes est désactivée",
+            ]
+        case .emailChanged:
+            [
+                "Your e-mail address was changed", "Je e-mailadres is gewijzigd", "Deine E-Mail-Adresse wurde geändert",
+                "Votre adresse e-mail a été modifiée",
+            ]
+        case .shopMessageReceived:
+            [
+                "A buyer wrote to your shop", "Een koper heeft je winkel een bericht gestuurd", "Ein Käufer hat deinem Shop geschrieben",
+                "Un acheteur a écrit à votre boutique",
+            ]
+        case .shopOfferMade:
+            [
+                "A buyer made your shop an offer", "Een koper heeft je winkel een bod gedaan", "Ein Käufer hat deinem Shop ein Angebot gemacht",
+                "Un acheteur a fait une offre à votre boutique",
+            ]
+        case .shopOrderPaid:
+            [
+                "A buyer paid for one of your watches", "Een koper heeft een horloge van je betaald", "Ein Käufer hat eine deiner Uhren bezahlt",
+                "Un acheteur a payé une de vos montres",
+            ]
+        case .shopUnanswered:
+            [
+                "Buyers are waiting for your answer", "Kopers wachten op je antwoord", "Käufer warten auf deine Antwort",
+                "Des acheteurs attendent votre réponse",
+            ]
+        case .offerAccepted: ["Offer accepted", "Bod geaccepteerd", "Angebot angenommen", "Offre acceptée"]
+        case .offerReceived: ["Offer received", "Bod ontvangen", "Angebot erhalten", "Offre reçue"]
+        case .offerRefused: ["Offer declined", "Bod afgewezen", "Angebot abgelehnt", "Offre refusée"]
+        }
+    }
 }

@@ -7,22 +7,20 @@ public struct PlannedNotification: Sendable, Hashable {
     }
 
     public var audience: Audience
-    /// The category (`type`): the preference switch that governs it.
-    public var category: NotificationCategory
-    /// What happened (`event`), the word the bell and the push share.
-    public var event: String
+    public var kind: NotificationKind
     /// The ids its screen needs, all strings, only those the event has.
     public var ids: [String: String]
-    /// False for entries that are only ever read (the retired offer entries).
-    public var isSent: Bool
 
-    public init(audience: Audience, category: NotificationCategory, event: String, ids: [String: String], isSent: Bool = true) {
+    public init(audience: Audience, kind: NotificationKind, ids: [String: String]) {
         self.audience = audience
-        self.category = category
-        self.event = event
+        self.kind = kind
         self.ids = ids
-        self.isSent = isSent
     }
+
+    /// The category (`type`): the preference switch that governs it.
+    public var category: NotificationCategory { kind.category }
+    /// What happened (`event`), the word the bell and the push share.
+    public var event: String { kind.word }
 
     /// Whether it lands in the bell: everything about the person themselves, never a shop's news.
     public var isInBell: Bool {
@@ -71,24 +69,31 @@ public enum NotificationPlanner {
             guard let conversation = facts.conversation, !conversation.isClosed else { return [] }
             var ids = ["conversationId": message.conversationId, "messageId": message.messageId]
             if let watchId = conversation.watchId { ids["watchId"] = watchId }
-            let word = message.offer == nil ? "message_received" : "offer_made"
+            let isOffer = message.offer != nil
             switch message.authorSide {
             case .seller, .wristler:
-                return [PlannedNotification(audience: .person(conversation.buyerId), category: .messages, event: word, ids: ids)]
+                return [PlannedNotification(audience: .person(conversation.buyerId), kind: isOffer ? .offerMade : .messageReceived, ids: ids)]
             case .buyer:
                 guard let shopId = conversation.shopId, conversation.kind == .watch else { return [] }
                 ids["sellerId"] = shopId
-                return [PlannedNotification(audience: .shop(shopId), category: .shop, event: word, ids: ids)]
+                return [PlannedNotification(audience: .shop(shopId), kind: isOffer ? .shopOfferMade : .shopMessageReceived, ids: ids)]
             }
         case let order as any OrderEvent:
             var ids = ["orderId": order.orderId, "watchId": order.watchId]
             if let conversationId = order.conversationId { ids["conversationId"] = conversationId }
-            let word = type(of: order).eventType
-            var planned = [PlannedNotification(audience: .person(order.buyerId), category: .orders, event: word, ids: ids)]
-            if order is OrderPaid {
+            let kind: NotificationKind =
+                switch order {
+                case is OrderPaid: .orderPaid
+                case is OrderShipped: .orderShipped
+                case is OrderDelivered: .orderDelivered
+                case is OrderCancelled: .orderCancelled
+                default: .orderRefunded
+                }
+            var planned = [PlannedNotification(audience: .person(order.buyerId), kind: kind, ids: ids)]
+            if kind == .orderPaid {
                 planned.append(
                     PlannedNotification(
-                        audience: .shop(order.shopId), category: .shop, event: "order_paid",
+                        audience: .shop(order.shopId), kind: .shopOrderPaid,
                         ids: ["orderId": order.orderId, "watchId": order.watchId, "sellerId": order.shopId]))
             }
             return planned
@@ -97,42 +102,34 @@ public enum NotificationPlanner {
                 change.price.amount < previous.amount
             else { return [] }
             return facts.favouriters.sorted().map {
-                PlannedNotification(audience: .person($0), category: .savedWatches, event: "price_dropped", ids: ["watchId": change.watchId])
+                PlannedNotification(audience: .person($0), kind: .priceDropped, ids: ["watchId": change.watchId])
             }
         case let change as WatchStatusChanged:
             guard change.status == .sold else { return [] }
             return facts.favouriters.sorted().map {
-                PlannedNotification(audience: .person($0), category: .savedWatches, event: "watch_sold", ids: ["watchId": change.watchId])
+                PlannedNotification(audience: .person($0), kind: .watchSold, ids: ["watchId": change.watchId])
             }
         case let match as SavedSearchMatched:
             guard facts.savedSearchExists, !match.watchIds.isEmpty else { return [] }
             var ids = ["savedSearchId": match.savedSearchId]
             if match.watchIds.count == 1 { ids["watchId"] = match.watchIds[0] }
-            return [PlannedNotification(audience: .person(match.personId), category: .savedSearches, event: "saved_search_matched", ids: ids)]
+            return [PlannedNotification(audience: .person(match.personId), kind: .savedSearchMatched, ids: ids)]
         case let signIn as SignedIn:
-            return [PlannedNotification(audience: .person(signIn.personId), category: .security, event: "new_sign_in", ids: ["signInId": signIn.signInId])]
+            return [PlannedNotification(audience: .person(signIn.personId), kind: .newSignIn, ids: ["signInId": signIn.signInId])]
         case let event as PasswordChanged:
-            return [security(event.personId, "password_changed")]
+            return [security(event.personId, .passwordChanged)]
         case let event as SecondFactorEnabled:
-            return [security(event.personId, "second_factor_enabled")]
+            return [security(event.personId, .secondFactorEnabled)]
         case let event as SecondFactorDisabled:
-            return [security(event.personId, "second_factor_disabled")]
+            return [security(event.personId, .secondFactorDisabled)]
         case let event as EmailChanged:
-            return [security(event.personId, "email_changed")]
-        case let legacy as LegacyNotificationImported:
-            return [
-                PlannedNotification(
-                    audience: .person(legacy.personId), category: legacy.category, event: legacy.event, ids: legacy.ids, isSent: false)
-            ]
+            return [security(event.personId, .emailChanged)]
         default:
             return []
         }
     }
 
-    private static func security(_ personId: String, _ word: String) -> PlannedNotification {
-        PlannedNotification(audience: .person(personId), category: .security, event: word, ids: [:])
+    private static func security(_ personId: String, _ kind: NotificationKind) -> PlannedNotification {
+        PlannedNotification(audience: .person(personId), kind: kind, ids: [:])
     }
-
-    /// The bell `event` words of retired notifications: still readable, never sent.
-    public static let retiredEvents: Set<String> = ["offer_accepted", "offer_received", "offer_refused"]
 }

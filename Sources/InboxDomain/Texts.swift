@@ -22,6 +22,16 @@ public enum Language: String, Sendable, Hashable, CaseIterable {
         }
         return best?.language ?? .en
     }
+
+    /// The position in `allCases`, the index of the word tables' rows.
+    public var index: Int {
+        switch self {
+        case .en: 0
+        case .nl: 1
+        case .de: 2
+        case .fr: 3
+        }
+    }
 }
 
 /// The notification preferences' texts.

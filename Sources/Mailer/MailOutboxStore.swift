@@ -1,7 +1,10 @@
+import Crypto
 import Encodings
 import Foundation
 import InboxDomain
+import NotificationOutbox
 import PostgresClient
+import Projections
 
 /// The mail outbox's tables (sql/014_mail_outbox.sql): deciding what is mailed, claiming the
 /// people whose mail may go now, and recording what became of it. Every call is one transaction,
@@ -32,7 +35,7 @@ public struct MailOutboxStore: Sendable {
         public var staleAfter: Duration
 
         public init(
-            gather: Duration = .seconds(3600), claimFor: Duration = .seconds(300),
+            gather: Duration = .seconds(3600), claimFor: Duration = .seconds(150),
             backoff: [Duration] = [.seconds(60), .seconds(300), .seconds(1800), .seconds(7200), .seconds(21_600)], maximumAttempts: Int = 10,
             shopDigest: Duration = .seconds(3600), staleAfter: Duration = .seconds(604_800)
         ) {
@@ -63,12 +66,11 @@ public struct MailOutboxStore: Sendable {
     /// `MailRenderer.listed`, and counts the others).
     public static let itemsPerMail = 1_000
 
-    /// One notification waiting in a person's queue.
+    /// One notification waiting in a person's queue: an outbox entry as its mail needs it.
     public struct Item: Sendable, Hashable {
         public var outboxId: Int64
-        public var category: String
-        public var event: String
-        /// The outbox row's ids as a JSON object, with a saved search match's `watchIds` and a
+        public var kind: NotificationKind
+        /// The outbox entry's ids as a JSON object, with a saved search match's `watchIds` and a
         /// paid order's `amount` added from the event.
         public var ids: String
         public var happenedAt: Date
@@ -77,12 +79,9 @@ public struct MailOutboxStore: Sendable {
         public var excerpt: String?
         public var offer: Money?
 
-        public init(
-            outboxId: Int64, category: String, event: String, ids: String, happenedAt: Date, excerpt: String? = nil, offer: Money? = nil
-        ) {
+        public init(outboxId: Int64, kind: NotificationKind, ids: String, happenedAt: Date, excerpt: String? = nil, offer: Money? = nil) {
             self.outboxId = outboxId
-            self.category = category
-            self.event = event
+            self.kind = kind
             self.ids = ids
             self.happenedAt = happenedAt
             self.excerpt = excerpt
@@ -100,11 +99,26 @@ public struct MailOutboxStore: Sendable {
         public var stream: MailStream
         public var claim: UUID
         public var attempts: Int
-        /// The Message-ID of an earlier try of this mail, to send again with.
-        public var messageID: String?
         public var items: [Item]
         /// A saved search's name, for its mail.
         public var searchName: String?
+
+        public init(personId: String, stream: MailStream, claim: UUID, attempts: Int, items: [Item], searchName: String? = nil) {
+            self.personId = personId
+            self.stream = stream
+            self.claim = claim
+            self.attempts = attempts
+            self.items = items
+            self.searchName = searchName
+        }
+
+        /// The mail's Message-ID, derived from its person, stream and notifications: every attempt
+        /// of the same mail, by any mailer (one taking over from a mailer that died after the relay
+        /// took the mail), has the same, so a relay and a mail client see one message.
+        public func messageID(domain: some StringProtocol) -> String {
+            let name = "wristler-mail:\(personId):\(stream.key):" + items.map { String($0.outboxId) }.sorted().joined(separator: ",")
+            return "<" + SHA256.hexDigest(name).prefix(32) + "@" + domain + ">"
+        }
     }
 
     /// What became of a claimed person's mail.
@@ -138,100 +152,80 @@ public struct MailOutboxStore: Sendable {
         self.settings = settings
     }
 
-    /// Takes up to `limit` pending entries and deletes them from `mail_pending`, in one
-    /// transaction, and queues each for the mails it belongs to (`MailStream`), as the
-    /// preferences stored now allow:
-    /// - a person's notification, when its category's `email` switch is on (`notifications`);
-    /// - a saved search's match, when the search still exists, is the person's, and its interval
-    ///   is not `never` (`search:<id>`, with the match's watches read from the event);
-    /// - a shop's message or offer (`shop:<id>`, the digest) or paid order (`sold`, with the
-    ///   amount read from the event), for each person who works at the shop now whose `shop`
-    ///   switch for `email` is on.
-    /// Each (person, stream) gets a `mail_people` row; one whose queue was empty is due at the
-    /// later of its next allowed time and now plus the stream's window. An entry older than
-    /// `Settings.staleAfter` is taken and not queued (`skipped.stale`).
+    /// Takes up to `limit` pending entries off the mail queue (`NotificationOutbox.take`), in one
+    /// transaction, and queues each for the mail it was decided to join, with the notification, as
+    /// of its place in the log (`NotificationDelivery`): a person's gathered notifications, a saved
+    /// search's mail (its matches' watches read from the event), a shop's digest or its sold mail
+    /// (the amount read from the event). What was decided not to be mailed is counted by its reason
+    /// (`skipped.<reason>`), and so is an entry older than `Settings.staleAfter` (`skipped.stale`).
+    /// A saved search's mail waits its search's interval as the bell's facts hold it now (a search
+    /// set to `never` since, or deleted, withdraws it: `switched_off`). Each (person, stream) gets
+    /// a `mail_people` row; one whose queue was empty is due at the later of its next allowed time
+    /// and now plus the stream's window.
     public func decide(limit: Int, now: Date, on connection: PostgresConnection) throws -> Decided {
         try connection.transaction { connection in
-            // The events are read for what the outbox's ids leave out: a match's watches, an order's amount.
-            let rows = try connection.query(
-                """
-                WITH taken AS (
-                    DELETE FROM mail_pending WHERE outbox_id = ANY(ARRAY(
-                        SELECT outbox_id FROM mail_pending ORDER BY outbox_id LIMIT $1 FOR UPDATE SKIP LOCKED))
-                    RETURNING outbox_id)
-                SELECT o.id, o.audience, o.recipient_id, o.category, o.event, o.created_at, p.enabled, s.interval,
-                    least(o.created_at, o.enqueued_at) < $2 AS stale,
-                    o.ids->>'savedSearchId' AS search_id, o.ids->>'sellerId' AS seller_id,
-                    (CASE WHEN e.position IS NULL THEN o.ids
-                          ELSE o.ids || jsonb_strip_nulls(jsonb_build_object('watchIds', e.payload->'watchIds', 'amount', e.payload->'amount'))
-                     END)::text AS ids
-                FROM taken t
-                JOIN notification_outbox o ON o.id = t.outbox_id
-                LEFT JOIN notification_preferences p
-                    ON o.audience = 'person' AND p.person_id = o.recipient_id AND p.category = o.category AND p.channel = 'email'
-                LEFT JOIN saved_searches s
-                    ON o.category = 'saved_searches' AND s.saved_search_id = o.ids->>'savedSearchId' AND s.person_id = o.recipient_id AND NOT s.deleted
-                LEFT JOIN events e
-                    ON (o.category = 'saved_searches' OR (o.audience = 'shop' AND o.event = 'order_paid')) AND e.position = o.source_position
-                """, limit, now - settings.staleAfter.inSeconds)
-            var queue = QueueRows()
-            var stale = 0
-            var shopRows: [(shop: String, stream: MailStream, item: Item)] = []
-            for row in rows {
-                if try row.decode(Bool.self, "stale") {
-                    stale += 1
-                    continue
-                }
-                guard let category = NotificationCategory(rawValue: try row.decode(String.self, "category")),
-                    let stream = MailStream.of(
-                        audience: try row.decode(String.self, "audience"), category: category, event: try row.decode(String.self, "event"),
-                        savedSearchId: try row.decode(String?.self, "search_id"), sellerId: try row.decode(String?.self, "seller_id"))
-                else { continue }
-                let item = Item(
-                    outboxId: try row.decode(Int64.self, "id"), category: category.rawValue, event: try row.decode(String.self, "event"),
-                    ids: try row.decode(String.self, "ids"), happenedAt: try row.decode(Date.self, "created_at"))
-                let recipient = try row.decode(String.self, "recipient_id")
-                switch stream {
-                case .notifications:
-                    guard PreferenceRules.isEnabled(category, .email, stored: try row.decode(Bool?.self, "enabled")) else { continue }
-                    queue.add(recipient, stream, item, window: .zero)
-                case .search:
-                    guard let interval = try row.decode(String?.self, "interval").flatMap(SavedSearchInterval.init(rawValue:)),
-                        let window = MailStream.window(of: interval)
-                    else { continue }
-                    queue.add(recipient, stream, item, window: window)
-                case .shopDigest, .sold:
-                    shopRows.append((recipient, stream, item))
+            let taken = try NotificationOutbox.take(.mail, limit: limit, on: connection)
+            var counts: [String: Int] = [:]
+            if taken.unreadable > 0 { counts["skipped.unknown_kind"] = taken.unreadable }
+            var mailed: [(entry: OutboxEntry, stream: MailStream)] = []
+            for entry in taken.entries {
+                guard let stream = entry.delivery.mail else { continue }
+                if let reason = entry.delivery.mailSkipped {
+                    counts["skipped." + reason.rawValue, default: 0] += 1
+                } else if min(entry.happenedAt, entry.enqueuedAt) < now - settings.staleAfter.inSeconds {
+                    counts["skipped.stale", default: 0] += 1
+                } else {
+                    mailed.append((entry, stream))
                 }
             }
-            if !shopRows.isEmpty {
-                // The people who work at the shop now, each per their own `shop` switch.
-                var members: [String: [String]] = [:]
+            var searches: [String] = []
+            for (_, stream) in mailed { if case .search(let id) = stream { searches.append(id) } }
+            let audience = try AudienceReader.read(people: [String](), shops: [String](), searches: searches, on: connection)
+            // What the outbox's ids leave out, from the events: a match's watches, an order's amount.
+            var details: [Int64: String] = [:]
+            let positions = mailed.filter { $0.entry.kind == .savedSearchMatched || $0.entry.kind == .shopOrderPaid }.map(\.entry.sourcePosition)
+            if !positions.isEmpty {
                 for row in try connection.query(
                     """
-                    SELECT m.shop_id, m.person_id, p.enabled FROM shop_members m
-                    LEFT JOIN notification_preferences p ON p.person_id = m.person_id AND p.category = 'shop' AND p.channel = 'email'
-                    WHERE m.shop_id = ANY($1::text[]) ORDER BY m.shop_id, m.person_id
-                    """, Array(Set(shopRows.map(\.shop))))
-                where PreferenceRules.isEnabled(.shop, .email, stored: try row.decode(Bool?.self, "enabled")) {
-                    members[try row.decode(String.self, "shop_id"), default: []].append(try row.decode(String.self, "person_id"))
-                }
-                for (shop, stream, item) in shopRows {
-                    for person in members[shop] ?? [] {
-                        queue.add(person, stream, item, window: stream == .sold ? .zero : settings.shopDigest)
-                    }
+                    SELECT position, jsonb_strip_nulls(jsonb_build_object('watchIds', payload->'watchIds', 'amount', payload->'amount'))::text
+                    FROM events WHERE position = ANY($1::bigint[])
+                    """, positions)
+                {
+                    details[try row.decode(Int64.self, at: 0)] = try row.decode(String.self, at: 1)
                 }
             }
-            if stale > 0 { try Self.count(["skipped.stale": stale], on: connection) }
-            if queue.people.isEmpty { return Decided(entries: rows.count, queued: 0) }
+            var queue = QueueRows()
+            for (entry, stream) in mailed {
+                let window: Duration
+                switch stream {
+                case .notifications, .sold:
+                    window = .zero
+                case .shopDigest:
+                    window = settings.shopDigest
+                case .search(let id):
+                    guard audience.searchExists(id, of: entry.recipientId), let interval = audience.searches[id]?.settings.interval,
+                        let searchWindow = MailStream.window(of: interval)
+                    else {
+                        counts["switched_off", default: 0] += 1
+                        continue
+                    }
+                    window = searchWindow
+                }
+                let item = Item(
+                    outboxId: entry.id, kind: entry.kind, ids: OutboxNotification.json(entry.ids), happenedAt: entry.happenedAt)
+                queue.add(entry.recipientId, stream, item, details: details[entry.sourcePosition], window: window)
+            }
+            try Self.count(counts, on: connection)
+            if queue.people.isEmpty { return Decided(entries: taken.count, queued: 0) }
             try connection.query(
                 """
                 INSERT INTO mail_queue (person_id, stream, outbox_id, category, event, ids, happened_at)
-                SELECT p, s, o, c, e, i::jsonb, h
-                FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::timestamptz[]) AS u(p, s, o, c, e, i, h)
+                SELECT p, s, o, c, e, i::jsonb || coalesce(d::jsonb, '{}'::jsonb), h
+                FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[])
+                    AS u(p, s, o, c, e, i, d, h)
                 ON CONFLICT (person_id, stream, outbox_id) DO NOTHING
-                """, queue.people, queue.streams, queue.items.map(\.outboxId), queue.items.map(\.category), queue.items.map(\.event),
-                queue.items.map(\.ids), queue.items.map(\.happenedAt))
+                """, queue.people, queue.streams, queue.items.map(\.outboxId), queue.items.map(\.kind.category.rawValue),
+                queue.items.map(\.kind.word), queue.items.map(\.ids), queue.details, queue.items.map(\.happenedAt))
             // A new stream may be mailed once its window passed; one waiting keeps its due time; one
             // whose queue was empty waits for its next allowed time too (a gathering after the last mail).
             try connection.query(
@@ -243,7 +237,7 @@ public struct MailOutboxStore: Sendable {
                     due_at = coalesce(m.due_at, greatest(m.next_allowed_at, excluded.due_at))
                 """, queue.people, queue.streams, queue.windows, now)
             try Self.count(["queued": queue.people.count], on: connection)
-            return Decided(entries: rows.count, queued: queue.people.count)
+            return Decided(entries: taken.count, queued: queue.people.count)
         }
     }
 
@@ -252,23 +246,27 @@ public struct MailOutboxStore: Sendable {
         var people: [String] = []
         var streams: [String] = []
         var items: [Item] = []
+        var details: [String?] = []
         var windows: [Int64] = []
 
-        mutating func add(_ person: String, _ stream: MailStream, _ item: Item, window: Duration) {
+        mutating func add(_ person: String, _ stream: MailStream, _ item: Item, details: String?, window: Duration) {
             people.append(person)
             streams.append(stream.key)
             items.append(item)
+            self.details.append(details)
             windows.append(window.wholeMilliseconds)
         }
     }
 
     /// Claims up to `limit` mails (a person's stream) that may go at `now` (window, gathering
     /// and any backoff passed, no live claim of another mailer), each with a new claim until
-    /// `now + claimFor`, and reads what is queued for them. What is no longer wanted leaves the
-    /// queue here, unsent: items whose category's `email` was turned off since they were decided,
-    /// matches of a search deleted or set to `never`, a shop's news for somebody who no longer
-    /// works there (`switched_off`), and buyers' messages the shop has read or answered by now
-    /// (`already_read`: the digest is for what is still waiting).
+    /// `now + claimFor`, and reads what is queued for them. What a later change no longer wants
+    /// leaves the queue here, unsent: each item is decided again (`NotificationDelivery`) on the
+    /// bell's facts as they stand now (`AudienceReader`: never older than the item's place in the
+    /// log), and one no longer mailed goes, counted: its category's `email` turned off since (an
+    /// unsubscribe link), a search deleted or set to `never`, a shop somebody no longer works at
+    /// (`switched_off`), an account Wristler blocked since (`blocked`); and so do buyers' messages
+    /// the shop has read or answered by now (`already_read`: the digest is for what is still waiting).
     public func claim(now: Date, limit: Int, on connection: PostgresConnection) throws -> [Claimed] {
         try connection.transaction { connection in
             let people = try connection.query(
@@ -278,7 +276,7 @@ public struct MailOutboxStore: Sendable {
                       WHERE due_at <= $2::timestamptz AND (claimed_until IS NULL OR claimed_until <= $2::timestamptz)
                       ORDER BY due_at LIMIT $1 FOR UPDATE SKIP LOCKED) AS due
                 WHERE m.person_id = due.person_id AND m.stream = due.stream
-                RETURNING m.person_id, m.stream, m.claim, m.attempts, m.message_id
+                RETURNING m.person_id, m.stream, m.claim, m.attempts
                 """, limit, now, settings.claimFor.wholeMilliseconds)
             if people.count == 0 { return [] }
             var claimed: [Key: Claimed] = [:]
@@ -287,62 +285,73 @@ public struct MailOutboxStore: Sendable {
                 guard let stream = MailStream(key: key.stream) else { continue }
                 claimed[key] = Claimed(
                     personId: key.person, stream: stream, claim: try row.decode(UUID.self, "claim"), attempts: Int(try row.decode(Int32.self, "attempts")),
-                    messageID: try row.decode(String?.self, "message_id"), items: [])
+                    items: [])
             }
-            // Each item is checked again against what the person wants now (the previous mail's
-            // unsubscribe link may have turned it off) and, in a digest, whether it still waits.
-            var dropped: [String: (people: [String], streams: [String], outboxIds: [Int64])] = [:]
             let keys = Array(claimed.keys)
-            for row in try connection.query(
+            let queued = try connection.query(
                 """
-                SELECT q.person_id, q.stream, q.outbox_id, q.category, q.event, q.ids::text AS ids, q.happened_at, p.enabled,
-                    CASE q.category
-                        WHEN 'saved_searches' THEN s.saved_search_id IS NOT NULL AND s.interval <> 'never'
-                        WHEN 'shop' THEN EXISTS (SELECT 1 FROM shop_members sm WHERE sm.shop_id = q.ids->>'sellerId' AND sm.person_id = q.person_id)
-                        ELSE true END AS wanted,
+                SELECT q.person_id, q.stream, q.outbox_id, q.category, q.event, q.ids::text AS ids, q.happened_at,
+                    q.ids->>'savedSearchId' AS search_id, q.ids->>'sellerId' AS seller_id,
                     s.name AS search_name, left(msg.body, $3::integer) AS excerpt, msg.offer_amount, msg.offer_currency,
                     coalesce(ts.read_through_seq >= msg.seq, false) AS read
                 FROM (SELECT *, row_number() OVER (PARTITION BY person_id, stream ORDER BY happened_at, outbox_id) AS n
                       FROM mail_queue WHERE (person_id, stream) IN (SELECT * FROM unnest($1::text[], $2::text[]))) q
-                LEFT JOIN notification_preferences p ON p.person_id = q.person_id AND p.category = q.category AND p.channel = 'email'
-                LEFT JOIN saved_searches s
-                    ON q.category = 'saved_searches' AND s.saved_search_id = q.ids->>'savedSearchId' AND s.person_id = q.person_id AND NOT s.deleted
+                LEFT JOIN saved_searches s ON q.stream LIKE 'search:%' AND s.saved_search_id = q.ids->>'savedSearchId'
                 LEFT JOIN messages msg ON q.stream LIKE 'shop:%' AND msg.message_id = q.ids->>'messageId'
                 LEFT JOIN thread_sides ts ON ts.conversation_id = msg.conversation_id AND ts.side = 'seller'
                 WHERE q.n <= $4 ORDER BY q.person_id, q.stream, q.happened_at, q.outbox_id
                 """, keys.map(\.person), keys.map(\.stream), Int64(Self.excerptLength), Int64(Self.itemsPerMail))
-            {
+            // Each item is decided again against what its person wants now (the previous mail's
+            // unsubscribe link may have turned it off) and, in a digest, whether it still waits.
+            var shops: [String] = []
+            var searches: [String] = []
+            for row in queued {
+                if let shop = try row.decode(String?.self, "seller_id") { shops.append(shop) }
+                if let search = try row.decode(String?.self, "search_id") { searches.append(search) }
+            }
+            let audience = try AudienceReader.read(people: keys.map(\.person), shops: shops, searches: searches, on: connection)
+            var dropped: [String: (people: [String], streams: [String], outboxIds: [Int64])] = [:]
+            for row in queued {
                 let key = Key(person: try row.decode(String.self, "person_id"), stream: try row.decode(String.self, "stream"))
                 let outboxId = try row.decode(Int64.self, "outbox_id")
-                let category = NotificationCategory(rawValue: try row.decode(String.self, "category"))
-                let reason: String? =
-                    if let category, !PreferenceRules.isManagedPerSearch(category),
-                        !PreferenceRules.isEnabled(category, .email, stored: try row.decode(Bool?.self, "enabled"))
-                    {
-                        "switched_off"
-                    } else if !(try row.decode(Bool.self, "wanted")) {
-                        "switched_off"
-                    } else if try row.decode(Bool.self, "read") {
-                        "already_read"
-                    } else {
-                        nil
+                let category = try row.decode(String.self, "category")
+                let audienceOfKind: NotificationKind.Audience = category == NotificationCategory.shop.rawValue ? .shop : .person
+                var ids: [String: String] = [:]
+                if let search = try row.decode(String?.self, "search_id") { ids["savedSearchId"] = search }
+                if let shop = try row.decode(String?.self, "seller_id") { ids["sellerId"] = shop }
+                let reason: String?
+                if let kind = NotificationKind(word: try row.decode(String.self, "event"), audience: audienceOfKind) {
+                    let wanted = audience.delivery(kind, ids: ids, for: key.person)
+                    reason =
+                        if let skipped = wanted.mailSkipped {
+                            skipped == .blocked ? "blocked" : "switched_off"
+                        } else if kind.audience == .shop, let shop = ids["sellerId"], !audience.members(of: shop).contains(key.person) {
+                            "switched_off"
+                        } else if try row.decode(Bool.self, "read") {
+                            "already_read"
+                        } else {
+                            nil
+                        }
+                    if reason == nil {
+                        var offer: Money?
+                        if let amount = try row.decode(Int64?.self, "offer_amount"), let currency = try row.decode(String?.self, "offer_currency") {
+                            offer = Money(amount: amount, currency: currency)
+                        }
+                        if claimed[key]?.searchName == nil { claimed[key]?.searchName = try row.decode(String?.self, "search_name") }
+                        claimed[key]?.items.append(
+                            Item(
+                                outboxId: outboxId, kind: kind, ids: try row.decode(String.self, "ids"), happenedAt: try row.decode(Date.self, "happened_at"),
+                                excerpt: try row.decode(String?.self, "excerpt"), offer: offer))
+                        continue
                     }
+                } else {
+                    reason = "unknown_kind"
+                }
                 if let reason {
                     dropped[reason, default: ([], [], [])].people.append(key.person)
                     dropped[reason]!.streams.append(key.stream)
                     dropped[reason]!.outboxIds.append(outboxId)
-                    continue
                 }
-                if claimed[key]?.searchName == nil { claimed[key]?.searchName = try row.decode(String?.self, "search_name") }
-                var offer: Money?
-                if let amount = try row.decode(Int64?.self, "offer_amount"), let currency = try row.decode(String?.self, "offer_currency") {
-                    offer = Money(amount: amount, currency: currency)
-                }
-                claimed[key]?.items.append(
-                    Item(
-                        outboxId: outboxId, category: try row.decode(String.self, "category"), event: try row.decode(String.self, "event"),
-                        ids: try row.decode(String.self, "ids"), happenedAt: try row.decode(Date.self, "happened_at"),
-                        excerpt: try row.decode(String?.self, "excerpt"), offer: offer))
             }
             for (reason, rows) in dropped.sorted(by: { $0.key < $1.key }) {
                 try connection.query(
@@ -475,12 +484,11 @@ public struct MailOutboxStore: Sendable {
     public static func status(on connection: PostgresConnection) throws -> Status {
         let row = try connection.query(
             """
-            SELECT (SELECT count(*) FROM mail_pending) AS undecided,
-                (SELECT count(DISTINCT person_id) FROM mail_people WHERE due_at IS NOT NULL) AS waiting,
+            SELECT (SELECT count(DISTINCT person_id) FROM mail_people WHERE due_at IS NOT NULL) AS waiting,
                 (SELECT count(*) FROM mail_queue) AS queued
             """)[0]
         return Status(
-            undecided: try row.decode(Int64.self, "undecided"), peopleWaiting: try row.decode(Int64.self, "waiting"),
+            undecided: Int64(try NotificationOutbox.waiting(.mail, on: connection).count), peopleWaiting: try row.decode(Int64.self, "waiting"),
             queued: try row.decode(Int64.self, "queued"), counters: try counters(on: connection))
     }
 

@@ -29,15 +29,18 @@ public enum MailRenderer {
     public static func render(
         _ claimed: MailOutboxStore.Claimed, to contact: Contact, from: MailAddress, links: Links?, date: Date
     ) throws -> MailMessage {
+        let messageID = claimed.messageID(domain: from.domain)
         switch claimed.stream {
         case .notifications:
-            return try render(claimed.items, to: contact, from: from, links: links, messageID: claimed.messageID, date: date)
+            return try render(claimed.items, to: contact, from: from, links: links, messageID: messageID, date: date)
         case .search(let id):
-            return try compose(searchMail(claimed.items, name: claimed.searchName, searchId: id, contact.language), to: contact, from: from, links: links, messageID: claimed.messageID, date: date)
+            return try compose(
+                searchMail(claimed.items, name: claimed.searchName, searchId: id, contact.language), to: contact, from: from, links: links,
+                messageID: messageID, date: date)
         case .shopDigest:
-            return try compose(digestMail(claimed.items, contact.language), to: contact, from: from, links: links, messageID: claimed.messageID, date: date)
+            return try compose(digestMail(claimed.items, contact.language), to: contact, from: from, links: links, messageID: messageID, date: date)
         case .sold:
-            return try compose(soldMail(claimed.items, contact.language), to: contact, from: from, links: links, messageID: claimed.messageID, date: date)
+            return try compose(soldMail(claimed.items, contact.language), to: contact, from: from, links: links, messageID: messageID, date: date)
         }
     }
 
@@ -46,8 +49,8 @@ public enum MailRenderer {
         _ items: [MailOutboxStore.Item], to contact: Contact, from: MailAddress, links: Links?, messageID: String?, date: Date
     ) throws -> MailMessage {
         let language = contact.language
-        let categories = Array(Set(items.compactMap { NotificationCategory(rawValue: $0.category) })).sorted { $0.rawValue < $1.rawValue }
-        let titles = items.map { BellTexts.title(event: $0.event, category: $0.category, language) }
+        let categories = Array(Set(items.map(\.kind.category))).sorted { $0.rawValue < $1.rawValue }
+        let titles = items.map { lineTitle($0.kind, language) }
         let subject =
             items.count == 1 ? "Wristler: \(titles[0])" : words(Texts.subjectMany, language).replacingOccurrences(of: "%d", with: "\(items.count)")
         let content = Content(
@@ -122,7 +125,7 @@ public enum MailRenderer {
         return Content(
             subject: subject, intro: words(Texts.digestIntro, language),
             lines: items.map { item in
-                var title = BellTexts.title(event: item.event, category: item.category, language)
+                var title = lineTitle(item.kind, language)
                 if let offer = item.offer { title += ": " + money(offer, language) }
                 let excerpt = item.excerpt.map { $0.count >= MailOutboxStore.excerptLength ? $0 + "…" : $0 }
                 return Line(title: title, detail: excerpt.flatMap { $0.isEmpty ? nil : quote($0, language) }, when: item.happenedAt)
@@ -279,6 +282,19 @@ public enum MailRenderer {
     }
 
     static func escape(_ text: String) -> String { HTML.escape(text) }
+
+    /// A notification's line in a mail: the bell's title of its kind; in a shop's digest, the
+    /// message's or the offer's own words (the digest's subject already says whose shop).
+    static func lineTitle(_ kind: NotificationKind, _ language: Language) -> String {
+        switch kind {
+        case .shopMessageReceived: BellTexts.title(.messageReceived, language)
+        case .shopOfferMade: BellTexts.title(.offerMade, language)
+        case .messageReceived, .offerMade, .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded, .priceDropped, .watchSold,
+            .savedSearchMatched, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .shopOrderPaid,
+            .shopUnanswered, .offerAccepted, .offerReceived, .offerRefused:
+            BellTexts.title(kind, language)
+        }
+    }
 
     static func words(_ texts: [String], _ language: Language) -> String { texts[Language.allCases.firstIndex(of: language) ?? 0] }
 

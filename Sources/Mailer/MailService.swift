@@ -3,6 +3,7 @@ import Foundation
 import InboxDomain
 import Lifecycle
 import Mail
+import NotificationOutbox
 import PostgresClient
 
 /// The mailer (`inbox mail`, and part of `inbox run`): decides pending outbox entries into
@@ -45,7 +46,7 @@ public struct MailService: Service {
             work: MailWork(
                 sender: MailSender(store: store, transport: transport, from: from, links: links, now: now, logger: logger),
                 batchSize: options.batchSize),
-            configuration: configuration, channels: ["inbox_outbox"], options: .init(pollInterval: options.pollInterval), clock: clock,
+            configuration: configuration, channels: [NotificationOutbox.channel], options: .init(pollInterval: options.pollInterval), clock: clock,
             logger: logger, isRetryable: Self.isRetryable, appendsEvents: false)
     }
 
@@ -131,7 +132,7 @@ public struct MailSender: Sendable {
             message = try MailRenderer.render(person, to: contact, from: from, links: links, date: now())
         } catch {
             // Only a bad setting (a public URL the links refuse) gets here; keep the mail for when it is fixed.
-            return .temporary(reason: "the mail could not be composed: \(error)", messageID: person.messageID ?? MailMessage.newMessageID(domain: from.domain))
+            return .temporary(reason: "the mail could not be composed: \(error)", messageID: person.messageID(domain: from.domain))
         }
         switch transport.send(message) {
         case .sent: return .sent(messageID: message.messageID)

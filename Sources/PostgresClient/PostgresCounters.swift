@@ -11,3 +11,20 @@ extension PostgresConnection {
             """, names, names.map { Int64(counts[$0]!) })
     }
 }
+
+extension PostgresConnection {
+    /// Loads `rows` with `COPY ... FROM STDIN` statements (`sql`) of at most `rowsPerStatement`
+    /// rows each, `row` giving each element's fields.
+    public func copyIn<Rows: Collection>(
+        _ rows: Rows, into sql: String, rowsPerStatement: Int, row: (Rows.Element) -> [String?]
+    ) throws {
+        var rest = rows[...]
+        while !rest.isEmpty {
+            let chunk = rest.prefix(max(1, rowsPerStatement))
+            rest = rest.dropFirst(chunk.count)
+            try copyIn(sql) { writer in
+                for element in chunk { try writer.write(row: row(element)) }
+            }
+        }
+    }
+}

@@ -1,4 +1,5 @@
 import Foundation
+import InboxDomain
 
 /// The body of an APNs request (`POST /3/device/{token}`):
 ///
@@ -48,13 +49,7 @@ public enum APNsPayload {
     }
 }
 
-/// Which APNs a registration's token belongs to: tokens of a development-signed build (and of the
-/// simulator) are the sandbox's, everything signed for distribution (TestFlight, Ad Hoc, the App
-/// Store) production's.
-public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable {
-    case production
-    case development
-
+extension APNsEnvironment {
     /// The host to send to, port 443.
     public var host: String {
         switch self {
@@ -62,9 +57,6 @@ public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable {
         case .development: "api.sandbox.push.apple.com"
         }
     }
-
-    /// The other host: the one probe after a `BadDeviceToken` when the registration did not say.
-    public var other: APNsEnvironment { self == .production ? .development : .production }
 }
 
 /// The headers of an APNs request, besides `authorization: bearer <provider token>` (the sender's,

@@ -52,7 +52,6 @@ public enum PushRenderer {
     /// `notification` for a device reading `language`, with the person's unread count as `badge`
     /// (pass nil for Android, which has no badge count of ours).
     public static func render(_ notification: PushNotification, language: Language, badge: Int?) -> PushContent {
-        let words = PushTexts.words(notification)
         var data: [PushField] = []
         data.reserveCapacity(notification.ids.count + 4)
         data.append(PushField("type", notification.category.rawValue))
@@ -61,11 +60,9 @@ public enum PushRenderer {
         for (key, value) in notification.ids.sorted(by: { $0.key < $1.key }) where !isReserved(key) {
             data.append(PushField(key, value))
         }
-        if let notificationId = notification.notificationId, !notification.isShopNews {
-            data.append(PushField("notificationId", notificationId))
-        }
+        if !notification.isShopNews { data.append(PushField("notificationId", notification.notificationId)) }
         return PushContent(
-            title: words.titles[language.index], body: words.bodies[language.index], data: data,
+            title: PushTexts.title(notification, language), body: PushTexts.body(notification, language), data: data,
             collapseId: CollapseKey.of(notification), badge: badge)
     }
 

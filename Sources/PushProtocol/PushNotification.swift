@@ -1,34 +1,33 @@
 import InboxDomain
 
 /// One notification as a push carries it, before it is put into words: what the fan-out reads from
-/// the outbox. The same value goes to every device of its person (or, for a shop's news, of every
-/// person who works at the shop); only the language and the badge differ per device.
+/// the outbox. The same value goes to every device of its person; only the language and the badge
+/// differ per device.
 public struct PushNotification: Sendable, Hashable {
-    /// The category (`data.type`): the preference switch that governs it.
-    public var category: NotificationCategory
-    /// What happened (`data.event`), the word the bell uses too.
-    public var event: String
+    public var kind: NotificationKind
     /// The ids its screen needs, all strings, only those the event has. A shop's news holds its
     /// `sellerId` here (the planner puts it there).
     public var ids: [String: String]
-    /// The bell entry it belongs to; nil for a shop's news, which never lands in the bell.
-    public var notificationId: String?
+    /// The notification's id in the outbox: the bell entry's for a notification about the person
+    /// (`data.notificationId`), the shop news' own otherwise (never shown: it has no bell entry).
+    /// A push without a collapse key of its own collapses on it, so that a copy sent again after a
+    /// crash replaces the first on the lock screen.
+    public var notificationId: String
 
-    public init(category: NotificationCategory, event: String, ids: [String: String], notificationId: String?) {
-        self.category = category
-        self.event = event
+    public init(kind: NotificationKind, ids: [String: String], notificationId: String) {
+        self.kind = kind
         self.ids = ids
         self.notificationId = notificationId
     }
 
-    /// A planned notification, with the id of the bell entry it made (nil for a shop's news).
-    public init(_ planned: PlannedNotification, notificationId: String?) {
-        self.init(category: planned.category, event: planned.event, ids: planned.ids, notificationId: notificationId)
-    }
+    /// The category (`data.type`): the preference switch that governs it.
+    public var category: NotificationCategory { kind.category }
+    /// What happened (`data.event`), the word the bell uses too.
+    public var event: String { kind.word }
 
     /// Whether it is a shop's news: about the shop somebody works at, not about them, so its words
     /// are the seller's side and the app switches into the shop (`side: "seller"`, `sellerId`).
-    public var isShopNews: Bool { category == .shop }
+    public var isShopNews: Bool { kind.audience == .shop }
 
     /// The shop a shop's news is about; nil for everything else.
     public var sellerId: String? { isShopNews ? ids["sellerId"] : nil }

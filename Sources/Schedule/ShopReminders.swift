@@ -1,7 +1,10 @@
 import Crypto
 import Encodings
 import Foundation
+import InboxDomain
+import NotificationOutbox
 import PostgresClient
+import Projections
 
 /// The `shop_unanswered` reminder (docs/schedule.md): one check at a given moment, which tells each
 /// shop that has buyers waiting for an answer, in one push, and records what it reminded.
@@ -26,7 +29,10 @@ import PostgresClient
 ///   left. These tables are state, not read models: a replay leaves them alone. The outbox row's
 ///   `notification_id` is derived from the shop and its newest reminded message, and the outbox
 ///   refuses a second row with it, which is a second guard.
-/// - **Not from stale read models**: while the threads or people projection leaves an event
+/// - **To the people who work at the shop now**, each as their own `shop` switch says: the bell's
+///   facts (`AudienceReader`), which decide every other shop news too; a shop nobody works at is
+///   counted (`skipped.no_member`), not pushed.
+/// - **Not from stale read models**: while the threads, people or bell projection leaves an event
 ///   unapplied for longer than `maximumLag`, a check does nothing and says so
 ///   (`Outcome.projectionsBehind`), since the shop's answer may be among those events.
 /// - **Cost follows the waiting threads**: the read goes through the partial index
@@ -79,10 +85,10 @@ public struct ShopReminders: Sendable {
         public var messages: Int { reminders.reduce(0) { $0 + $1.messages.count } }
     }
 
-    /// The event of the outbox rows (`PushTexts` has its words), in category `shop`.
-    public static let event = "shop_unanswered"
+    /// The kind of the outbox rows (`PushTexts` has its words), in category `shop`.
+    public static let kind = NotificationKind.shopUnanswered
     /// The projections whose tables the check reads.
-    public static let projections = ["people", "threads"]
+    public static let projections = ["bell", "people", "threads"]
     /// Serializes checks of every node (the second key is `hashtext('shop_reminders')`). Not the
     /// schedule's lease: a check on any session must wait for one in flight, wherever it runs.
     static let lockClass: Int32 = 0x1B10
@@ -175,19 +181,27 @@ public struct ShopReminders: Sendable {
             AND (SELECT true FROM shop_reminded_messages r WHERE r.message_id = c.last_message_id) IS NULL
         """
 
-    /// The outbox rows (audience `shop`, category `shop`, ids `{"sellerId": shop}`: the shop's
-    /// inbox), the reminded messages and each shop's time, in the check's transaction. The outbox
-    /// insert fires the pending-queue trigger and its NOTIFY, as the bell's inserts do.
+    /// The outbox rows (kind `shop_unanswered`, ids `{"sellerId": shop}`: the shop's inbox), one
+    /// per person who works at the shop, the reminded messages and each shop's time, in the
+    /// check's transaction. The outbox insert fires the pending-queue trigger and its NOTIFY, as
+    /// the bell's inserts do.
     private func record(_ reminders: [Reminder], now: Date, on connection: PostgresConnection) throws {
         let shops = reminders.map(\.shopId)
         let ids = reminders.map(\.notificationId)
-        try connection.query(
-            """
-            INSERT INTO notification_outbox (notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
-            SELECT u.id, 'shop', u.shop, 'shop', $3, jsonb_build_object('sellerId', u.shop), 0, $4
-            FROM unnest($1::text[], $2::text[]) AS u(id, shop)
-            ON CONFLICT DO NOTHING
-            """, ids, shops, Self.event, now)
+        let audience = try AudienceReader.read(people: [String](), shops: shops, on: connection)
+        var notifications: [OutboxNotification] = []
+        for reminder in reminders {
+            let ids = ["sellerId": reminder.shopId]
+            func notification(_ person: String, _ delivery: NotificationDelivery) -> OutboxNotification {
+                OutboxNotification(
+                    notificationId: reminder.notificationId, kind: Self.kind, recipientId: person, idsJSON: OutboxNotification.json(ids),
+                    sourcePosition: 0, happenedAt: now, delivery: delivery)
+            }
+            let people = audience.members(of: reminder.shopId)
+            if people.isEmpty { notifications.append(notification("", .nobody(Self.kind, ids: ids))) }
+            for person in people { notifications.append(notification(person, audience.delivery(Self.kind, ids: ids, for: person))) }
+        }
+        try NotificationOutbox.enqueue(notifications, on: connection)
         let messages = reminders.flatMap { reminder in reminder.messages.map { (reminder.shopId, $0) } }
         try connection.query(
             """

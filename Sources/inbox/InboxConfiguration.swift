@@ -94,6 +94,9 @@ struct InboxConfiguration: Sendable {
     var shopDigestSeconds: Int = 3600
     /// `INBOX_MAIL_ATTEMPTS`: temporary failures of one mail before it is dropped.
     var mailAttempts: Int = 10
+    /// `INBOX_MAIL_CLAIM_SECONDS`: how long a mailer's claim on a person's mail lasts (a mailer
+    /// that died leaves it to the others after this); more than twice the SMTP timeout.
+    var mailClaimSeconds: Int = 150
     /// `INBOX_MAIL_STALE_SECONDS`: news older than this when the mailer decides it is not mailed.
     var mailStaleSeconds: Int = 604_800
     /// `INBOX_MAIL_BATCH`, `INBOX_MAIL_POLL_SECONDS`: entries decided and mails claimed per
@@ -313,6 +316,12 @@ struct InboxConfiguration: Sendable {
             "INBOX_MAIL_ATTEMPTS", "--mail-attempts", 1...100, default: 10, unit: "a whole number",
             meaning: "temporary failures of one mail (1 min, 5 min, 30 min, 2 h, then every 6 h apart) before it is dropped and counted (1-100)") {
             $0.mailAttempts = $1
+        },
+        wholeNumber(
+            "INBOX_MAIL_CLAIM_SECONDS", "--mail-claim-seconds", 10...3600, default: 150, unit: "a whole number of seconds",
+            meaning: "how long a mailer's claim on a mail lasts; a mailer that died leaves its mails to the others after this; more than "
+                + "twice INBOX_SMTP_TIMEOUT_SECONDS, since a mailer sends for half its claim at most (10-3600)") {
+            $0.mailClaimSeconds = $1
         },
         wholeNumber(
             "INBOX_MAIL_STALE_SECONDS", "--mail-stale-seconds", 3600...2_419_200, default: 604_800, unit: "a whole number of seconds",

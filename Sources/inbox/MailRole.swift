@@ -30,9 +30,14 @@ extension Roles {
                 log.warning("INBOX_PUBLIC_URL is set but INBOX_UNSUBSCRIBE_KEYS is not: mails carry no unsubscribe link")
             }
         }
-        // A claim outlasts several mails that time out (a round sends for half of it at most).
-        var claimFor = Duration.seconds(300)
-        if case .smtp(let settings) = mail.delivery { claimFor = max(claimFor, settings.totalTimeout * 4) }
+        // A round sends for half the claim at most, and a mail takes up to the SMTP timeout: a
+        // claim shorter than twice that could run out while its mail is still being handed over.
+        let claimFor = Duration.seconds(configuration.mailClaimSeconds)
+        if case .smtp(let settings) = mail.delivery, claimFor <= settings.totalTimeout * 2 {
+            throw UsageError(
+                description: "INBOX_MAIL_CLAIM_SECONDS (\(configuration.mailClaimSeconds)) must be more than twice INBOX_SMTP_TIMEOUT_SECONDS "
+                    + "(\(settings.totalTimeout.components.seconds)): a claim could run out while its mail is still being sent, and the mail go twice.")
+        }
         let store = MailOutboxStore(
             settings: MailOutboxStore.Settings(
                 gather: .seconds(configuration.mailGatherSeconds), claimFor: claimFor, maximumAttempts: configuration.mailAttempts,

@@ -238,10 +238,10 @@ import Testing
             let batch = try #require(taken.batch)
             #expect(batch.id == decided.batch?.id && batch.claim != decided.batch?.claim)
             // The first holder comes back late: the batch is no longer its own.
-            let late = try await db.client.withConnection { try store.record([], batches: [decided.batch!], on: $0) }
+            let late = try await db.client.withConnection { try store.record([], finishing: [decided.batch!], on: $0) }
             #expect(late == [decided.batch!])
             let resolutions = taken.claimed.map { (claimed: $0, resolution: FanoutStore.Resolution.delivered(.android, learned: nil)) }
-            #expect(try await db.client.withConnection { try store.record(resolutions, batches: [batch], on: $0) }.isEmpty)
+            #expect(try await db.client.withConnection { try store.record(resolutions, finishing: [batch], on: $0) }.isEmpty)
             #expect(try await db.counter("reclaimed") == 1)
             let status = try await db.fanoutStatus()
             #expect(status.sending == 0 && status.pending == 0 && status.undecided == 0)

@@ -73,7 +73,7 @@ final class PushMock: @unchecked Sendable {
         return PushMock(
             directory: directory, process: process, apnsProduction: ports["apnsProduction"] as! Int,
             apnsDevelopment: ports["apnsDevelopment"] as! Int, fcm: ports["fcm"] as! Int, control: ports["control"] as! Int,
-            fcmTokenURI: ports["fcmTokenUri"] as! String, client: try HTTP2Client(), stdin: stdin)
+            fcmTokenURI: ports["fcmTokenUri"] as! String, client: try HTTP2Client(configuration: .init(maxResponseBytes: 256 << 20)), stdin: stdin)
     }
 
     private init(

@@ -103,10 +103,18 @@ struct ConversationAPI {
     }
 
     /// What the bell enqueued for the fan-out, in order: audience, recipient, category, event, thread.
+    /// The notifications enqueued, one line each (a shop's news names the shop, not each of the
+    /// rows it has for the people who work there).
     func outbox() async throws -> [String] {
         try await bellCaughtUp()
         return try await db.client.query(
-            "SELECT audience, recipient_id, category, event, ids->>'conversationId' AS c FROM notification_outbox ORDER BY id"
+            """
+            SELECT audience, CASE WHEN audience = 'shop' THEN ids->>'sellerId' ELSE recipient_id END AS recipient_id, category, event,
+                ids->>'conversationId' AS c
+            FROM notification_outbox o
+            WHERE o.id = (SELECT min(id) FROM notification_outbox p WHERE p.source_position = o.source_position AND p.notification_id = o.notification_id)
+            ORDER BY o.id
+            """
         ) {
             "\(try $0.decode(String.self, "audience")) \(try $0.decode(String.self, "recipient_id")) \(try $0.decode(String.self, "category")) "
                 + "\(try $0.decode(String.self, "event")) \(try $0.decode(String?.self, "c") ?? "-")"

@@ -45,7 +45,7 @@ import Testing
             #expect(after.status == 0, "stderr: \(after.stderr)")
             #expect(after.stderr.components(separatedBy: reminded).count == 2, "one reminding check: \(after.stderr)")
             let recipients = try await db.client.query(
-                "SELECT recipient_id FROM notification_outbox WHERE event = 'shop_unanswered' ORDER BY id") { try $0.decode(String.self, at: 0) }
+                "SELECT ids->>'sellerId' FROM notification_outbox WHERE event = 'shop_unanswered' ORDER BY id") { try $0.decode(String.self, at: 0) }
             #expect(recipients == ["s1", "s2"], "s1 once, by the first holder; s2 by the second")
 
             let status = try await InboxCLI.run(["status"], environment: InboxCLI.databaseEnvironment(db.url))

@@ -42,9 +42,7 @@ import Testing
     @Test func aSellersMessageRingsTheBuyersBellAndABuyersIsTheShopsNewsOnly() {
         let toBuyer = NotificationPlanner.notifications(for: Self.message(.seller), facts: .init(conversation: Self.conversation))
         #expect(toBuyer == [
-            PlannedNotification(
-                audience: .person("buyer"), category: .messages, event: "message_received",
-                ids: ["conversationId": "c1", "messageId": "m1", "watchId": "w1"])
+            PlannedNotification(audience: .person("buyer"), kind: .messageReceived, ids: ["conversationId": "c1", "messageId": "m1", "watchId": "w1"])
         ])
         #expect(toBuyer.allSatisfy { $0.isInBell })
         let toShop = NotificationPlanner.notifications(
@@ -72,9 +70,7 @@ import Testing
         let shipped = NotificationPlanner.notifications(
             for: OrderShipped(orderId: "o1", buyerId: "buyer", shopId: "shop", watchId: "w1", conversationId: "c1"), facts: .init())
         #expect(shipped == [
-            PlannedNotification(
-                audience: .person("buyer"), category: .orders, event: "order_shipped",
-                ids: ["orderId": "o1", "watchId": "w1", "conversationId": "c1"])
+            PlannedNotification(audience: .person("buyer"), kind: .orderShipped, ids: ["orderId": "o1", "watchId": "w1", "conversationId": "c1"])
         ])
     }
 
@@ -93,16 +89,16 @@ import Testing
         #expect(sold.map(\.event) == ["watch_sold"])
     }
 
-    @Test func aMatchForADeletedSearchMakesNothingAndLegacyEntriesAreNeverSent() {
+    @Test func aMatchForADeletedSearchMakesNothingAndLegacyEntriesAreNotPlanned() {
         let match = SavedSearchMatched(savedSearchId: "s1", personId: "p1", watchIds: ["w1"])
         #expect(NotificationPlanner.notifications(for: match, facts: .init(savedSearchExists: false)).isEmpty)
         #expect(NotificationPlanner.notifications(for: match, facts: .init()).first?.ids == ["savedSearchId": "s1", "watchId": "w1"])
+        // A legacy entry goes into the bell as it came (`BellFold.importLegacy`): nothing is sent.
         let legacy = LegacyNotificationImported(
             personId: "p1", notificationId: "n1", category: .messages, event: "offer_received", ids: [:], createdAt: "2024-05-01T10:00:00Z",
             read: false)
-        let planned = NotificationPlanner.notifications(for: legacy, facts: .init())
-        #expect(planned.count == 1 && planned[0].isInBell && !planned[0].isSent)
-        #expect(NotificationPlanner.retiredEvents.contains(planned[0].event))
+        #expect(NotificationPlanner.notifications(for: legacy, facts: .init()).isEmpty)
+        #expect(NotificationKind(word: "offer_received", audience: .person)?.isSent == false)
     }
 
     @Test func securityEventsAreAboutThePersonAndABlockedAccountMakesNoEntry() {
@@ -114,18 +110,63 @@ import Testing
 
 /// Every bell entry the tier can make has its words in every language.
 @Suite struct BellTextsTests {
-    @Test func everyEventTheTierMakesHasATitleInEveryLanguage() {
-        let made: Set<String> = [
-            "message_received", "offer_made", "order_paid", "order_shipped", "order_delivered", "order_cancelled", "order_refunded",
-            "price_dropped", "watch_sold", "saved_search_matched", "new_sign_in", "password_changed", "second_factor_enabled",
-            "second_factor_disabled", "email_changed",
-        ]
-        #expect(made.union(NotificationPlanner.retiredEvents).isSubset(of: BellTexts.events))
-        for event in BellTexts.events {
-            let titles = Language.allCases.map { BellTexts.title(event: event, category: "messages", $0) }
-            #expect(titles.allSatisfy { !$0.isEmpty }, "\(event)")
-            #expect(titles[0] != titles[1], "\(event): Dutch is not English")
+    @Test func everyKindHasATitleInEveryLanguageAndItsStoredWordReadsBack() {
+        for kind in NotificationKind.allCases {
+            let titles = Language.allCases.map { BellTexts.title(kind, $0) }
+            #expect(titles.allSatisfy { !$0.isEmpty }, "\(kind)")
+            #expect(titles[0] != titles[1], "\(kind): Dutch is not English")
+            #expect(NotificationKind(word: kind.word, audience: kind.audience) == kind)
+            #expect(BellTexts.title(event: kind.word, category: kind.category.rawValue, .de) == titles[2])
         }
         #expect(BellTexts.title(event: "something_new", category: "orders", .nl) == "Bestellingen", "an unknown event falls back on its category")
+    }
+
+    @Test func theSeedsWordsAndCategories() {
+        let person = NotificationKind.allCases.filter { $0.audience == .person && $0.isSent }.map(\.word)
+        #expect(
+            Set(person) == [
+                "message_received", "offer_made", "order_paid", "order_shipped", "order_delivered", "order_cancelled", "order_refunded",
+                "price_dropped", "watch_sold", "saved_search_matched", "new_sign_in", "password_changed", "second_factor_enabled",
+                "second_factor_disabled", "email_changed",
+            ])
+        let shop = NotificationKind.allCases.filter { $0.audience == .shop }
+        #expect(Set(shop.map(\.word)) == ["message_received", "offer_made", "order_paid", "shop_unanswered"])
+        #expect(shop.allSatisfy { $0.category == .shop })
+    }
+}
+
+/// `NotificationDelivery.decide`: how one notification reaches one person, from their facts.
+@Suite struct NotificationDeliveryTests {
+    @Test func aNotificationIsPushedAndMailedUnlessItsSwitchIsOffOrTheAccountIsBlocked() {
+        let on = NotificationDelivery.decide(.priceDropped, ids: ["watchId": "w"], facts: RecipientFacts())
+        #expect(on == NotificationDelivery(pushSkipped: nil, mail: .notifications, mailSkipped: nil))
+        let off = NotificationDelivery.decide(
+            .priceDropped, ids: [:], facts: RecipientFacts(switches: [.savedWatches: [.push: false, .email: false]]))
+        #expect(off == NotificationDelivery(pushSkipped: .preferenceOff, mail: .notifications, mailSkipped: .preferenceOff))
+        let locked = NotificationDelivery.decide(.newSignIn, ids: [:], facts: RecipientFacts(switches: [.security: [.push: false]]))
+        #expect(locked.pushSkipped == nil, "security push is locked on")
+        let blocked = NotificationDelivery.decide(.newSignIn, ids: [:], facts: RecipientFacts(isBlocked: true))
+        #expect(blocked == NotificationDelivery(pushSkipped: .blocked, mail: .notifications, mailSkipped: .blocked))
+        #expect(NotificationDelivery.decide(.shopUnanswered, ids: ["sellerId": "s"], facts: RecipientFacts()).mail == nil, "never mailed")
+    }
+
+    @Test func aMatchFollowsItsSearchAndNothingGoesForAGoneOne() {
+        let ids = ["savedSearchId": "q"]
+        let daily = NotificationDelivery.decide(.savedSearchMatched, ids: ids, facts: RecipientFacts(), savedSearch: .init(interval: .daily, push: false))
+        #expect(daily == NotificationDelivery(pushSkipped: .preferenceOff, mail: .search(savedSearchId: "q"), mailSkipped: nil))
+        let gone = NotificationDelivery.decide(.savedSearchMatched, ids: ids, facts: RecipientFacts(), savedSearch: nil)
+        #expect(gone.pushSkipped == .preferenceOff && gone.mailSkipped == .preferenceOff)
+    }
+
+    @Test func theAudiencesFactsDecideForEachPersonOfAShop() {
+        var facts = AudienceFacts()
+        facts.members["s"] = ["b", "a"]
+        facts.switches["b"] = [.shop: [.email: false]]
+        #expect(facts.members(of: "s") == ["a", "b"])
+        #expect(facts.delivery(.shopOrderPaid, ids: ["sellerId": "s"], for: "a").isMailed)
+        #expect(!facts.delivery(.shopOrderPaid, ids: ["sellerId": "s"], for: "b").isMailed)
+        facts.searches["q"] = .init(personId: "a", deleted: false, settings: .init(interval: .instant, push: true))
+        #expect(facts.delivery(.savedSearchMatched, ids: ["savedSearchId": "q"], for: "a").pushSkipped == nil)
+        #expect(facts.delivery(.savedSearchMatched, ids: ["savedSearchId": "q"], for: "b").pushSkipped == .preferenceOff, "not b's search")
     }
 }

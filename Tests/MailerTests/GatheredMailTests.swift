@@ -87,7 +87,7 @@ import Testing
 
     @Test func anHTTPPublicURLKeepsTheFooterLinksButNoListUnsubscribe() throws {
         let contact = Contact(personId: "p", address: try MailAddress("p@example.com"), language: .fr)
-        let item = MailOutboxStore.Item(outboxId: 1, category: "security", event: "password_changed", ids: "{}", happenedAt: start)
+        let item = MailOutboxStore.Item(outboxId: 1, kind: .passwordChanged, ids: "{}", happenedAt: start)
         let message = try MailRenderer.render(
             [item], to: contact, from: sender, links: .init(signer: signer, publicURL: "http://localhost:8080"), messageID: nil, date: start)
         #expect(message.unsubscribeURL == nil)
@@ -99,7 +99,7 @@ import Testing
     @Test func aFloodOfNotificationsListsFiftyAndCountsTheRest() throws {
         let contact = Contact(personId: "p", address: try MailAddress("p@example.com"), language: .de)
         let items = (0..<(MailRenderer.listed + 7)).map {
-            MailOutboxStore.Item(outboxId: Int64($0), category: "security", event: "password_changed", ids: "{}", happenedAt: start)
+            MailOutboxStore.Item(outboxId: Int64($0), kind: .passwordChanged, ids: "{}", happenedAt: start)
         }
         let message = try MailRenderer.render(items, to: contact, from: sender, links: nil, messageID: nil, date: start)
         #expect(message.subject == "Wristler: \(MailRenderer.listed + 7) neue Mitteilungen")
@@ -270,6 +270,12 @@ import Testing
             // The first mailer died: after its claim another takes the person over, and the first can no longer record.
             let second = try await db.client.withConnection { try store.claim(now: start.addingTimeInterval(300), limit: 10, on: $0) }
             #expect(second.map(\.personId) == ["held"] && second.first?.claim != first.first?.claim)
+            // The mail sent again is the same message: a relay and a mail client see one.
+            #expect(second[0].messageID(domain: "wristler.example") == first[0].messageID(domain: "wristler.example"))
+            #expect(first[0].messageID(domain: "wristler.example").hasSuffix("@wristler.example>"))
+            var other = second[0]
+            other.items.append(.init(outboxId: 999_999, kind: .newSignIn, ids: "{}", happenedAt: start))
+            #expect(other.messageID(domain: "wristler.example") != first[0].messageID(domain: "wristler.example"), "another mail, another id")
             let late = try await db.client.withConnection { try store.record(first[0], .sent(messageID: "<a@b.example>"), now: start.addingTimeInterval(301), on: $0) }
             #expect(late == .claimLost)
             #expect(try await db.queued("held") == ["password_changed"], "nothing recorded by the late mailer")

@@ -1,5 +1,6 @@
 import Foundation
 import InboxDomain
+import NotificationOutbox
 @testable import Projections
 import Testing
 
@@ -58,8 +59,96 @@ import Testing
         let fold = try fold(
             log.record(watchThread, MessageSent(conversationId: "c1", messageId: "m1", authorSide: .buyer, authorId: "b1", body: "Hi")))
         #expect(fold.created.isEmpty)
-        #expect(fold.outbox.map(\.audience) == ["shop"])
-        #expect(fold.outbox.first?.recipientId == "s1")
+        #expect(fold.outbox.map(\.kind) == [.shopMessageReceived])
+        #expect(fold.outbox.first?.recipientId == "", "nobody works at s1: one row, counted, sent to nobody")
+        #expect(fold.outbox.first?.delivery == .nobody(.shopMessageReceived, ids: ["sellerId": "s1"]))
+    }
+
+    // MARK: Decided as of the event's place in the log
+
+    let paid = OrderPaid(orderId: "o1", buyerId: "b1", shopId: "s1", watchId: "w1", amount: Money(amount: 100, currency: "EUR"))
+
+    /// The outbox rows of the shop's news (kind `shopOrderPaid`), by person.
+    func shopNews(_ fold: Fold) -> [String: NotificationDelivery] {
+        Dictionary(fold.outbox.filter { $0.kind == .shopOrderPaid }.map { ($0.recipientId, $0.delivery) }) { first, _ in first }
+    }
+
+    @Test func aMemberAddedBeforeAPaidOrderInTheSameBatchHearsOfItAndOneAddedAfterDoesNot() throws {
+        var log = TestLog()
+        let fold = try fold(
+            log.record(
+                ShopMemberAdded(shopId: "s1", personId: "early"), paid, ShopMemberAdded(shopId: "s1", personId: "late")))
+        let news = shopNews(fold)
+        #expect(Set(news.keys) == ["early"])
+        #expect(news["early"]?.pushSkipped == nil && news["early"]?.isMailed == true)
+        #expect(news["early"]?.mail == .sold)
+        #expect(fold.facts.memberChanges.count == 2)
+    }
+
+    @Test func aMemberRemovedBeforeAPaidOrderDoesNotHearOfItWhateverTheTablesSayLater() throws {
+        var log = TestLog(after: 10)
+        var facts = Fold.Facts()
+        facts.audience.members["s1"] = ["stays", "leaves"]
+        let fold = try fold(log.record(ShopMemberRemoved(shopId: "s1", personId: "leaves"), paid), facts: facts)
+        #expect(Set(shopNews(fold).keys) == ["stays"])
+    }
+
+    @Test func eachPersonsSwitchesAsTheyStoodAtTheEventDecideThePushAndTheMail() throws {
+        var log = TestLog()
+        let fold = try fold(
+            log.record(
+                ShopMemberAdded(shopId: "s1", personId: "quiet"), ShopMemberAdded(shopId: "s1", personId: "loud"),
+                NotificationPreferenceChanged(personId: "quiet", category: .shop, channel: .push, enabled: false),
+                NotificationPreferenceChanged(personId: "quiet", category: .shop, channel: .email, enabled: false),
+                NotificationPreferenceChanged(personId: "b1", category: .orders, channel: .push, enabled: false),
+                NotificationPreferenceChanged(personId: "b1", category: .orders, channel: .email, enabled: false),
+                paid,
+                NotificationPreferenceChanged(personId: "loud", category: .shop, channel: .push, enabled: false)))
+        let news = shopNews(fold)
+        #expect(news["quiet"] == NotificationDelivery(pushSkipped: .preferenceOff, mail: .sold, mailSkipped: .preferenceOff))
+        #expect(news["loud"] == NotificationDelivery(pushSkipped: nil, mail: .sold, mailSkipped: nil), "turned off after the order")
+        let own = fold.outbox.first { $0.kind == .orderPaid }
+        #expect(own?.recipientId == "b1")
+        #expect(own?.delivery == NotificationDelivery(pushSkipped: nil, mail: .notifications, mailSkipped: .preferenceOff), "orders push is locked on")
+    }
+
+    @Test func anAccountWristlerBlockedGetsNeitherPushNorMailButKeepsItsBell() throws {
+        var log = TestLog()
+        let fold = try fold(log.record(PasswordChanged(personId: "b1"), AccountBlocked(personId: "b1", reason: "fraud"), PasswordChanged(personId: "b1")))
+        #expect(fold.created.count == 2)
+        #expect(fold.outbox.map(\.delivery.pushSkipped) == [nil, .blocked])
+        #expect(fold.outbox.map(\.delivery.mailSkipped) == [nil, .blocked])
+    }
+
+    @Test func aMatchFollowsItsSearchsPushAndIntervalAsTheyStoodAtTheMatch() throws {
+        var log = TestLog()
+        let match = SavedSearchMatched(savedSearchId: "q1", personId: "b1", watchIds: ["w1"])
+        let fold = try fold(
+            log.record(
+                SavedSearchCreated(savedSearchId: "q1", personId: "b1", name: "GMT", query: .object([:]), interval: .never, push: true), match,
+                SavedSearchChanged(savedSearchId: "q1", personId: "b1", interval: .daily, push: false), match))
+        #expect(
+            fold.outbox.map(\.delivery) == [
+                NotificationDelivery(pushSkipped: nil, mail: .search(savedSearchId: "q1"), mailSkipped: .preferenceOff),
+                NotificationDelivery(pushSkipped: .preferenceOff, mail: .search(savedSearchId: "q1"), mailSkipped: nil),
+            ])
+    }
+
+    @Test func theDecisionIsTheSameHoweverTheLogIsCutIntoBatches() throws {
+        var log = TestLog()
+        let events = log.record(
+            ShopMemberAdded(shopId: "s1", personId: "m1"), NotificationPreferenceChanged(personId: "m1", category: .shop, channel: .email, enabled: false),
+            paid, ShopMemberRemoved(shopId: "s1", personId: "m1"), ShopMemberAdded(shopId: "s1", personId: "m2"), paid)
+        let whole = try fold(events).outbox
+        var rows = Fold(facts: Fold.Facts(), entries: [:], sendsNotifications: true)
+        var oneByOne: [OutboxNotification] = []
+        for event in events {
+            try rows.apply([event])
+            oneByOne += rows.outbox
+            rows.settle(rows.writes)
+        }
+        #expect(whole == oneByOne)
+        #expect(whole.filter { $0.kind == .shopOrderPaid }.map(\.recipientId) == ["m1", "m2"])
     }
 
     @Test func aReplayMakesTheEntriesButSendsNothing() throws {

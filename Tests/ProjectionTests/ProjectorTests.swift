@@ -526,7 +526,7 @@ import Testing
         #expect(id == uuid.uuidString.lowercased())
         #expect(uuid.uuid.6 >> 4 == 8, "version 8: derived from SHA-256, not SHA-1's version 5")
         #expect(uuid.uuid.8 >> 6 == 0b10, "the RFC variant")
-        #expect(BellProjection().version == 2, "ids changed with version 2: live bells are replayed")
+        #expect(BellProjection().version == 3, "ids changed with version 2 (live bells were replayed); version 3 added the audience's facts")
     }
 }
 

@@ -10,7 +10,7 @@ import Testing
     static let uuid2 = "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a"
 
     static let shipped = PushNotification(
-        category: .orders, event: "order_shipped", ids: ["watchId": "w-1", "orderId": "o-1", "conversationId": "c-1"], notificationId: "n-1")
+        kind: .orderShipped, ids: ["watchId": "w-1", "orderId": "o-1", "conversationId": "c-1"], notificationId: "n-1")
 
     static func object(_ bytes: [UInt8]) throws -> [String: Any] {
         try #require(JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
@@ -31,7 +31,7 @@ import Testing
 
     @Test func aShopsNewsCarriesSideAndSellerAndNoBellEntry() {
         let news = PushNotification(
-            category: .shop, event: "order_paid", ids: ["orderId": "o-1", "watchId": "w-1", "sellerId": "s-1"], notificationId: "ignored")
+            kind: .shopOrderPaid, ids: ["orderId": "o-1", "watchId": "w-1", "sellerId": "s-1"], notificationId: "ignored")
         let content = PushRenderer.render(news, language: .en, badge: nil)
         #expect(content[data: "type"] == "shop")
         #expect(content[data: "side"] == "seller")
@@ -42,34 +42,37 @@ import Testing
 
     @Test func idsNeverOverwriteTheFieldsTheRendererWrites() {
         let sneaky = PushNotification(
-            category: .messages, event: "message_received", ids: ["type": "x", "aps": "x", "googleThing": "x", "conversationId": "c"],
+            kind: .messageReceived, ids: ["type": "x", "aps": "x", "googleThing": "x", "conversationId": "c"],
             notificationId: "n")
         let content = PushRenderer.render(sneaky, language: .en, badge: nil)
         #expect(content.data.map(\.key) == ["type", "event", "conversationId", "notificationId"])
         #expect(content[data: "type"] == "messages")
     }
 
-    @Test func collapseKeysArePerOrderWatchSearchAndThreadAndNoneForSecurity() {
-        func key(_ category: NotificationCategory, _ ids: [String: String]) -> String? {
-            CollapseKey.of(PushNotification(category: category, event: "e", ids: ids, notificationId: nil))
+    @Test func collapseKeysArePerOrderWatchSearchAndThreadAndTheNotificationsOwnForTheRest() {
+        func key(_ kind: NotificationKind, _ ids: [String: String]) -> String {
+            CollapseKey.of(PushNotification(kind: kind, ids: ids, notificationId: "n-7"))
         }
-        #expect(key(.orders, ["orderId": "o", "conversationId": "c", "watchId": "w"]) == "order:o")
-        #expect(key(.savedWatches, ["watchId": "w"]) == "watch:w")
-        #expect(key(.savedSearches, ["savedSearchId": "s", "watchId": "w"]) == "search:s")
-        #expect(key(.messages, ["conversationId": "c", "messageId": "m", "watchId": "w"]) == "conversation:c")
-        #expect(key(.security, ["signInId": "x"]) == nil)
-        #expect(key(.orders, [:]) == nil)
-        #expect(key(.shop, ["sellerId": "s", "conversationId": "c"]) == "shop:s:conversation:c")
-        #expect(key(.shop, ["conversationId": "c"]) == nil)
+        #expect(key(.orderPaid, ["orderId": "o", "conversationId": "c", "watchId": "w"]) == "order:o")
+        #expect(key(.priceDropped, ["watchId": "w"]) == "watch:w")
+        #expect(key(.savedSearchMatched, ["savedSearchId": "s", "watchId": "w"]) == "search:s")
+        #expect(key(.messageReceived, ["conversationId": "c", "messageId": "m", "watchId": "w"]) == "conversation:c")
+        #expect(key(.shopMessageReceived, ["sellerId": "s", "conversationId": "c"]) == "shop:s:conversation:c")
         // The reminder of buyers waiting names no thread: each replaces the shop's last one.
-        #expect(CollapseKey.of(PushNotification(category: .shop, event: "shop_unanswered", ids: ["sellerId": "s"], notificationId: nil)) == "shop:s:unanswered")
-        #expect(key(.shop, ["sellerId": "s"]) == nil)
+        #expect(key(.shopUnanswered, ["sellerId": "s"]) == "shop:s:unanswered")
+        // A security notification, or one without the id its group needs, collapses only with a
+        // copy of itself: a push sent again after a crash replaces the first on the lock screen.
+        #expect(key(.newSignIn, ["signInId": "x"]) == "notification:n-7")
+        #expect(key(.orderPaid, [:]) == "notification:n-7")
+        #expect(key(.shopMessageReceived, ["conversationId": "c"]) == "notification:n-7")
+        #expect(key(.shopOfferMade, ["sellerId": "s"]) == "notification:n-7")
+        #expect(CollapseKey.of(PushNotification(kind: .newSignIn, ids: [:], notificationId: "n-8")) != key(.newSignIn, [:]))
     }
 
     @Test func collapseKeysFitIn64BytesStayDistinctAndNeverMixTwoShops() {
-        let a = CollapseKey.of(PushNotification(category: .shop, event: "message_received", ids: ["sellerId": Self.uuid1, "conversationId": Self.uuid2], notificationId: nil))!
-        let b = CollapseKey.of(PushNotification(category: .shop, event: "message_received", ids: ["sellerId": Self.uuid2, "conversationId": Self.uuid2], notificationId: nil))!
-        let own = CollapseKey.of(PushNotification(category: .messages, event: "message_received", ids: ["conversationId": Self.uuid2], notificationId: nil))!
+        let a = CollapseKey.of(PushNotification(kind: .shopMessageReceived, ids: ["sellerId": Self.uuid1, "conversationId": Self.uuid2], notificationId: "n"))
+        let b = CollapseKey.of(PushNotification(kind: .shopMessageReceived, ids: ["sellerId": Self.uuid2, "conversationId": Self.uuid2], notificationId: "n"))
+        let own = CollapseKey.of(PushNotification(kind: .messageReceived, ids: ["conversationId": Self.uuid2], notificationId: "n"))
         #expect(Set([a, b, own]).count == 3)
         for key in [a, b, own] { #expect(key.utf8.count <= CollapseKey.maximumBytes, "\(key)") }
         #expect(a.hasPrefix("sha256:"))
@@ -94,8 +97,9 @@ import Testing
     }
 
     @Test func anAPNsPayloadWithoutBadgeOrCollapseLeavesThemOut() throws {
-        let signIn = PushNotification(category: .security, event: "new_sign_in", ids: ["signInId": "x\"y\\z\n"], notificationId: "n")
-        let content = PushRenderer.render(signIn, language: .fr, badge: nil)
+        let signIn = PushNotification(kind: .newSignIn, ids: ["signInId": "x\"y\\z\n"], notificationId: "n")
+        var content = PushRenderer.render(signIn, language: .fr, badge: nil)
+        content.collapseId = nil
         let payload = try Self.object(try APNsPayload.encode(content))
         let aps = try #require(payload["aps"] as? [String: Any])
         #expect(aps["badge"] == nil && aps["thread-id"] == nil)
@@ -109,8 +113,8 @@ import Testing
             PushField("apns-topic", "eu.wristler.app"), PushField("apns-push-type", "alert"), PushField("apns-priority", "10"),
             PushField("apns-expiration", "1700003600"), PushField("apns-collapse-id", "order:o-1"),
         ])
-        let security = PushRenderer.render(PushNotification(category: .security, event: "password_changed", ids: [:], notificationId: "n"), language: .en, badge: nil)
-        #expect(!APNsHeaders(topic: "t", content: security, now: Date()).fields.contains { $0.key == "apns-collapse-id" })
+        let security = PushRenderer.render(PushNotification(kind: .passwordChanged, ids: [:], notificationId: "n"), language: .en, badge: nil)
+        #expect(APNsHeaders(topic: "t", content: security, now: Date()).fields.contains(PushField("apns-collapse-id", "notification:n")))
         #expect(APNsHeaders.path(deviceToken: "abc123") == "/3/device/abc123")
         #expect(APNsEnvironment.development.other == .production)
         #expect(APNsEnvironment.production.host == "api.push.apple.com")
@@ -132,10 +136,15 @@ import Testing
         #expect((android["notification"] as? [String: String]) == ["tag": "order:o-1"])
         #expect(FCMPayload.path(projectId: "wristler") == "/v1/projects/wristler/messages:send")
 
-        let security = PushRenderer.render(PushNotification(category: .security, event: "email_changed", ids: [:], notificationId: "n"), language: .en, badge: nil)
+        let security = PushRenderer.render(PushNotification(kind: .emailChanged, ids: [:], notificationId: "n"), language: .en, badge: nil)
         let plain = try #require(try Self.object(try FCMPayload.encode(security, token: "t"))["message"] as? [String: Any])
         let plainAndroid = try #require(plain["android"] as? [String: Any])
-        #expect(plainAndroid["collapse_key"] == nil && plainAndroid["notification"] == nil)
+        #expect((plainAndroid["notification"] as? [String: String]) == ["tag": "notification:n"], "a copy sent again replaces the first")
+        var uncollapsed = security
+        uncollapsed.collapseId = nil
+        let bare = try #require(try Self.object(try FCMPayload.encode(uncollapsed, token: "t"))["message"] as? [String: Any])
+        let bareAndroid = try #require(bare["android"] as? [String: Any])
+        #expect(bareAndroid["collapse_key"] == nil && bareAndroid["notification"] == nil)
     }
 
     /// A body far over the limit, with multi-byte characters (up to 7 bytes: 🕰️ is two scalars)

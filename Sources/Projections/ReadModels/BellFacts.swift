@@ -5,19 +5,33 @@ import PostgresClient
 
 extension BellFold {
     /// The bell's own record of what events do not carry: conversations' buyers and shops, who saved
-    /// which watch, and which saved searches exist. Loaded for the keys of a batch, folded event by
-    /// event (so each event sees the facts as they stood at its place in the log), and written back.
+    /// which watch, which saved searches exist (with their `interval` and `push`), and what the
+    /// decision of a notification reads about its people: who works at which shop, the switches
+    /// people changed, and the accounts Wristler blocked. Loaded for the keys of a batch, folded
+    /// event by event (so each event sees the facts as they stood at its place in the log), and
+    /// written back.
     struct Facts {
         var conversations: [String: NotificationPlanner.ConversationFacts] = [:]
         var changedConversations: Set<String> = []
         var favouriters: [String: Set<String>] = [:]
-        var favouriteChanges: [FavouriteKey: Bool] = [:]
-        var searches: [String: (personId: String, deleted: Bool)] = [:]
+        var favouriteChanges: [PairKey: Bool] = [:]
+        /// Who works at which shop, people's switches and saved searches, blocked accounts.
+        var audience = AudienceFacts()
         var changedSearches: Set<String> = []
+        var memberChanges: [PairKey: Bool] = [:]
+        var switchChanges: [SwitchKey: Bool] = [:]
+        var newlyBlocked: Set<String> = []
 
-        struct FavouriteKey: Hashable {
-            let watchId: String
+        /// A watch and a person, or a shop and a person.
+        struct PairKey: Hashable {
+            let of: String
             let personId: String
+        }
+
+        struct SwitchKey: Hashable {
+            let personId: String
+            let category: NotificationCategory
+            let channel: NotificationChannel
         }
 
         /// The first start of a conversation counts.
@@ -41,36 +55,74 @@ extension BellFold {
             } else {
                 favouriters[watch]?.remove(person)
             }
-            favouriteChanges[FavouriteKey(watchId: watch, personId: person)] = isFavourite
+            favouriteChanges[PairKey(of: watch, personId: person)] = isFavourite
         }
 
         func favouriters(of watch: String) -> [String] { Array(favouriters[watch] ?? []) }
 
         /// The first creation of a search counts.
-        mutating func createSearch(_ id: String, of person: String) {
-            guard searches[id] == nil else { return }
-            searches[id] = (person, false)
-            changedSearches.insert(id)
+        mutating func createSearch(_ e: SavedSearchCreated) {
+            guard audience.searches[e.savedSearchId] == nil else { return }
+            audience.searches[e.savedSearchId] = AudienceFacts.Search(
+                personId: e.personId, deleted: false, settings: SavedSearchSettings(interval: e.interval, push: e.push))
+            changedSearches.insert(e.savedSearchId)
+        }
+
+        /// Absent fields keep their value; a search that does not exist or is deleted stays as it is.
+        mutating func changeSearch(_ e: SavedSearchChanged) {
+            guard var search = audience.searches[e.savedSearchId], !search.deleted else { return }
+            if let interval = e.interval { search.settings.interval = interval }
+            if let push = e.push { search.settings.push = push }
+            guard search != audience.searches[e.savedSearchId] else { return }
+            audience.searches[e.savedSearchId] = search
+            changedSearches.insert(e.savedSearchId)
         }
 
         mutating func deleteSearch(_ id: String) {
-            guard let search = searches[id], !search.deleted else { return }
-            searches[id] = (search.personId, true)
+            guard var search = audience.searches[id], !search.deleted else { return }
+            search.deleted = true
+            audience.searches[id] = search
             changedSearches.insert(id)
         }
 
-        /// Whether the search was created for `person` and is not deleted.
-        func searchExists(_ id: String, of person: String) -> Bool {
-            searches[id].map { !$0.deleted && $0.personId == person } ?? false
+        mutating func setMember(_ isMember: Bool, shop: String, person: String) {
+            if isMember {
+                audience.members[shop, default: []].insert(person)
+            } else {
+                audience.members[shop]?.remove(person)
+            }
+            memberChanges[PairKey(of: shop, personId: person)] = isMember
+        }
+
+        mutating func setSwitch(_ e: NotificationPreferenceChanged) {
+            audience.switches[e.personId, default: [:]][e.category, default: [:]][e.channel] = e.enabled
+            switchChanges[SwitchKey(personId: e.personId, category: e.category, channel: e.channel)] = e.enabled
+        }
+
+        mutating func block(_ person: String) {
+            if audience.blocked.insert(person).inserted { newlyBlocked.insert(person) }
+        }
+
+        /// Forgets what was changed (the changes were written).
+        mutating func settle() {
+            changedConversations = []
+            favouriteChanges = [:]
+            changedSearches = []
+            memberChanges = [:]
+            switchChanges = [:]
+            newlyBlocked = []
         }
     }
 }
 
 extension BellProjection {
-    /// The reads of the facts of the conversations, watches and saved searches a batch names, one
-    /// statement per table that has any (`facts(_:from:)` takes their results in this order).
-    func factLoads(_ keys: BellFold.Keys, context: ProjectionContext) -> [PostgresStatement] {
-        [
+    /// The reads of the facts a batch needs, one statement per table that has any (`facts(_:from:)`
+    /// takes their results in this order): its conversations, watches and saved searches; and when
+    /// it sends (`sending`), the people of the shops it names and, for everybody a notification of
+    /// the batch can reach (named by an event, the buyer of a conversation, who saved a watch, who
+    /// works at a shop), their switches and whether Wristler blocked them.
+    func factLoads(_ keys: BellFold.Keys, sending: Bool, context: ProjectionContext) -> [PostgresStatement] {
+        var statements = [
             keys.conversations.isEmpty
                 ? nil
                 : PostgresStatement("SELECT * FROM \(context.table("bell_conversations")) WHERE conversation_id = ANY($1)", Array(keys.conversations)),
@@ -81,10 +133,39 @@ extension BellProjection {
                 ? nil
                 : PostgresStatement("SELECT * FROM \(context.table("bell_saved_searches")) WHERE saved_search_id = ANY($1)", Array(keys.searches)),
         ].compactMap { $0 }
+        guard sending, keys.reachesPeople else { return statements }
+        // The shops of the batch: named by its events ($shops), or the seller of one of its conversations.
+        func shops(_ shops: Int, conversations: Int) -> String {
+            """
+            SELECT unnest($\(shops)::text[]) UNION SELECT shop_id FROM \(context.table("bell_conversations"))
+                WHERE conversation_id = ANY($\(conversations)::text[]) AND shop_id IS NOT NULL
+            """
+        }
+        let people = """
+            SELECT unnest($1::text[])
+            UNION SELECT buyer_id FROM \(context.table("bell_conversations")) WHERE conversation_id = ANY($2::text[])
+            UNION SELECT person_id FROM \(context.table("bell_favourites")) WHERE watch_id = ANY($3::text[])
+            UNION SELECT person_id FROM \(context.table("bell_shop_members")) WHERE shop_id IN (\(shops(4, conversations: 2)))
+            """
+        let conversations = Array(keys.conversations), shopIds = Array(keys.shops)
+        let everybody: [any PostgresEncodable] = [Array(keys.people), conversations, Array(keys.watches), shopIds]
+        statements.append(
+            PostgresStatement(
+                "SELECT shop_id, person_id FROM \(context.table("bell_shop_members")) WHERE shop_id IN (\(shops(2, conversations: 1)))",
+                conversations, shopIds))
+        statements.append(
+            PostgresStatement(
+                "SELECT person_id, category, channel, enabled FROM \(context.table("bell_switches")) WHERE person_id IN (\(people))",
+                binds: everybody.map { PostgresBind($0) }))
+        statements.append(
+            PostgresStatement(
+                "SELECT person_id FROM \(context.table("bell_blocked_accounts")) WHERE person_id IN (\(people))",
+                binds: everybody.map { PostgresBind($0) }))
+        return statements
     }
 
     /// The facts out of `factLoads`' results, taken from the front of `loaded`.
-    func facts(_ keys: BellFold.Keys, from loaded: inout ArraySlice<PostgresRows>) throws -> BellFold.Facts {
+    func facts(_ keys: BellFold.Keys, sending: Bool, from loaded: inout ArraySlice<PostgresRows>) throws -> BellFold.Facts {
         var facts = BellFold.Facts()
         if !keys.conversations.isEmpty {
             for row in loaded.removeFirst() {
@@ -102,11 +183,13 @@ extension BellProjection {
         }
         if !keys.searches.isEmpty {
             for row in loaded.removeFirst() {
-                facts.searches[try row.decode(String.self, "saved_search_id")] = (
-                    try row.decode(String.self, "person_id"), try row.decode(Bool.self, "deleted")
-                )
+                try AudienceReader.addSearch(row, to: &facts.audience)
             }
         }
+        guard sending, keys.reachesPeople else { return facts }
+        for row in loaded.removeFirst() { try AudienceReader.addMember(row, to: &facts.audience) }
+        for row in loaded.removeFirst() { try AudienceReader.addSwitch(row, to: &facts.audience) }
+        for row in loaded.removeFirst() { try AudienceReader.addBlocked(row, to: &facts.audience) }
         return facts
     }
 
@@ -124,33 +207,56 @@ extension BellProjection {
                     ON CONFLICT (conversation_id) DO UPDATE SET closed = excluded.closed
                     """, ids, rows.map(\.buyerId), rows.map(\.shopId), rows.map(\.watchId), rows.map(\.kind.rawValue), rows.map(\.isClosed)))
         }
-        let added = facts.favouriteChanges.filter(\.value).map(\.key)
-        let removed = facts.favouriteChanges.filter { !$0.value }.map(\.key)
+        statements += Self.pairWrites(facts.favouriteChanges, table: context.table("bell_favourites"), column: "watch_id")
+        statements += Self.pairWrites(facts.memberChanges, table: context.table("bell_shop_members"), column: "shop_id")
+        let searchIds = Array(facts.changedSearches)
+        if !searchIds.isEmpty {
+            let searches = searchIds.map { facts.audience.searches[$0]! }
+            statements.append(
+                PostgresStatement(
+                    """
+                    INSERT INTO \(context.table("bell_saved_searches")) (saved_search_id, person_id, deleted, interval, push)
+                    SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[], $4::text[], $5::boolean[])
+                    ON CONFLICT (saved_search_id) DO UPDATE SET deleted = excluded.deleted, interval = excluded.interval, push = excluded.push
+                    """, searchIds, searches.map(\.personId), searches.map(\.deleted), searches.map(\.settings.interval.rawValue), searches.map(\.settings.push)))
+        }
+        if !facts.switchChanges.isEmpty {
+            let changes = Array(facts.switchChanges)
+            statements.append(
+                PostgresStatement(
+                    """
+                    INSERT INTO \(context.table("bell_switches")) (person_id, category, channel, enabled)
+                    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[])
+                    ON CONFLICT (person_id, category, channel) DO UPDATE SET enabled = excluded.enabled
+                    """, changes.map(\.key.personId), changes.map(\.key.category.rawValue), changes.map(\.key.channel.rawValue), changes.map(\.value)))
+        }
+        if !facts.newlyBlocked.isEmpty {
+            statements.append(
+                PostgresStatement(
+                    "INSERT INTO \(context.table("bell_blocked_accounts")) (person_id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING",
+                    Array(facts.newlyBlocked)))
+        }
+        return statements
+    }
+
+    /// The deletes and inserts of a pair table (`column` and `person_id`) by the changes to it.
+    private static func pairWrites(_ changes: [BellFold.Facts.PairKey: Bool], table: String, column: String) -> [PostgresStatement] {
+        let added = changes.filter(\.value).map(\.key)
+        let removed = changes.filter { !$0.value }.map(\.key)
+        var statements: [PostgresStatement] = []
         if !removed.isEmpty {
             statements.append(
                 PostgresStatement(
                     """
-                    DELETE FROM \(context.table("bell_favourites")) t USING unnest($1::text[], $2::text[]) AS u(w, p)
-                    WHERE t.watch_id = u.w AND t.person_id = u.p
-                    """, removed.map(\.watchId), removed.map(\.personId)))
+                    DELETE FROM \(table) t USING unnest($1::text[], $2::text[]) AS u(o, p)
+                    WHERE t.\(column) = u.o AND t.person_id = u.p
+                    """, removed.map(\.of), removed.map(\.personId)))
         }
         if !added.isEmpty {
             statements.append(
                 PostgresStatement(
-                    """
-                    INSERT INTO \(context.table("bell_favourites")) (watch_id, person_id)
-                    SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING
-                    """, added.map(\.watchId), added.map(\.personId)))
-        }
-        let searchIds = Array(facts.changedSearches)
-        if !searchIds.isEmpty {
-            statements.append(
-                PostgresStatement(
-                    """
-                    INSERT INTO \(context.table("bell_saved_searches")) (saved_search_id, person_id, deleted)
-                    SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[])
-                    ON CONFLICT (saved_search_id) DO UPDATE SET deleted = excluded.deleted
-                    """, searchIds, searchIds.map { facts.searches[$0]!.personId }, searchIds.map { facts.searches[$0]!.deleted }))
+                    "INSERT INTO \(table) (\(column), person_id) SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING",
+                    added.map(\.of), added.map(\.personId)))
         }
         return statements
     }

@@ -1,5 +1,6 @@
 import Foundation
 import InboxDomain
+import NotificationOutbox
 
 /// The pure middle of `BellProjection`: a batch's events, the bell's facts and the entries they
 /// touch in; the entries, facts and outbox rows to write out (no connection, no clock).
@@ -27,20 +28,10 @@ struct BellFold {
         var total: Int32 = 0
     }
 
-    struct OutboxRow {
-        var notificationId: String
-        var audience: String
-        var recipientId: String
-        var category: String
-        var event: String
-        var idsJSON: String
-        var sourcePosition: Int64
-        var createdAt: Date
-    }
-
     /// What a batch needs loaded: the facts of its conversations, watches and saved searches, the
     /// entries its marks and imports name, and per person the entries its last "all read" and
-    /// "all deleted" cover (those made before that position).
+    /// "all deleted" cover (those made before that position); and for deciding its notifications,
+    /// the people its events name and the shops whose news they are (`BellProjection.factLoads`).
     struct Keys {
         var conversations: Set<String> = []
         var watches: Set<String> = []
@@ -48,6 +39,11 @@ struct BellFold {
         var entries: Set<String> = []
         var readAllUpTo: [String: Int64] = [:]
         var deleteAllUpTo: [String: Int64] = [:]
+        var people: Set<String> = []
+        var shops: Set<String> = []
+
+        /// Whether a notification of the batch can reach anybody: then the facts of its people are read.
+        var reachesPeople: Bool { !people.isEmpty || !conversations.isEmpty || !watches.isEmpty || !shops.isEmpty }
     }
 
     private(set) var facts: Facts
@@ -55,8 +51,8 @@ struct BellFold {
     private(set) var byPerson: [String: [String]] = [:]
     /// The entries this batch made, in order.
     private(set) var created: [String] = []
-    /// The notifications to send (none when `sendsNotifications` is off: a replay).
-    private(set) var outbox: [OutboxRow] = []
+    /// The notifications to send, one per person, decided (none when `sendsNotifications` is off: a replay).
+    private(set) var outbox: [OutboxNotification] = []
     /// The entries that were there before this batch and that it read or deleted, in order.
     private var changedBefore: [String] = []
     let sendsNotifications: Bool
@@ -98,9 +94,7 @@ struct BellFold {
             entries[id] = entry
         }
         for entry in writes.reads { entries[entry.id]?.readChanged = false }
-        facts.changedConversations = []
-        facts.favouriteChanges = [:]
-        facts.changedSearches = []
+        facts.settle()
     }
 
     private mutating func remove(_ id: String, of person: String) {
@@ -117,55 +111,65 @@ struct BellFold {
         return try rules.fold(events, from: fold)
     }
 
-    /// Makes the entries and outbox rows of what `event` notifies, planned with `facts`.
-    mutating func notify(_ event: ProjectedEvent, _ facts: NotificationPlanner.Facts = NotificationPlanner.Facts()) {
+    /// Makes the entries and outbox rows of what `event` notifies, planned with `facts`: a bell
+    /// entry for each notification about a person, and (live) one outbox row per person it is for,
+    /// its delivery decided from the facts as they stand at this event's place in the log.
+    mutating func notify(_ event: ProjectedEvent, _ planner: NotificationPlanner.Facts = NotificationPlanner.Facts()) {
         let position = event.record.position
-        for notification in NotificationPlanner.notifications(for: event.payload, facts: facts) {
+        let at = event.record.recordedAt
+        for notification in NotificationPlanner.notifications(for: event.payload, facts: planner) {
+            let idsJSON = OutboxNotification.json(notification.ids)
+            let kind = notification.kind
             switch notification.audience {
             case .person(let person):
-                let idsJSON = BellProjection.json(notification.ids)
-                let id = addEntry(for: notification, person: person, idsJSON: idsJSON, event: event)
-                guard notification.isSent && sendsNotifications else { continue }
+                let id = BellProjection.notificationId(position: position, recipient: person)
+                addEntry(
+                    Entry(
+                        id: id, personId: person, category: kind.category.rawValue, event: kind.word, idsJSON: idsJSON, createdAt: at, readAt: nil,
+                        sourcePosition: position, existed: false))
+                guard sendsNotifications else { continue }
                 outbox.append(
-                    OutboxRow(
-                        notificationId: id, audience: "person", recipientId: person, category: notification.category.rawValue,
-                        event: notification.event, idsJSON: idsJSON, sourcePosition: position, createdAt: event.record.recordedAt))
+                    OutboxNotification(
+                        notificationId: id, kind: kind, recipientId: person, idsJSON: idsJSON, sourcePosition: position, happenedAt: at,
+                        delivery: facts.audience.delivery(kind, ids: notification.ids, for: person)))
             case .shop(let shop):
                 // A shop's news is only sent, never in a bell: nothing to make in a replay.
                 guard sendsNotifications else { continue }
-                let idsJSON = BellProjection.json(notification.ids)
-                outbox.append(
-                    OutboxRow(
-                        notificationId: BellProjection.notificationId(position: position, recipient: "shop:\(shop)"), audience: "shop",
-                        recipientId: shop, category: notification.category.rawValue, event: notification.event, idsJSON: idsJSON,
-                        sourcePosition: position, createdAt: event.record.recordedAt))
+                let id = BellProjection.notificationId(position: position, recipient: "shop:\(shop)")
+                let people = facts.audience.members(of: shop)
+                if people.isEmpty {
+                    outbox.append(
+                        OutboxNotification(
+                            notificationId: id, kind: kind, recipientId: "", idsJSON: idsJSON, sourcePosition: position, happenedAt: at,
+                            delivery: .nobody(kind, ids: notification.ids)))
+                }
+                for person in people {
+                    outbox.append(
+                        OutboxNotification(
+                            notificationId: id, kind: kind, recipientId: person, idsJSON: idsJSON, sourcePosition: position, happenedAt: at,
+                            delivery: facts.audience.delivery(kind, ids: notification.ids, for: person)))
+                }
             }
         }
     }
 
-    /// The person's entry of `notification`, made unless it exists (a legacy import sent twice);
-    /// returns its id.
-    private mutating func addEntry(for notification: PlannedNotification, person: String, idsJSON: String, event: ProjectedEvent) -> String {
-        let id = Self.entryId(for: notification, event: event, person: person)
-        if entries[id] != nil { return id }
-        let at = event.record.recordedAt
-        var entry = Entry(
-            id: id, personId: person, category: notification.category.rawValue, event: notification.event, idsJSON: idsJSON,
-            createdAt: at, readAt: nil, sourcePosition: event.record.position, existed: false)
-        if let legacy = event.payload as? LegacyNotificationImported {
-            entry.createdAt = legacy.createdDate ?? at
-            entry.readAt = legacy.read ? entry.createdAt : nil
-        }
-        entries[id] = entry
-        byPerson[person, default: []].append(id)
-        created.append(id)
-        return id
+    /// An entry carried over from the previous system: in the bell with its own id, words and
+    /// read state, never sent. Made unless it exists (an import sent twice).
+    mutating func importLegacy(_ legacy: LegacyNotificationImported, _ event: ProjectedEvent) {
+        let createdAt = legacy.createdDate ?? event.record.recordedAt
+        addEntry(
+            Entry(
+                id: legacy.notificationId, personId: legacy.personId, category: legacy.category.rawValue, event: legacy.event,
+                idsJSON: OutboxNotification.json(legacy.ids), createdAt: createdAt, readAt: legacy.read ? createdAt : nil,
+                sourcePosition: event.record.position, existed: false))
     }
 
-    /// A legacy entry keeps its own id; every other is derived from its event and person.
-    static func entryId(for notification: PlannedNotification, event: ProjectedEvent, person: String) -> String {
-        if let legacy = event.payload as? LegacyNotificationImported { return legacy.notificationId }
-        return BellProjection.notificationId(position: event.record.position, recipient: person)
+    /// Adds `entry` unless an entry with its id is there.
+    private mutating func addEntry(_ entry: Entry) {
+        if entries[entry.id] != nil { return }
+        entries[entry.id] = entry
+        byPerson[entry.personId, default: []].append(entry.id)
+        created.append(entry.id)
     }
 
     /// Marks the person's entry read, if it is theirs, there and unread.
@@ -241,31 +245,51 @@ extension BellFold {
     typealias Rules = FoldRules<Keys, BellFold>
 
     static let rules: Rules = {
+        // A block between two people closes their conversations (`conversation_closed_by_block`),
+        // which is the fact a message's notification reads.
         var rules = Rules(ignoring: [
             ConversationRead.self, ConversationArchived.self, ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self,
-            SavedSearchChanged.self, AccountBlocked.self, NotificationPreferenceChanged.self,
-            ShopMemberAdded.self, ShopMemberRemoved.self, PersonBlocked.self, PersonUnblocked.self,
+            PersonBlocked.self, PersonUnblocked.self,
         ])
         addConversationAndWatchRules(to: &rules)
         addSavedSearchRules(to: &rules)
+        addAudienceRules(to: &rules)
         addBellOperationRules(to: &rules)
         return rules
     }()
 
     /// Orders, security events, conversations and watches: notifications, and the facts they need.
     private static func addConversationAndWatchRules(to rules: inout Rules) {
-        // Notifications that need nothing but the event.
-        func notifies<E: CatalogueEvent>(_ type: E.Type) { rules.on(type) { fold, _, event in fold.notify(event) } }
-        for type: any CatalogueEvent.Type in [
-            OrderPaid.self, OrderShipped.self, OrderDelivered.self, OrderCancelled.self, OrderRefunded.self,
-            SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self,
-        ] {
-            notifies(type)
+        // Notifications about the person an event names.
+        func notifies<E: CatalogueEvent>(_ type: E.Type, person: @escaping @Sendable (E) -> String) {
+            rules.on(type, load: { keys, e, _ in keys.people.insert(person(e)) }) { fold, _, event in fold.notify(event) }
         }
+        notifies(SignedIn.self) { $0.personId }
+        notifies(PasswordChanged.self) { $0.personId }
+        notifies(SecondFactorEnabled.self) { $0.personId }
+        notifies(SecondFactorDisabled.self) { $0.personId }
+        notifies(EmailChanged.self) { $0.personId }
+        notifies(OrderShipped.self) { $0.buyerId }
+        notifies(OrderDelivered.self) { $0.buyerId }
+        notifies(OrderCancelled.self) { $0.buyerId }
+        notifies(OrderRefunded.self) { $0.buyerId }
+        // A paid order is the buyer's, and the shop's news.
+        rules.on(
+            OrderPaid.self,
+            load: { keys, e, _ in
+                keys.people.insert(e.buyerId)
+                keys.shops.insert(e.shopId)
+            }
+        ) { fold, _, event in fold.notify(event) }
         // Conversations: the buyer and shop of a message's thread, and whether it was closed before it.
-        rules.on(ConversationStarted.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) { fold, e, _ in
-            fold.facts.start(e)
-        }
+        rules.on(
+            ConversationStarted.self,
+            load: { keys, e, _ in
+                keys.conversations.insert(e.conversationId)
+                keys.people.insert(e.buyerId)
+                if let shop = e.shopId { keys.shops.insert(shop) }
+            }
+        ) { fold, e, _ in fold.facts.start(e) }
         rules.on(ConversationClosedByBlock.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) { fold, e, _ in
             fold.facts.close(e.conversationId)
         }
@@ -273,9 +297,13 @@ extension BellFold {
             fold.notify(event, NotificationPlanner.Facts(conversation: fold.facts.conversations[e.conversationId]))
         }
         // Watches: who has one as a favourite when its price drops or it is sold.
-        rules.on(FavouriteAdded.self, load: { keys, e, _ in keys.watches.insert(e.watchId) }) { fold, e, _ in
-            fold.facts.setFavourite(true, watch: e.watchId, person: e.personId)
-        }
+        rules.on(
+            FavouriteAdded.self,
+            load: { keys, e, _ in
+                keys.watches.insert(e.watchId)
+                keys.people.insert(e.personId)
+            }
+        ) { fold, e, _ in fold.facts.setFavourite(true, watch: e.watchId, person: e.personId) }
         rules.on(FavouriteRemoved.self, load: { keys, e, _ in keys.watches.insert(e.watchId) }) { fold, e, _ in
             fold.facts.setFavourite(false, watch: e.watchId, person: e.personId)
         }
@@ -287,23 +315,45 @@ extension BellFold {
         }
     }
 
-    /// A match notifies only while its search exists.
+    /// A match notifies only while its search exists, and reaches the person by its `interval` and `push`.
     private static func addSavedSearchRules(to rules: inout Rules) {
         rules.on(SavedSearchCreated.self, load: { keys, e, _ in keys.searches.insert(e.savedSearchId) }) { fold, e, _ in
-            fold.facts.createSearch(e.savedSearchId, of: e.personId)
+            fold.facts.createSearch(e)
+        }
+        rules.on(SavedSearchChanged.self, load: { keys, e, _ in keys.searches.insert(e.savedSearchId) }) { fold, e, _ in
+            fold.facts.changeSearch(e)
         }
         rules.on(SavedSearchDeleted.self, load: { keys, e, _ in keys.searches.insert(e.savedSearchId) }) { fold, e, _ in
             fold.facts.deleteSearch(e.savedSearchId)
         }
-        rules.on(SavedSearchMatched.self, load: { keys, e, _ in keys.searches.insert(e.savedSearchId) }) { fold, e, event in
-            fold.notify(event, NotificationPlanner.Facts(savedSearchExists: fold.facts.searchExists(e.savedSearchId, of: e.personId)))
+        rules.on(
+            SavedSearchMatched.self,
+            load: { keys, e, _ in
+                keys.searches.insert(e.savedSearchId)
+                keys.people.insert(e.personId)
+            }
+        ) { fold, e, event in
+            fold.notify(event, NotificationPlanner.Facts(savedSearchExists: fold.facts.audience.searchExists(e.savedSearchId, of: e.personId)))
         }
+    }
+
+    /// What a notification's delivery reads about its people: who works at which shop, their
+    /// switches, and the accounts Wristler blocked.
+    private static func addAudienceRules(to rules: inout Rules) {
+        rules.on(ShopMemberAdded.self, load: { keys, e, _ in keys.people.insert(e.personId) }) { fold, e, _ in
+            fold.facts.setMember(true, shop: e.shopId, person: e.personId)
+        }
+        rules.on(ShopMemberRemoved.self) { fold, e, _ in fold.facts.setMember(false, shop: e.shopId, person: e.personId) }
+        rules.on(NotificationPreferenceChanged.self, load: { keys, e, _ in keys.people.insert(e.personId) }) { fold, e, _ in
+            fold.facts.setSwitch(e)
+        }
+        rules.on(AccountBlocked.self) { fold, e, _ in fold.facts.block(e.personId) }
     }
 
     /// The bell's own operations, and imports that keep their ids.
     private static func addBellOperationRules(to rules: inout Rules) {
-        rules.on(LegacyNotificationImported.self, load: { keys, e, _ in keys.entries.insert(e.notificationId) }) { fold, _, event in
-            fold.notify(event)
+        rules.on(LegacyNotificationImported.self, load: { keys, e, _ in keys.entries.insert(e.notificationId) }) { fold, e, event in
+            fold.importLegacy(e, event)
         }
         rules.on(NotificationRead.self, load: { keys, e, _ in keys.entries.insert(e.notificationId) }) { fold, e, event in
             fold.read(e.notificationId, of: e.personId, at: event.record.recordedAt)

@@ -2,17 +2,20 @@ import Crypto
 import EventLog
 import Foundation
 import InboxDomain
+import NotificationOutbox
 import PostgresClient
 
 /// The bell: per person, the notifications about the person themselves, newest first, with their
-/// read state, and a maintained unread count. Live (and inline), it also enqueues every
-/// notification that is sent (the person's, and a shop's news) in `notification_outbox`; a replay
-/// never does.
+/// read state, and a maintained unread count. Live (and inline), it also decides how every
+/// notification that is sent (the person's, and a shop's news) reaches each person it is for, and
+/// enqueues it in `notification_outbox` (`NotificationOutbox`); a replay never does.
 ///
 /// Which event makes which entry for whom is `NotificationPlanner` (docs/events.md). The facts an
 /// event does not carry (a conversation's buyer, who saved a watch, whether a saved search still
-/// exists) are kept in tables of this projection's own, so that it never reads another
-/// projection's tables, which may stand at another checkpoint.
+/// exists) and the facts a decision reads (who works at a shop, people's switches and saved
+/// searches, blocked accounts) are kept in tables of this projection's own, so that it never
+/// reads another projection's tables, which may stand at another checkpoint: every notification is
+/// decided with the facts as they stood at its event's place in the log (docs/fanout.md).
 ///
 /// An entry's id is derived from the position of the event that made it and the person, so a
 /// replay makes the same ids. "All read" and "all deleted" cover the entries made by events
@@ -20,8 +23,11 @@ import PostgresClient
 /// into batches, and when an inline apply ran ahead.
 public struct BellProjection: StagedProjection {
     public let name = "bell"
-    public let version = 2
-    public let tableNames = ["bell_entries", "bell_counters", "bell_conversations", "bell_favourites", "bell_saved_searches"]
+    public let version = 3
+    public let tableNames = [
+        "bell_entries", "bell_counters", "bell_conversations", "bell_favourites", "bell_saved_searches", "bell_shop_members", "bell_switches",
+        "bell_blocked_accounts",
+    ]
     public var eventTypes: Set<String> { BellFold.rules.handledTypes }
     public var ignoredEventTypes: Set<String> { BellFold.rules.ignoredTypes }
 
@@ -61,7 +67,24 @@ public struct BellProjection: StagedProjection {
             CREATE TABLE \(context.table("bell_saved_searches")) (
                 saved_search_id text    PRIMARY KEY,
                 person_id       text    NOT NULL,
-                deleted         boolean NOT NULL DEFAULT false
+                deleted         boolean NOT NULL DEFAULT false,
+                interval        text    NOT NULL,
+                push            boolean NOT NULL
+            );
+            CREATE TABLE \(context.table("bell_shop_members")) (
+                shop_id   text NOT NULL,
+                person_id text NOT NULL,
+                PRIMARY KEY (shop_id, person_id)
+            );
+            CREATE TABLE \(context.table("bell_switches")) (
+                person_id text    NOT NULL,
+                category  text    NOT NULL,
+                channel   text    NOT NULL,
+                enabled   boolean NOT NULL,
+                PRIMARY KEY (person_id, category, channel)
+            );
+            CREATE TABLE \(context.table("bell_blocked_accounts")) (
+                person_id text PRIMARY KEY
             );
             """)
     }
@@ -80,13 +103,13 @@ public struct BellProjection: StagedProjection {
 
     public func loads(for events: [ProjectedEvent], in context: ProjectionContext) -> [PostgresStatement] {
         let keys = BellFold.keys(of: events)
-        return factLoads(keys, context: context) + entryLoads(keys, context: context)
+        return factLoads(keys, sending: context.sendsNotifications, context: context) + entryLoads(keys, context: context)
     }
 
     public func writes(for events: [ProjectedEvent], loaded: [PostgresRows], in context: ProjectionContext) throws -> [PostgresStatement] {
         let keys = BellFold.keys(of: events)
         var loaded = loaded[...]
-        let facts = try facts(keys, from: &loaded)
+        let facts = try facts(keys, sending: context.sendsNotifications, from: &loaded)
         let entries = try entries(keys, from: &loaded)
         let fold = try BellFold.fold(events, facts: facts, entries: entries, sendsNotifications: context.sendsNotifications)
         let writes = fold.writes
@@ -95,8 +118,8 @@ public struct BellProjection: StagedProjection {
         // commits: everybody whose counters the batch moves, which is everybody who got, read or
         // lost an entry.
         let announcements = context.mode == .replay ? [] : Announcement.statements(people, channel: BellChanges.channel)
-        return factWrites(fold.facts, context: context) + entryWrites(writes, people: people, context: context) + outboxWrites(fold.outbox, context: context)
-            + announcements
+        return factWrites(fold.facts, context: context) + entryWrites(writes, people: people, context: context)
+            + [NotificationOutbox.insert(fold.outbox)].compactMap { $0 } + announcements
     }
 
     private static let entryColumns = "notification_id, person_id, category, event, created_at, read_at, source_position"
@@ -211,33 +234,6 @@ public struct BellProjection: StagedProjection {
                 inserts.map { PostgresRawJSON($0.idsJSON) }, inserts.map(\.createdAt), inserts.map(\.readAt), inserts.map(\.sourcePosition),
                 people, unread, total))
         return statements
-    }
-
-    private func outboxWrites(_ rows: [BellFold.OutboxRow], context: ProjectionContext) -> [PostgresStatement] {
-        if rows.isEmpty { return [] }
-        return [
-            PostgresStatement(
-                """
-                INSERT INTO notification_outbox
-                    (notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
-                SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[], $8::timestamptz[])
-                ON CONFLICT DO NOTHING
-                """, rows.map(\.notificationId), rows.map(\.audience), rows.map(\.recipientId), rows.map(\.category), rows.map(\.event),
-                rows.map { PostgresRawJSON($0.idsJSON) }, rows.map(\.sourcePosition), rows.map(\.createdAt))
-        ]
-    }
-
-    /// The ids as a JSON object with sorted keys, so the same ids are always the same text.
-    static func json(_ ids: [String: String]) -> String {
-        var text = JSONText(capacity: 96)
-        var first = true
-        text.raw(UInt8(ascii: "{"))
-        for key in ids.keys.sorted() {
-            text.key(key, first: &first)
-            text.string(ids[key]!)
-        }
-        text.raw(UInt8(ascii: "}"))
-        return text.string
     }
 }
 

@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import Dispatch
 import InboxDomain
+import NotificationOutbox
 import PostgresClient
 
 /// A projection's tables built by a replay in memory and written once, with COPY, at the end,
@@ -64,14 +65,7 @@ enum ReplayCopy {
         _ rows: Rows, into sql: String, on connection: PostgresConnection, rowsPerStatement: Int = rowsPerStatement,
         row: (Rows.Element) -> [String?]
     ) throws {
-        var rest = rows[...]
-        while !rest.isEmpty {
-            let chunk = rest.prefix(max(1, rowsPerStatement))
-            rest = rest.dropFirst(chunk.count)
-            try connection.copyIn(sql) { writer in
-                for element in chunk { try writer.write(row: row(element)) }
-            }
-        }
+        try connection.copyIn(rows, into: sql, rowsPerStatement: rowsPerStatement, row: row)
     }
 }
 
@@ -134,7 +128,7 @@ struct BellReplayFold: ReplayFold {
     /// Everybody who ever had an entry has a counter row, even at 0 (`BellFold.Writes.counters`).
     private var counted: Set<String> = []
     /// What a live catch-up sends (a replay sends nothing).
-    private var outbox: [BellFold.OutboxRow] = []
+    private var outbox: [OutboxNotification] = []
 
     init(mode: ProjectionMode) { rows = BellFold(facts: BellFold.Facts(), entries: [:], sendsNotifications: mode != .replay) }
 
@@ -155,8 +149,8 @@ struct BellReplayFold: ReplayFold {
     }
 
     /// A person's entries are in the person's slice; a conversation's facts in its first buyer's
-    /// (whose bell its messages ring); a saved search's in its first creator's; who saved a watch
-    /// in the person's. A watch's price or sale rings the bells of the people who saved it, in
+    /// (whose bell its messages ring); a saved search's in its first creator's; who saved a watch,
+    /// who works at a shop, a person's switches and whether Wristler blocked them in the person's. A watch's price or sale rings the bells of the people who saved it, in
     /// every slice.
     static func route(_ event: ProjectedEvent, _ router: ReplaySliceRouter) -> ReplaySliceRoute? {
         switch event.payload {
@@ -167,7 +161,12 @@ struct BellReplayFold: ReplayFold {
         case let e as FavouriteRemoved: .slice(router.person(e.personId))
         case is WatchPriceChanged, is WatchStatusChanged: .everywhere
         case let e as SavedSearchCreated: .slice(router.search(e.savedSearchId))
+        case let e as SavedSearchChanged: .slice(router.search(e.savedSearchId))
         case let e as SavedSearchDeleted: .slice(router.search(e.savedSearchId))
+        case let e as ShopMemberAdded: .slice(router.person(e.personId))
+        case let e as ShopMemberRemoved: .slice(router.person(e.personId))
+        case let e as NotificationPreferenceChanged: .slice(router.person(e.personId))
+        case let e as AccountBlocked: .slice(router.person(e.personId))
         case let e as SavedSearchMatched: .slice(router.person(e.personId))
         case let e as any OrderEvent: .slice(router.person(e.buyerId))
         case let e as SignedIn: .slice(router.person(e.personId))
@@ -216,8 +215,25 @@ struct BellReplayFold: ReplayFold {
             into: "COPY \(context.table("bell_favourites")) (watch_id, person_id) FROM STDIN", on: connection
         ) { watch, person in [watch, person] }
         try ReplayCopy.copy(
-            facts.searches, into: "COPY \(context.table("bell_saved_searches")) (saved_search_id, person_id, deleted) FROM STDIN", on: connection
-        ) { id, search in [id, search.personId, search.deleted.postgresText] }
+            facts.audience.searches,
+            into: "COPY \(context.table("bell_saved_searches")) (saved_search_id, person_id, deleted, interval, push) FROM STDIN", on: connection
+        ) { id, search in [id, search.personId, search.deleted.postgresText, search.settings.interval.rawValue, search.settings.push.postgresText] }
+        let members: [(shop: String, person: String)] = facts.audience.members.flatMap { shop, people in people.map { (shop, $0) } }
+        try ReplayCopy.copy(members, into: "COPY \(context.table("bell_shop_members")) (shop_id, person_id) FROM STDIN", on: connection) {
+            [$0.shop, $0.person]
+        }
+        var switches: [[String?]] = []
+        for (person, categories) in facts.audience.switches {
+            for (category, channels) in categories {
+                for (channel, enabled) in channels { switches.append([person, category.rawValue, channel.rawValue, enabled.postgresText]) }
+            }
+        }
+        try ReplayCopy.copy(switches, into: "COPY \(context.table("bell_switches")) (person_id, category, channel, enabled) FROM STDIN", on: connection) {
+            $0
+        }
+        try ReplayCopy.copy(facts.audience.blocked, into: "COPY \(context.table("bell_blocked_accounts")) (person_id) FROM STDIN", on: connection) {
+            [$0]
+        }
         // Live, the outbox is `sideWrite`'s.
         guard context.mode != .replay else { return }
         try BellChanges.announceEverybody(on: connection)
@@ -226,52 +242,8 @@ struct BellReplayFold: ReplayFold {
     func sideWrite() -> ReplaySettledWrite? {
         guard rows.sendsNotifications, !outbox.isEmpty else { return nil }
         let outbox = self.outbox
-        return { context in try Self.enqueue(outbox, on: context.connection) }
-    }
-
-    /// The live path's enqueue (`BellProjection`), through COPY, in the log's order (the order the
-    /// live path would have enqueued them, the fan-out's queue order). A row already in the outbox
-    /// (its notification sent before the tables were emptied, or by an earlier try of this
-    /// catch-up) is left as it is.
-    ///
-    /// The outbox's key leads with the event's position (sql/018), so whether any of these
-    /// notifications can be there already is one look at the key over the rows' positions. None
-    /// (the usual case: a first catch-up, or one after the outbox was emptied): the rows are copied
-    /// straight in. Some: through a temporary table and `INSERT ... ON CONFLICT DO NOTHING`, which
-    /// costs a second copy of every row and a sort that spills to disk (docs/benchmarks.md,
-    /// "Issue 14, sixth session"). Should another writer enqueue one of them between the look and
-    /// the COPY, the COPY fails on the key, the rows' transaction with it, and the catch-up goes
-    /// batch by batch, where each insert leaves what is there.
-    private static func enqueue(_ rows: [BellFold.OutboxRow], on connection: PostgresConnection) throws {
-        let positions = rows.map(\.sourcePosition)
-        guard let lowest = positions.min(), let highest = positions.max() else { return }
-        let columns = "notification_id, audience, recipient_id, category, event, ids, source_position, created_at"
-        func fields(_ row: BellFold.OutboxRow) -> [String?] {
-            [row.notificationId, row.audience, row.recipientId, row.category, row.event, row.idsJSON, String(row.sourcePosition), row.createdAt.postgresText]
-        }
-        let anyThere = try connection.query(
-            "SELECT EXISTS (SELECT 1 FROM notification_outbox WHERE source_position BETWEEN $1 AND $2)", lowest, highest
-        ).scalar(Bool.self)
-        guard anyThere else {
-            try ReplayCopy.copy(rows, into: "COPY notification_outbox (\(columns)) FROM STDIN", on: connection, row: fields)
-            return
-        }
-        try connection.execute(
-            """
-            CREATE TEMPORARY TABLE bell_outbox_catch_up (
-                ordinal bigint, notification_id text, audience text, recipient_id text, category text, event text, ids jsonb,
-                source_position bigint, created_at timestamptz
-            ) ON COMMIT DROP
-            """)
-        try connection.copyIn("COPY bell_outbox_catch_up (ordinal, \(columns)) FROM STDIN") { writer in
-            for (ordinal, row) in rows.enumerated() { try writer.write(row: [String(ordinal)] + fields(row)) }
-        }
-        try connection.execute(
-            """
-            INSERT INTO notification_outbox (\(columns))
-            SELECT \(columns) FROM bell_outbox_catch_up ORDER BY ordinal
-            ON CONFLICT DO NOTHING
-            """)
+        // The live path's enqueue (`BellProjection`), in the log's order: the fan-out's queue order.
+        return { context in try NotificationOutbox.copy(outbox, on: context.connection) }
     }
 }
 

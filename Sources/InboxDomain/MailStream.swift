@@ -1,5 +1,3 @@
-import InboxDomain
-
 /// Which of a person's mails a queued notification waits for (`mail_people.stream`,
 /// sql/015_mail_streams.sql). Each stream has its own queue, timing, claim and Message-ID, so a
 /// daily saved-search mail never holds back the hourly notifications, nor the other way round.
@@ -41,23 +39,23 @@ public enum MailStream: Sendable, Hashable, CustomStringConvertible {
 
     public var description: String { key }
 
-    /// Where a notification of the outbox goes for mail, if anywhere: a person's own
-    /// notifications are gathered (saved searches go per search), a shop's go to the people who
-    /// work there as its digest (messages and offers) or as the sold mail (a paid order).
-    public static func of(audience: String, category: NotificationCategory, event: String, savedSearchId: String?, sellerId: String?) -> MailStream? {
-        switch (audience, category) {
-        case ("person", .savedSearches):
-            return savedSearchId.map { .search(savedSearchId: $0) }
-        case ("person", .shop):
-            return nil
-        case ("person", _):
-            return .notifications
-        case ("shop", .shop):
-            if event == "order_paid" { return .sold }
-            if event == "message_received" || event == "offer_made" { return sellerId.map { .shopDigest(shopId: $0) } }
-            return nil
-        default:
-            return nil
+    /// Which mail a notification of `kind` goes to, if any: a person's own notifications are
+    /// gathered (saved searches go per search), a shop's go to the people who work there as its
+    /// digest (messages and offers) or as the sold mail (a paid order). The shop's reminder and the
+    /// retired kinds are never mailed.
+    public static func of(_ kind: NotificationKind, ids: [String: String]) -> MailStream? {
+        switch kind {
+        case .savedSearchMatched:
+            ids["savedSearchId"].map { .search(savedSearchId: $0) }
+        case .shopMessageReceived, .shopOfferMade:
+            ids["sellerId"].map { .shopDigest(shopId: $0) }
+        case .shopOrderPaid:
+            .sold
+        case .shopUnanswered, .offerAccepted, .offerReceived, .offerRefused:
+            nil
+        case .messageReceived, .offerMade, .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded, .priceDropped,
+            .watchSold, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged:
+            .notifications
         }
     }
 
