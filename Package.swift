@@ -109,8 +109,8 @@ let package = Package(
         // provider tokens.
         .target(name: "PushProtocol", dependencies: ["InboxDomain", "JSONParsing", "Encodings", "Crypto"], swiftSettings: swiftSettings),
 
-        // The push fan-out: deciding the outbox into deliveries, sending them through APNs and FCM
-        // (or a logging transport), recording every answer.
+        // The push fan-out: the outbox's notifications to the people's devices, sent through APNs and
+        // FCM (or a logging transport), every answer recorded as it arrives.
         .target(
             name: "Fanout",
             dependencies: ["PushProtocol", "HTTP2Client", "PostgresClient", "Lifecycle", "InboxDomain", "Encodings", "Threads", "NotificationOutbox", "Devices"],
@@ -126,9 +126,9 @@ let package = Package(
         .target(
             name: "Mail", dependencies: ["CCurl", "CShims", "COpenSSL", "Crypto", "Encodings", "Threads", "PostgresClient", "InboxDomain"], swiftSettings: swiftSettings),
 
-        // The mail outbox (sql/014): decides the person notifications whose category's e-mail is on into
-        // per-person queues, gathers each queue into one mail per INBOX_MAIL_GATHER_SECONDS in the
-        // contact's language, and sends it through Mail's transport (MailService, any number of nodes).
+        // The mail outbox (sql/014): queues the notifications decided to be mailed per person and
+        // stream, gathers each queue into one mail per INBOX_MAIL_GATHER_SECONDS in the contact's
+        // language, and sends it through Mail's transport (MailService, any number of nodes).
         .target(
             name: "Mailer",
             dependencies: ["Mail", "PostgresClient", "InboxDomain", "Lifecycle", "Encodings", "NotificationOutbox", "Projections", "Crypto"],
