@@ -257,7 +257,10 @@ let package = Package(
             name: "PushProtocolTests", dependencies: ["PushProtocol", "InboxDomain", "Crypto", "EventLog"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ProjectionTests",
-            dependencies: ["Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient", "Lifecycle", "JSONParsing"],
+            dependencies: [
+                "Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient", "Lifecycle", "JSONParsing",
+                "NotificationOutbox",
+            ],
             swiftSettings: swiftSettings),
         // The projections' folds, pure: no database, no InboxTesting. EventLog only for `RecordedEvent`.
         .testTarget(

@@ -158,15 +158,14 @@ struct MailBenchmark: Benchmark {
             _ = try connection.execute(
                 """
                 TRUNCATE notification_outbox, notification_outbox_pending, mail_pending, mail_queue, mail_people, mail_counters CASCADE;
-                INSERT INTO notification_outbox (notification_id, audience, recipient_id, category, event, ids, source_position, created_at,
-                    mail_stream)
+                INSERT INTO notification_outbox (notification_id, audience, recipient_id, category, event, ids, source_position, created_at)
                 SELECT 'mail-\(tag)-' || g || '-' || k, 'person', 'p' || g,
                     (ARRAY['messages', 'saved_watches', 'orders'])[(g + k) % 3 + 1],
                     (ARRAY['message_received', 'price_dropped', 'order_paid'])[(g + k) % 3 + 1],
                     CASE (g + k) % 3 WHEN 0 THEN jsonb_build_object('conversationId', 'c' || g, 'messageId', 'm' || g || '-' || k)
                         WHEN 1 THEN jsonb_build_object('watchId', 'w' || (g * 7 + k) % 997)
                         ELSE jsonb_build_object('orderId', 'o' || g || '-' || k, 'watchId', 'w' || g % 997) END,
-                    g * 5 + k, now() - (5 - k) * interval '3 minutes', 'notifications'
+                    g * 5 + k, now() - (5 - k) * interval '3 minutes'
                 FROM generate_series(0, \(people - 1)) AS g, generate_series(0, 4) AS k
                 WHERE k <= g % 5
                 ORDER BY g, k;

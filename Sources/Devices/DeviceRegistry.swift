@@ -131,17 +131,17 @@ public struct DeviceRegistry: Sendable {
             self.createdAt = createdAt
         }
 
+        /// A row of `pushColumns`, read by position: the fan-out reads one per push.
         init?(row: PostgresRow) throws {
-            guard let platform = DevicePlatform(rawValue: try row.decode(String.self, "platform")) else { return nil }
+            guard let platform = DevicePlatform(rawValue: try row.decode(String.self, at: 2)) else { return nil }
             self.init(
-                id: try row.decode(UUID.self, "id"), personId: try row.decode(String.self, "person_id"), platform: platform,
-                token: try row.decode(String.self, "push_token"), appId: try row.decode(String?.self, "app_id"),
-                locale: try row.decode(String?.self, "locale"),
-                apnsEnvironment: try row.decode(String?.self, "apns_environment").flatMap(APNsEnvironment.init(rawValue:)),
-                createdAt: try row.decode(Date.self, "created_at"))
+                id: try row.decode(UUID.self, at: 0), personId: try row.decode(String.self, at: 1), platform: platform,
+                token: try row.decode(String.self, at: 3), appId: try row.decode(String?.self, at: 4), locale: try row.decode(String?.self, at: 5),
+                apnsEnvironment: try row.decode(String?.self, at: 6).flatMap(APNsEnvironment.init(rawValue:)), createdAt: try row.decode(Date.self, at: 7))
         }
     }
 
+    /// The columns `PushRegistration(row:)` reads, in its order.
     static let pushColumns = "id, person_id, platform, push_token, app_id, locale, apns_environment, created_at"
 
     /// Every registration of `people`, per person, oldest first.
@@ -170,6 +170,17 @@ public struct DeviceRegistry: Sendable {
                 AND (d.id, d.person_id) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))
             """, ids.map(\.id), ids.map(\.personId))
         {
+            guard let registration = try PushRegistration(row: row) else { continue }
+            registrations[registration.id] = registration
+        }
+        return registrations
+    }
+
+    /// The registrations `ids` that still exist, by id, whoever's they are now.
+    public static func pushRegistrations(ids: [UUID], on connection: PostgresConnection) throws -> [UUID: PushRegistration] {
+        if ids.isEmpty { return [:] }
+        var registrations: [UUID: PushRegistration] = [:]
+        for row in try connection.query("SELECT \(pushColumns) FROM devices WHERE id = ANY($1::uuid[])", ids) {
             guard let registration = try PushRegistration(row: row) else { continue }
             registrations[registration.id] = registration
         }

@@ -71,7 +71,7 @@ public struct FanoutDecision: Sendable {
     }
 
     public var deliveries: [Delivery] = []
-    /// Pushes decided per outbox entry (0 when nobody gets one).
+    /// Pushes decided per outbox entry (0 when nobody gets one), over all its recipients.
     public var pushes: [Int64: Int] = [:]
     /// Why a person or device got no push, counted.
     public var skipped: [PushSkip: Int] = [:]
@@ -89,7 +89,7 @@ public struct FanoutDecision: Sendable {
     ) -> FanoutDecision {
         var decision = FanoutDecision()
         for entry in entries {
-            decision.pushes[entry.id] = 0
+            if decision.pushes[entry.id] == nil { decision.pushes[entry.id] = 0 }
             if let reason = entry.delivery.pushSkipped {
                 decision.skipped[.decided(reason), default: 0] += 1
                 continue

@@ -94,6 +94,11 @@ public struct FanoutSender: Service {
 
 /// One worker's turn: decide a batch, claim a batch, send it, record the answers as they arrive.
 struct FanoutWork: LoopWork {
+    /// Answers recorded together without waiting for more.
+    static let gathered = 512
+    /// How long fewer answers wait for others before they are recorded.
+    static let gathering: Duration = .milliseconds(10)
+
     struct State: Sendable {
         var recordedTokens: [String: Date] = [:]
     }
@@ -158,8 +163,9 @@ struct FanoutWork: LoopWork {
         let prepared = prepare(claimed)
         var ready = prepared.ready
         let outgoing = prepared.outgoing, slots = prepared.slots
-        var unanswered: [FanoutStore.Batch: Int] = [:]
-        for push in claimed { if let batch = push.batch { unanswered[batch, default: 0] += 1 } }
+        // Answers still to come per batch (by id: a send holds one or two batches).
+        var unanswered: [Int64: Int] = [:]
+        for push in claimed { if let batch = push.batch { unanswered[batch.id, default: 0] += 1 } }
         let inbox = AnswerInbox()
         let transport = transport
         let sending = Task {
@@ -168,7 +174,10 @@ struct FanoutWork: LoopWork {
         }
         var lost: [FanoutStore.Batch] = []
         while true {
-            let answers = await inbox.next()
+            // A moment for the answers of the same wave to join (up to `gathered` of them, or the
+            // send's end), so that recording costs a statement per wave rather than per answer; a
+            // crash can send again this moment's answers besides what was in flight.
+            let answers = await inbox.next(gathering: Self.gathering, upTo: Self.gathered)
             let answeredAt = now()
             for (slot, result) in answers ?? [] {
                 let push = claimed[slots[slot]]
@@ -177,8 +186,8 @@ struct FanoutWork: LoopWork {
             var finishing: [FanoutStore.Batch] = []
             for (push, _) in ready {
                 guard let batch = push.batch else { continue }
-                unanswered[batch, default: 0] -= 1
-                if unanswered[batch] == 0 { finishing.append(batch) }
+                unanswered[batch.id, default: 0] -= 1
+                if unanswered[batch.id] == 0 { finishing.append(batch) }
             }
             if !ready.isEmpty || !finishing.isEmpty {
                 let resolutions = ready, finished = finishing
@@ -268,42 +277,76 @@ final class AnswerInbox: Sendable {
     private struct State {
         var answers: [(Int, PushResult)] = []
         var finished = false
-        var waiter: CheckedContinuation<Void, Never>?
+        /// The time to gather of the `gathering`-th call of `next` ran out.
+        var poked = false
+        var gathering = 0
+        /// The worker waiting, and how many answers it waits for.
+        var waiter: (continuation: CheckedContinuation<Void, Never>, answers: Int)?
+
+        /// Takes the waiter if what it waits for is there.
+        mutating func wakeable() -> CheckedContinuation<Void, Never>? {
+            guard let waiter, finished || poked || answers.count >= waiter.answers else { return nil }
+            self.waiter = nil
+            return waiter.continuation
+        }
     }
 
     private let state = Locked(State())
 
     func add(_ slot: Int, _ result: PushResult) {
-        let waiter = state.withLock { state in
+        state.withLock { state in
             state.answers.append((slot, result))
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
+            return state.wakeable()
+        }?.resume()
     }
 
     /// Every answer has been added.
     func finish() {
-        let waiter = state.withLock { state in
+        state.withLock { state in
             state.finished = true
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
+            return state.wakeable()
+        }?.resume()
     }
 
-    /// The answers added since the last call, once there is at least one; nil once every answer
-    /// was taken and the send finished.
-    func next() async -> [(Int, PushResult)]? {
+    private func poke(_ gathering: Int) {
+        state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard state.gathering == gathering else { return nil }
+            state.poked = true
+            return state.wakeable()
+        }?.resume()
+    }
+
+    /// Waits until `answers` answers are there, the send finished, or the time to gather ran out.
+    private func wait(for answers: Int) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLock { state in
-                if !state.answers.isEmpty || state.finished { return true }
-                state.waiter = continuation
-                return false
+            state.withLock { state in
+                state.waiter = (continuation, answers)
+                return state.wakeable()
+            }?.resume()
+        }
+    }
+
+    /// The answers added since the last call, once there is one and then for up to `window` more
+    /// while fewer than `limit` are there and the send goes on; nil once every answer was taken
+    /// and the send finished.
+    func next(gathering window: Duration, upTo limit: Int) async -> [(Int, PushResult)]? {
+        await wait(for: 1)
+        let gathering: Int? = state.withLock { state in
+            if state.finished || state.answers.count >= limit { return nil }
+            state.gathering += 1
+            state.poked = false
+            return state.gathering
+        }
+        if let gathering {
+            let timer = Task {
+                guard (try? await Task.sleep(for: window)) != nil else { return }
+                self.poke(gathering)
             }
-            if ready { continuation.resume() }
+            await wait(for: limit)
+            timer.cancel()
         }
         return state.withLock { state in
+            state.poked = false
             if state.answers.isEmpty { return state.finished ? nil : [] }
             defer { state.answers = [] }
             return state.answers

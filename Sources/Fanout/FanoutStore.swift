@@ -1,4 +1,3 @@
-import Crypto
 import Devices
 import Encodings
 import Foundation
@@ -46,6 +45,9 @@ public struct FanoutStore: Sendable {
     public struct Batch: Sendable, Hashable {
         public var id: Int64
         public var claim: UUID
+        /// How many pushes it lists (the length of its `answered` bits); 0 for a batch of an older
+        /// release, which lists none.
+        public var size: Int = 0
     }
 
     /// What `decide` (or `takeOver`) did.
@@ -78,12 +80,16 @@ public struct FanoutStore: Sendable {
             if !claimed.isEmpty {
                 let id = try connection.query(
                     """
-                    INSERT INTO push_batches (outbox_ids, claim, node, claimed_until, deadline)
-                    VALUES ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond', $5) RETURNING id
-                    """, Array(Set(claimed.map(\.outboxId))).sorted(), claim, settings.node, settings.claimFor.wholeMilliseconds, deadline
+                    INSERT INTO push_batches (outbox_ids, claim, node, claimed_until, deadline, push_outbox_ids, push_devices, answered)
+                    VALUES ('{}', $1, $2, clock_timestamp() + $3 * interval '1 millisecond', $4, $5, $6, repeat('0', $7::integer)::varbit) RETURNING id
+                    """, claim, settings.node, settings.claimFor.wholeMilliseconds, deadline, claimed.map(\.outboxId), claimed.map(\.deviceId),
+                    Int64(claimed.count)
                 ).scalar(Int64.self)
-                batch = Batch(id: id, claim: claim)
-                for index in claimed.indices { claimed[index].batch = batch }
+                batch = Batch(id: id, claim: claim, size: claimed.count)
+                for index in claimed.indices {
+                    claimed[index].batch = batch
+                    claimed[index].slot = index
+                }
             }
             try Self.count(Self.counts(decision, unreadable: taken.unreadable), on: connection)
             return Decided(entries: taken.count, claimed: claimed, otherApps: decision.otherApps, batch: batch)
@@ -91,39 +97,83 @@ public struct FanoutStore: Sendable {
     }
 
     /// Takes over one batch whose holder's claim ran out (it died, or lost its database): its
-    /// pushes whose answers the holder had not recorded are decided again (a device deleted
-    /// meanwhile gets nothing) and marked `reclaimed`, since each may be on the phone already.
-    /// Nothing when no batch is abandoned.
+    /// pushes whose answers the holder had not recorded are sent again, each to its registration
+    /// as it is now (one deleted meanwhile gets nothing), and marked `reclaimed`, since each may be
+    /// on the phone already; what the holder had counted is added to the counters. Nothing when no
+    /// batch is abandoned.
     public func takeOver(now: Date, on connection: PostgresConnection) throws -> Decided {
         try connection.transaction { connection in
             let claim = UUID()
             let rows = try connection.query(
                 """
+                WITH abandoned AS (
+                    SELECT id, counted_names, counted FROM push_batches WHERE claimed_until < clock_timestamp()
+                    ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
                 UPDATE push_batches b SET claim = $1, node = $2, claimed_until = clock_timestamp() + $3 * interval '1 millisecond',
-                    taken_over = b.taken_over + 1
-                WHERE b.id = (SELECT id FROM push_batches WHERE claimed_until < clock_timestamp() ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-                RETURNING b.id, b.outbox_ids, b.deadline, b.answered_outbox_ids, b.answered_devices
+                    taken_over = b.taken_over + 1, counted_names = '{}', counted = '{}'
+                FROM abandoned WHERE b.id = abandoned.id
+                RETURNING b.id, b.outbox_ids, b.deadline, b.push_outbox_ids, b.push_devices, b.answered::text AS answered,
+                    abandoned.counted_names, abandoned.counted
                 """, claim, settings.node, settings.claimFor.wholeMilliseconds)
             guard let row = rows.first else { return .nothing }
-            let id = try row.decode(Int64.self, at: 0)
-            let taken = try NotificationOutbox.entries(try row.decode([Int64].self, at: 1), on: connection)
-            let answered = Set(zip(try row.decode([Int64].self, at: 3), try row.decode([UUID].self, at: 4)).map(PushKey.init))
-            var (claimed, decision) = try plan(
-                taken.entries, now: now, deadline: try row.decode(Date.self, at: 2), reclaimed: true, skipping: answered, on: connection)
+            let id = try row.decode(Int64.self, "id")
+            let deadline = try row.decode(Date.self, "deadline")
+            try Self.count(Self.sum(try row.decode([String].self, "counted_names"), try row.decode([Int64].self, "counted")), on: connection)
+            let pushOutboxIds = try row.decode([Int64].self, "push_outbox_ids")
+            var claimed: [Claimed]
+            var decided = Decided.nothing
+            if pushOutboxIds.isEmpty {
+                // A batch of an older release lists no pushes: its entries are decided again.
+                let taken = try NotificationOutbox.entries(try row.decode([Int64].self, "outbox_ids"), on: connection)
+                let (planned, decision) = try plan(taken.entries, now: now, deadline: deadline, reclaimed: true, on: connection)
+                claimed = planned
+                decided = Decided(entries: taken.count, claimed: [], otherApps: decision.otherApps, batch: nil)
+            } else {
+                let answered = Array(try row.decode(String.self, "answered").utf8)
+                let devices = try row.decode([UUID].self, "push_devices")
+                let unanswered = pushOutboxIds.indices.filter { $0 >= answered.count || answered[$0] != UInt8(ascii: "1") }
+                claimed = try resend(unanswered.map { ($0, pushOutboxIds[$0], devices[$0]) }, deadline: deadline, on: connection)
+                decided.entries = Set(unanswered.map { pushOutboxIds[$0] }).count
+            }
             if claimed.isEmpty {
                 try connection.query("DELETE FROM push_batches WHERE id = $1", id)
-                return Decided(entries: taken.count, claimed: [], otherApps: decision.otherApps, batch: nil)
+                return decided
             }
-            let batch = Batch(id: id, claim: claim)
-            for index in claimed.indices { claimed[index].batch = batch }
-            return Decided(entries: taken.count, claimed: claimed, otherApps: decision.otherApps, batch: batch)
+            let batch = Batch(id: id, claim: claim, size: pushOutboxIds.count)
+            for index in claimed.indices {
+                claimed[index].batch = batch
+                if pushOutboxIds.isEmpty { claimed[index].slot = nil }
+            }
+            decided.claimed = claimed
+            decided.batch = batch
+            return decided
         }
     }
 
-    /// A push of a batch: its notification and registration.
-    struct PushKey: Hashable {
-        var outboxId: Int64
-        var deviceId: UUID
+    /// The pushes of a taken-over batch still to send: (slot, outbox entry, registration), each
+    /// with its entry and its registration as it is now (nil: deleted, or now somebody else's who
+    /// is not a recipient of the entry).
+    private func resend(_ pushes: [(slot: Int, outboxId: Int64, deviceId: UUID)], deadline: Date, on connection: PostgresConnection) throws -> [Claimed] {
+        if pushes.isEmpty { return [] }
+        let entries = Dictionary(grouping: try NotificationOutbox.entries(Array(Set(pushes.map(\.outboxId))), on: connection).entries, by: \.id)
+        let registrations = try DeviceRegistry.pushRegistrations(ids: pushes.map(\.deviceId), on: connection)
+        let unread = try Self.unread(of: registrations.values.map(\.personId), on: connection)
+        return pushes.compactMap { push in
+            guard let recipients = entries[push.outboxId], let first = recipients.first else { return nil }
+            let registration = registrations[push.deviceId].flatMap { device in recipients.contains { $0.recipientId == device.personId } ? device : nil }
+            let person = registration?.personId ?? first.recipientId
+            return Claimed(
+                deliveryId: nil, outboxId: push.outboxId, deviceId: push.deviceId, personId: person, attempts: 1, deadline: deadline,
+                device: registration, notification: PushNotification(kind: first.kind, ids: first.ids, notificationId: first.notificationId),
+                unread: unread[person] ?? 0, reclaimed: true, slot: push.slot)
+        }
+    }
+
+    /// Counter names and counts (with repeats) summed by name.
+    static func sum(_ names: [String], _ counts: [Int64]) -> [String: Int] {
+        var sums: [String: Int] = [:]
+        for (name, count) in zip(names, counts) { sums[name, default: 0] += Int(count) }
+        return sums
     }
 
     /// The counters of a decision: what was not pushed, by reason.
@@ -134,16 +184,13 @@ public struct FanoutStore: Sendable {
         return counts
     }
 
-    /// The pushes of `entries` to their people's registrations now, but those in `skipping` (a
-    /// taken-over batch's already answered), with the badge of each person now.
+    /// The pushes of `entries` to their people's registrations now, with the badge of each person now.
     private func plan(
-        _ entries: [OutboxEntry], now: Date, deadline: Date, reclaimed: Bool, skipping answered: Set<PushKey> = [],
-        on connection: PostgresConnection
+        _ entries: [OutboxEntry], now: Date, deadline: Date, reclaimed: Bool, on connection: PostgresConnection
     ) throws -> ([Claimed], FanoutDecision) {
         let devices = try DeviceRegistry.pushRegistrations(of: FanoutDecision.people(of: entries), on: connection)
-        var decision = FanoutDecision.decide(
+        let decision = FanoutDecision.decide(
             entries, devices: devices, policy: settings.policy, staleBefore: now.addingTimeInterval(-settings.deadline.inSeconds))
-        if !answered.isEmpty { decision.deliveries.removeAll { answered.contains(PushKey(outboxId: $0.outboxId, deviceId: $0.deviceId)) } }
         if decision.deliveries.isEmpty { return ([], decision) }
         let unread = try Self.unread(of: decision.deliveries.map(\.personId), on: connection)
         let entriesById = Dictionary(entries.map { ($0.id, $0) }) { first, _ in first }
@@ -191,11 +238,22 @@ public struct FanoutStore: Sendable {
         public var reclaimed: Bool
         /// The batch that holds it; nil for a push being tried again (it has its delivery row).
         public var batch: Batch?
+        /// Its place in its batch's list of pushes (the bit of `answered` that says it is recorded).
+        public var slot: Int?
 
         /// The push's own id (`apns-id`), the same on every attempt of this notification to this
-        /// registration: a UUID derived from both.
+        /// registration: the registration's id with the outbox entry's id folded into its first
+        /// eight bytes, stamped UUID version 8 (RFC 9562's custom version). No hash: it is made
+        /// once per push, and two pushes share one only if their registrations' random ids differ
+        /// by exactly their entries' ids.
         public var pushId: UUID {
-            UUID(uuidString: SHA256.uuidString(naming: "wristler-push:\(outboxId):\(deviceId.uuidString.lowercased())".utf8)) ?? UUID()
+            var bytes = deviceId.uuid
+            withUnsafeMutableBytes(of: &bytes) { raw in
+                for index in 0..<8 { raw[index] ^= UInt8(truncatingIfNeeded: UInt64(bitPattern: outboxId) >> (56 - 8 * index)) }
+                raw[6] = raw[6] & 0x0F | 0x80
+                raw[8] = raw[8] & 0x3F | 0x80
+            }
+            return UUID(uuid: bytes)
         }
     }
 
@@ -267,13 +325,18 @@ public struct FanoutStore: Sendable {
         case skip(reason: String)
     }
 
-    /// Records the resolutions of claimed pushes, in one transaction, as their answers arrive: a
-    /// delivery row is deleted or rescheduled; a push of a batch that must be tried again gets a
-    /// row of its own (the only time a first try writes one), and every recorded push of a batch
-    /// is listed on the batch's row as answered, so that a fan-out taking the batch over sends only
-    /// what was not; the rows of `finishing` (every push of theirs recorded, now or before) go.
-    /// Returns the batches that were no longer this caller's (taken over by another fan-out because
-    /// this one outlived its claim): their pushes may go out twice.
+    /// Records the resolutions of claimed pushes as their answers arrive. Every recorded push of a
+    /// batch gets its bit set on the batch's row (`answered`), so that a fan-out taking the batch
+    /// over sends only what was not; the rows of `finishing` (every push of theirs recorded, now or
+    /// before) go, and what their pushes counted is added to the counters.
+    ///
+    /// Answers that only count (sent, logged, a registration gone) of batches not finishing are
+    /// one update per batch: their bits, and their counts kept on the row until the batch ends or
+    /// is taken over. Anything else is one transaction: a delivery row deleted or rescheduled, a
+    /// push of a batch to try again given a row of its own (the only time a first try writes one),
+    /// a dead registration deleted, a learned APNs host stored. Returns the batches that were no
+    /// longer this caller's (taken over by another fan-out because this one outlived its claim):
+    /// their pushes may go out twice.
     @discardableResult
     public func record(
         _ resolutions: [(claimed: Claimed, resolution: Resolution)], finishing: [Batch] = [], on connection: PostgresConnection
@@ -286,18 +349,20 @@ public struct FanoutStore: Sendable {
         var firstRetries: [(claimed: Claimed, at: Date, reason: String)] = []
         var deadDevices: [UUID] = []
         var learned: [UUID: APNsEnvironment] = [:]
-        var answered: [Batch: [PushKey]] = [:]
+        var answered: [Int64: (batch: Batch, slots: [Int], counts: [String: Int])] = [:]
         var counts: [String: Int] = [:]
-        let finishingBatches = Set(finishing)
+        var onlyCounts = finishing.isEmpty
         for (claimed, resolution) in resolutions {
-            if claimed.reclaimed { counts["reclaimed", default: 0] += 1 }
+            var pushCounts: [String: Int] = [:]
+            // Sent again after a takeover (not a push that went nowhere: its registration was gone).
+            if claimed.reclaimed, claimed.device != nil { pushCounts["reclaimed", default: 0] += 1 }
             switch resolution {
             case .delivered(let platform, let environment, let logged):
-                counts[(logged ? "logged." : "sent.") + platform.rawValue, default: 0] += 1
+                pushCounts[(logged ? "logged." : "sent.") + platform.rawValue, default: 0] += 1
                 if let environment { learned[claimed.deviceId] = environment }
             case .deleteRegistration(let reason):
                 deadDevices.append(claimed.deviceId)
-                counts[Self.counterName("deleted.", reason), default: 0] += 1
+                pushCounts[Self.counterName("deleted.", reason), default: 0] += 1
             case .retry(let at, let reason):
                 if let id = claimed.deliveryId {
                     retryIds.append(id)
@@ -306,17 +371,32 @@ public struct FanoutStore: Sendable {
                 } else {
                     firstRetries.append((claimed, at, reason))
                 }
-                counts[Self.counterName("retried.", reason), default: 0] += 1
+                pushCounts[Self.counterName("retried.", reason), default: 0] += 1
             case .drop(let reason):
-                counts[Self.counterName("failed.", reason), default: 0] += 1
+                pushCounts[Self.counterName("failed.", reason), default: 0] += 1
             case .skip(let reason):
-                counts[Self.counterName("skipped.", reason), default: 0] += 1
+                pushCounts[Self.counterName("skipped.", reason), default: 0] += 1
             }
             if case .retry = resolution {} else if let id = claimed.deliveryId { finished.append(id) }
-            if let batch = claimed.batch, !finishingBatches.contains(batch) {
-                answered[batch, default: []].append(PushKey(outboxId: claimed.outboxId, deviceId: claimed.deviceId))
+            switch resolution {
+            case .delivered(_, nil, _), .skip: break
+            default: onlyCounts = false
+            }
+            if let batch = claimed.batch, let slot = claimed.slot, batch.size > 0 {
+                answered[batch.id, default: (batch, [], [:])].slots.append(slot)
+                answered[batch.id]!.counts.merge(pushCounts, uniquingKeysWith: +)
+            } else {
+                onlyCounts = false
+                counts.merge(pushCounts, uniquingKeysWith: +)
             }
         }
+        let finishingBatches = Set(finishing.map(\.id))
+        let marked = answered.values.filter { !finishingBatches.contains($0.batch.id) }.sorted { $0.batch.id < $1.batch.id }
+        if onlyCounts {
+            // One statement per batch, no transaction: each is whole on its own.
+            return try marked.filter { try !mark($0.batch, $0.slots, keeping: $0.counts, on: connection) }.map(\.batch)
+        }
+        for answers in answered.values where finishingBatches.contains(answers.batch.id) { counts.merge(answers.counts, uniquingKeysWith: +) }
         return try connection.transaction { connection in
             if !finished.isEmpty { try connection.query("DELETE FROM push_deliveries WHERE id = ANY($1::bigint[])", finished) }
             if !retryIds.isEmpty {
@@ -340,30 +420,42 @@ public struct FanoutStore: Sendable {
             // The device's other pending pushes find it gone when claimed (`skipped.device_gone`).
             try DeviceRegistry.delete(deadDevices, on: connection)
             try DeviceRegistry.learned(learned, on: connection)
-            try Self.count(counts, on: connection)
             var lost: [Batch] = []
-            for (batch, keys) in answered.sorted(by: { $0.key.id < $1.key.id }) {
-                let held = try connection.query(
+            for answers in marked {
+                counts.merge(answers.counts, uniquingKeysWith: +)
+                if try !mark(answers.batch, answers.slots, keeping: [:], on: connection) { lost.append(answers.batch) }
+            }
+            if !finishing.isEmpty {
+                var finishedBatches = Set<Int64>()
+                for row in try connection.query(
                     """
-                    UPDATE push_batches SET answered_outbox_ids = answered_outbox_ids || $3::bigint[],
-                        answered_devices = answered_devices || $4::uuid[]
-                    WHERE id = $1 AND claim = $2
-                    """, batch.id, batch.claim, keys.map(\.outboxId), keys.map(\.deviceId)
-                ).affectedRows ?? 0
-                if held == 0 { lost.append(batch) }
+                    DELETE FROM push_batches b USING unnest($1::bigint[], $2::uuid[]) AS u(id, claim)
+                    WHERE b.id = u.id AND b.claim = u.claim AND b.id = ANY($1::bigint[]) RETURNING b.id, b.counted_names, b.counted
+                    """, finishing.map(\.id), finishing.map(\.claim))
+                {
+                    finishedBatches.insert(try row.decode(Int64.self, at: 0))
+                    counts.merge(Self.sum(try row.decode([String].self, at: 1), try row.decode([Int64].self, at: 2)), uniquingKeysWith: +)
+                }
+                lost += finishing.filter { !finishedBatches.contains($0.id) }
             }
-            if finishing.isEmpty { return lost }
-            var finishedBatches = Set<Int64>()
-            for row in try connection.query(
-                """
-                DELETE FROM push_batches b USING unnest($1::bigint[], $2::uuid[]) AS u(id, claim)
-                WHERE b.id = u.id AND b.claim = u.claim AND b.id = ANY($1::bigint[]) RETURNING b.id
-                """, finishing.map(\.id), finishing.map(\.claim))
-            {
-                finishedBatches.insert(try row.decode(Int64.self, at: 0))
-            }
-            return lost + finishing.filter { !finishedBatches.contains($0.id) }
+            try Self.count(counts, on: connection)
+            return lost
         }
+    }
+
+    /// Sets the bits of `slots` on `batch`'s row and keeps `counts` there, if the batch is still
+    /// the caller's; whether it was.
+    private func mark(_ batch: Batch, _ slots: [Int], keeping counts: [String: Int], on connection: PostgresConnection) throws -> Bool {
+        var mask = [UInt8](repeating: UInt8(ascii: "0"), count: batch.size)
+        for slot in slots where slot < mask.count { mask[slot] = UInt8(ascii: "1") }
+        let names = counts.keys.sorted()
+        return try connection.query(
+            """
+            UPDATE push_batches SET answered = answered | $3::text::varbit, counted_names = counted_names || $4::text[],
+                counted = counted || $5::bigint[]
+            WHERE id = $1 AND claim = $2
+            """, batch.id, batch.claim, String(decoding: mask, as: UTF8.self), names, names.map { Int64(counts[$0]!) }
+        ).affectedRows ?? 0 > 0
     }
 
     /// A reason as a counter's name: the code before a provider's message (`SENDER_ID_MISMATCH: …`),
@@ -422,9 +514,9 @@ public struct FanoutStore: Sendable {
             "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM push_deliveries")[0]
         let batches = try connection.query(
             """
-            SELECT coalesce(sum(cardinality(outbox_ids)), 0)::bigint,
-                coalesce(sum(cardinality(outbox_ids)) FILTER (WHERE claimed_until < clock_timestamp()), 0)::bigint
-            FROM push_batches
+            SELECT coalesce(sum(n), 0)::bigint, coalesce(sum(n) FILTER (WHERE claimed_until < clock_timestamp()), 0)::bigint
+            FROM (SELECT claimed_until, cardinality(outbox_ids) + (SELECT count(DISTINCT o) FROM unnest(push_outbox_ids) o) AS n
+                  FROM push_batches) b
             """)[0]
         var counters: [(String, Int64)] = []
         for row in try connection.query("SELECT name, count FROM push_counters ORDER BY name") {

@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 import HTTP2Client
 import InboxDomain
@@ -101,17 +102,17 @@ public final class APNsTransport: PushTransport {
                 return
             }
             let tried = pending, hosts = environments, alreadyProbed = probed, mayRenew = !renewed && round < 2, mayProbe = round < 2
-            let outcomes = Locked([PushOutcome?](repeating: nil, count: tried.count))
+            // The answers to try again (a probe of the other host, a renewed token), by index.
+            let retried = Locked<[(index: Int, outcome: PushOutcome)]>([])
             let logger = logger, hostURLs = hosts.map { url($0) }
             _ = await client.send(tried.map { request(pushes[$0], environment: environments[$0], token: providerToken, now: now) }) { slot, answer in
                 let index = tried[slot]
                 let outcome = pushOutcome(answer, classify: APNsAnswer.classify) { error in
                     logger.warning("APNs unreachable", metadata: ["error": error.description, "host": hostURLs[index]])
                 }
-                outcomes.withLock { $0[slot] = outcome }
                 switch outcome {
                 case .badDeviceToken where mayProbe && !alreadyProbed.contains(index), .expiredProviderToken where mayRenew:
-                    return  // tried again below
+                    retried.withLock { $0.append((index, outcome)) }
                 case .delivered:
                     answered(index, PushResult(.delivered, learnedEnvironment: pushes[index].apnsEnvironment != hosts[index] ? hosts[index] : nil))
                 default:
@@ -120,18 +121,14 @@ public final class APNsTransport: PushTransport {
             }
             var again: [Int] = []
             var expired = false
-            for (index, outcome) in zip(tried, outcomes.withLock { $0 }) {
-                switch outcome {
-                case .badDeviceToken where mayProbe && !alreadyProbed.contains(index):
+            for (index, outcome) in retried.withLock({ $0 }).sorted(by: { $0.index < $1.index }) {
+                if outcome == .expiredProviderToken {
+                    expired = true
+                } else {
                     probed.insert(index)
                     environments[index] = environments[index].other
-                    again.append(index)
-                case .expiredProviderToken where mayRenew:
-                    expired = true
-                    again.append(index)
-                default:
-                    break
                 }
+                again.append(index)
             }
             if expired {
                 renewed = true
@@ -161,7 +158,8 @@ public final class APNsTransport: PushTransport {
         }
         let headers = APNsHeaders(topic: push.appId ?? settings.defaultTopic, content: push.content, now: now, timeToLive: settings.timeToLive)
         var fields: [(name: String, value: String)] = [
-            ("authorization", "bearer " + token), ("content-type", "application/json"), ("apns-id", push.id.uuidString.lowercased()),
+            ("authorization", "bearer " + token), ("content-type", "application/json"),
+            ("apns-id", withUnsafeBytes(of: push.id.uuid) { Hex.uuidString($0) }),
         ]
         for field in headers.fields { fields.append((field.key, field.value)) }
         return HTTP2Request(
@@ -243,16 +241,18 @@ public final class FCMTransport: PushTransport {
             }
             // Every answer but an expired token on the first round is final, and told at once.
             let tried = pending, logger = logger
-            let outcomes = Locked([PushOutcome?](repeating: nil, count: tried.count))
+            let expired = Locked<[Int]>([])
             _ = await client.send(tried.map { request(pushes[$0], accessToken: accessToken) }) { slot, answer in
                 let outcome = pushOutcome(answer, classify: FCMAnswer.classify) { error in
                     logger.warning("FCM unreachable", metadata: ["error": error.description])
                 }
-                outcomes.withLock { $0[slot] = outcome }
-                if outcome == .expiredProviderToken && round == 0 { return }
+                if outcome == .expiredProviderToken && round == 0 {
+                    expired.withLock { $0.append(tried[slot]) }
+                    return
+                }
                 answered(tried[slot], PushResult(outcome))
             }
-            pending = zip(tried, outcomes.withLock { $0 }).filter { $0.1 == .expiredProviderToken && round == 0 }.map(\.0)
+            pending = expired.withLock { $0 }.sorted()
             if !pending.isEmpty { rejected = accessToken }
         }
         for index in pending { answered(index, PushResult(.retry(reason: "UNAUTHENTICATED", after: nil))) }

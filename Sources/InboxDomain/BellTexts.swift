@@ -3,8 +3,11 @@
 public enum BellTexts {
     /// The title of a notification of `kind` in `language`.
     public static func title(_ kind: NotificationKind, _ language: Language) -> String {
-        titles(kind)[language.index]
+        table[kind]![language.index]
     }
+
+    /// `titles` of every kind, made once: a push looks its title up per device.
+    private static let table: [NotificationKind: [String]] = Dictionary(uniqueKeysWithValues: NotificationKind.allCases.map { ($0, titles($0)) })
 
     /// The title of a stored entry (its `event` and `category` as the bell keeps them); for a word
     /// this release does not know (a legacy entry's own), the category's title, as the app falls

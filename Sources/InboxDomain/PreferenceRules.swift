@@ -109,11 +109,20 @@ public struct NotificationDelivery: Sendable, Hashable {
     ) -> NotificationDelivery {
         let mail = MailStream.of(kind, ids: ids)
         if facts.isBlocked { return NotificationDelivery(pushSkipped: .blocked, mail: mail, mailSkipped: mail.map { _ in .blocked }) }
-        let stored = facts.switches[kind.category]
-        let channels = PreferenceRules.channels(for: kind.category, stored: { stored?[$0] }, savedSearch: savedSearch)
+        // `PreferenceRules.channels`, without building its set: this runs for every person of every
+        // notification a projection enqueues.
+        let category = kind.category
+        let pushes: Bool, mails: Bool
+        if PreferenceRules.isManagedPerSearch(category) {
+            pushes = savedSearch?.push ?? false
+            mails = savedSearch.map { $0.interval != .never } ?? false
+        } else {
+            let stored = facts.switches[category]
+            pushes = PreferenceRules.isEnabled(category, .push, stored: stored?[.push])
+            mails = PreferenceRules.isEnabled(category, .email, stored: stored?[.email])
+        }
         return NotificationDelivery(
-            pushSkipped: channels.contains(.push) ? nil : .preferenceOff, mail: mail,
-            mailSkipped: mail == nil || channels.contains(.email) ? nil : .preferenceOff)
+            pushSkipped: pushes ? nil : .preferenceOff, mail: mail, mailSkipped: mail == nil || mails ? nil : .preferenceOff)
     }
 
     /// A shop's news for a shop nobody works at: counted on every channel, sent on none.
@@ -156,7 +165,10 @@ public struct AudienceFacts: Sendable {
     }
 
     /// Everybody who works at `shop`, in order.
-    public func members(of shop: String) -> [String] { (members[shop] ?? []).sorted() }
+    public func members(of shop: String) -> [String] {
+        guard let people = members[shop] else { return [] }
+        return people.count == 1 ? Array(people) : people.sorted()
+    }
 
     /// How a notification of `kind` with `ids` reaches `person`, by these facts.
     public func delivery(_ kind: NotificationKind, ids: [String: String], for person: String) -> NotificationDelivery {

@@ -3,35 +3,51 @@ import Foundation
 import InboxDomain
 import PostgresClient
 
-/// A notification decided for one person, as it goes into the outbox: what it is, whom it is
-/// for, and how it reaches them (decided as of its event's place in the log, `NotificationDelivery`).
+/// A notification as it goes into the outbox: what it is, whom it is about, and how it reaches each
+/// person it is for, decided as of its event's place in the log (`NotificationDelivery`).
 public struct OutboxNotification: Sendable, Hashable {
-    /// The bell entry's id for a notification about the person; a shop's news' own id (the same
-    /// for everybody who works at the shop) otherwise.
+    /// A person a notification is for, and how it reaches them.
+    public struct Recipient: Sendable, Hashable {
+        /// Empty for a shop's news nobody works at (its delivery says `no_member`: counted, never sent).
+        public var personId: String
+        public var delivery: NotificationDelivery
+
+        public init(personId: String, delivery: NotificationDelivery) {
+            self.personId = personId
+            self.delivery = delivery
+        }
+
+        /// The one recipient of a shop's news nobody works at.
+        public static func nobody(_ kind: NotificationKind, ids: [String: String]) -> Recipient {
+            Recipient(personId: "", delivery: .nobody(kind, ids: ids))
+        }
+    }
+
+    /// The bell entry's id for a notification about the person; a shop's news' own id otherwise.
     public var notificationId: String
     public var kind: NotificationKind
-    /// The person it is for; empty for a shop's news nobody works at to hear (its delivery says
-    /// `no_member`, and it is counted, never sent).
-    public var recipientId: String
+    /// Whom it is about: the person, or the shop (`recipient_id`).
+    public var addressee: String
     /// The ids as a JSON object with sorted keys (`OutboxNotification.json`).
     public var idsJSON: String
     /// The position of the event it tells of; 0 for what the schedule decides (a reminder).
     public var sourcePosition: Int64
     /// When what it tells happened: its event's time in the log (the reminder's check's time).
     public var happenedAt: Date
-    public var delivery: NotificationDelivery
+    /// The person themselves, or each person who works at the shop, in order.
+    public var recipients: [Recipient]
 
     public init(
-        notificationId: String, kind: NotificationKind, recipientId: String, idsJSON: String, sourcePosition: Int64, happenedAt: Date,
-        delivery: NotificationDelivery
+        notificationId: String, kind: NotificationKind, addressee: String, idsJSON: String, sourcePosition: Int64, happenedAt: Date,
+        recipients: [Recipient]
     ) {
         self.notificationId = notificationId
         self.kind = kind
-        self.recipientId = recipientId
+        self.addressee = addressee
         self.idsJSON = idsJSON
         self.sourcePosition = sourcePosition
         self.happenedAt = happenedAt
-        self.delivery = delivery
+        self.recipients = recipients
     }
 
     /// `ids` as a JSON object with sorted keys, so the same ids are always the same text.
@@ -49,7 +65,9 @@ public struct OutboxNotification: Sendable, Hashable {
     }
 }
 
-/// A notification read back from the outbox, by the fan-out or the mailer.
+/// A notification read back from the outbox for one of its recipients, by the fan-out or the
+/// mailer: a row of a shop's news gives one entry per person who works at the shop, all with the
+/// row's `id`.
 public struct OutboxEntry: Sendable, Hashable {
     public var id: Int64
     public var notificationId: String
@@ -88,31 +106,77 @@ public struct OutboxEntry: Sendable, Hashable {
 ///   catch-up from empty tables (COPY), and the schedule's reminders. A notification already there
 ///   is never written again (its key: position, notification id, audience, recipient), which is the
 ///   side-effect gate of a catch-up that meets what it enqueued before.
-/// - The outbox's statement trigger fills `notification_outbox_pending` with every row an insert
-///   wrote, and `mail_pending` with those of a kind that is mailed, in the same transaction, and
-///   NOTIFYs `inbox_outbox`.
+/// - The outbox's statement trigger fills `notification_outbox_pending` and `mail_pending` with
+///   every row an insert wrote, in the same transaction, and NOTIFYs `inbox_outbox`.
 /// - A taker deletes what it takes from its queue in its own transaction (`FOR UPDATE SKIP
 ///   LOCKED`), so any number of fan-outs and mailers take each entry once.
 public enum NotificationOutbox {
     /// What the outbox's trigger NOTIFYs when something was enqueued.
     public static let channel = "inbox_outbox"
 
-    static let columns =
-        "notification_id, audience, recipient_id, category, event, ids, source_position, created_at, push_skipped, mail_stream, mail_skipped"
+    static let columns = """
+        notification_id, audience, recipient_id, category, event, ids, source_position, created_at, recipients, push_skipped, mail_skipped
+        """
 
     /// The insert of `notifications`, leaving those already enqueued; nil for none.
     public static func insert(_ notifications: [OutboxNotification]) -> PostgresStatement? {
         if notifications.isEmpty { return nil }
+        let decisions = notifications.map(Decisions.init)
         return PostgresStatement(
             """
             INSERT INTO notification_outbox (\(columns))
-            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[], $8::timestamptz[],
-                $9::text[], $10::text[], $11::text[])
+            SELECT n, a, r, c, e, i, p, t, rs::text[], ps::text[], ms::text[]
+            FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[], $8::timestamptz[],
+                $9::text[], $10::text[], $11::text[]) AS u(n, a, r, c, e, i, p, t, rs, ps, ms)
             ON CONFLICT DO NOTHING
-            """, notifications.map(\.notificationId), notifications.map(\.kind.audience.rawValue), notifications.map(\.recipientId),
+            """, notifications.map(\.notificationId), notifications.map(\.kind.audience.rawValue), notifications.map(\.addressee),
             notifications.map(\.kind.category.rawValue), notifications.map(\.kind.word), notifications.map { PostgresRawJSON($0.idsJSON) },
-            notifications.map(\.sourcePosition), notifications.map(\.happenedAt), notifications.map(\.delivery.pushSkipped?.rawValue),
-            notifications.map(\.delivery.mail?.key), notifications.map(\.delivery.mailSkipped?.rawValue))
+            notifications.map(\.sourcePosition), notifications.map(\.happenedAt), decisions.map(\.recipients), decisions.map(\.pushSkipped),
+            decisions.map(\.mailSkipped))
+    }
+
+    /// A notification's recipients and their decisions as the text of `text[]` values: parallel
+    /// arrays, `''` where a channel is not skipped. What is the same for almost every row is NULL:
+    /// the recipients of a person's notification (the person), and a channel nobody is skipped on.
+    struct Decisions {
+        var recipients: String?
+        var pushSkipped: String?
+        var mailSkipped: String?
+
+        init(_ notification: OutboxNotification) {
+            // Written by hand: a catch-up makes these for hundreds of thousands of rows.
+            let people = notification.recipients
+            if notification.kind.audience == .shop || people.count != 1 || people[0].personId != notification.addressee {
+                var literal = "{"
+                for (index, recipient) in people.enumerated() {
+                    if index > 0 { literal += "," }
+                    Self.append(recipient.personId, to: &literal)
+                }
+                recipients = literal + "}"
+            }
+            pushSkipped = Self.literal(people, \.delivery.pushSkipped)
+            mailSkipped = Self.literal(people, \.delivery.mailSkipped)
+        }
+
+        /// The recipients' reasons as an array literal, `""` for none; nil when there is none at all.
+        static func literal(_ people: [OutboxNotification.Recipient], _ reason: KeyPath<OutboxNotification.Recipient, SkipReason?>) -> String? {
+            guard people.contains(where: { $0[keyPath: reason] != nil }) else { return nil }
+            return "{" + people.map { $0[keyPath: reason]?.rawValue ?? "\"\"" }.joined(separator: ",") + "}"
+        }
+
+        /// `text` as a quoted element of an array literal.
+        static func append(_ text: String, to literal: inout String) {
+            literal += "\""
+            if text.utf8.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+                for character in text {
+                    if character == "\"" || character == "\\" { literal += "\\" }
+                    literal.append(character)
+                }
+            } else {
+                literal += text
+            }
+            literal += "\""
+        }
     }
 
     /// Enqueues `notifications`, leaving those already enqueued.
@@ -143,7 +207,7 @@ public enum NotificationOutbox {
             """
             CREATE TEMPORARY TABLE outbox_catch_up (
                 ordinal bigint, notification_id text, audience text, recipient_id text, category text, event text, ids jsonb,
-                source_position bigint, created_at timestamptz, push_skipped text, mail_stream text, mail_skipped text
+                source_position bigint, created_at timestamptz, recipients text[], push_skipped text[], mail_skipped text[]
             ) ON COMMIT DROP
             """)
         try connection.copyIn("COPY outbox_catch_up (ordinal, \(columns)) FROM STDIN") { writer in
@@ -153,10 +217,11 @@ public enum NotificationOutbox {
     }
 
     private static func fields(_ notification: OutboxNotification) -> [String?] {
-        [
-            notification.notificationId, notification.kind.audience.rawValue, notification.recipientId, notification.kind.category.rawValue,
+        let decisions = Decisions(notification)
+        return [
+            notification.notificationId, notification.kind.audience.rawValue, notification.addressee, notification.kind.category.rawValue,
             notification.kind.word, notification.idsJSON, String(notification.sourcePosition), notification.happenedAt.postgresText,
-            notification.delivery.pushSkipped?.rawValue, notification.delivery.mail?.key, notification.delivery.mailSkipped?.rawValue,
+            decisions.recipients, decisions.pushSkipped, decisions.mailSkipped,
         ]
     }
 
@@ -178,14 +243,13 @@ public enum NotificationOutbox {
         }
     }
 
-    /// Entries read back, and how many of those asked for this release cannot read (a kind a newer
-    /// release enqueued): the caller counts them.
+    /// Entries read back (one per recipient), and how many notifications of those asked for this
+    /// release cannot read (a kind a newer release enqueued): the caller counts them.
     public struct Taken: Sendable {
         public var entries: [OutboxEntry]
         public var unreadable: Int
-
-        /// Everything taken, read or not.
-        public var count: Int { entries.count + unreadable }
+        /// The notifications (rows) taken, read or not.
+        public var count: Int
     }
 
     /// Takes up to `limit` entries off `queue`, oldest first, skipping those another taker holds,
@@ -204,14 +268,14 @@ public enum NotificationOutbox {
 
     /// The entries of `ids`, in their order in the outbox.
     public static func entries(_ ids: [Int64], on connection: PostgresConnection) throws -> Taken {
-        if ids.isEmpty { return Taken(entries: [], unreadable: 0) }
+        if ids.isEmpty { return Taken(entries: [], unreadable: 0, count: 0) }
         return try entries("SELECT \(selected) FROM notification_outbox o WHERE o.id = ANY($1::bigint[]) ORDER BY o.id", ids, on: connection)
     }
 
     /// The columns `entries` reads, of the outbox as `o`.
     private static let selected = """
         o.id, o.notification_id, o.audience, o.recipient_id, o.event, o.source_position, o.created_at, o.enqueued_at,
-            o.push_skipped, o.mail_stream, o.mail_skipped,
+            o.recipients, o.push_skipped, o.mail_skipped,
             ARRAY(SELECT key FROM jsonb_each_text(o.ids) ORDER BY key) AS id_keys,
             ARRAY(SELECT value FROM jsonb_each_text(o.ids) ORDER BY key) AS id_values
         """
@@ -230,18 +294,36 @@ public enum NotificationOutbox {
             }
             let keys = try row.decode([String].self, "id_keys")
             let values = try row.decode([String].self, "id_values")
-            entries.append(
-                OutboxEntry(
-                    id: try row.decode(Int64.self, "id"), notificationId: try row.decode(String.self, "notification_id"), kind: kind,
-                    recipientId: try row.decode(String.self, "recipient_id"), ids: Dictionary(zip(keys, values)) { first, _ in first },
-                    sourcePosition: try row.decode(Int64.self, "source_position"), happenedAt: try row.decode(Date.self, "created_at"),
-                    enqueuedAt: try row.decode(Date.self, "enqueued_at"),
-                    delivery: NotificationDelivery(
-                        pushSkipped: try row.decode(String?.self, "push_skipped").flatMap(SkipReason.init(rawValue:)),
-                        mail: try row.decode(String?.self, "mail_stream").flatMap(MailStream.init(key:)),
-                        mailSkipped: try row.decode(String?.self, "mail_skipped").flatMap(SkipReason.init(rawValue:)))))
+            let ids = Dictionary(zip(keys, values)) { first, _ in first }
+            let mail = MailStream.of(kind, ids: ids)
+            let recipients: [String]
+            var pushSkipped = try row.decode([String]?.self, "push_skipped") ?? []
+            var mailSkipped = try row.decode([String]?.self, "mail_skipped") ?? []
+            if let listed = try row.decode([String]?.self, "recipients") {
+                recipients = listed
+            } else if audience == .person {
+                recipients = [try row.decode(String.self, "recipient_id")]
+            } else {
+                // A shop's news enqueued before sql/019 and never decided (the migration decided
+                // what waited): for nobody.
+                recipients = [""]
+                pushSkipped = [SkipReason.noMember.rawValue]
+                mailSkipped = [SkipReason.noMember.rawValue]
+            }
+            let id = try row.decode(Int64.self, "id"), notificationId = try row.decode(String.self, "notification_id")
+            let position = try row.decode(Int64.self, "source_position"), happenedAt = try row.decode(Date.self, "created_at")
+            let enqueuedAt = try row.decode(Date.self, "enqueued_at")
+            for (index, person) in recipients.enumerated() {
+                entries.append(
+                    OutboxEntry(
+                        id: id, notificationId: notificationId, kind: kind, recipientId: person, ids: ids, sourcePosition: position,
+                        happenedAt: happenedAt, enqueuedAt: enqueuedAt,
+                        delivery: NotificationDelivery(
+                            pushSkipped: index < pushSkipped.count ? SkipReason(rawValue: pushSkipped[index]) : nil, mail: mail,
+                            mailSkipped: index < mailSkipped.count ? SkipReason(rawValue: mailSkipped[index]) : nil)))
+            }
         }
-        return Taken(entries: entries, unreadable: unreadable)
+        return Taken(entries: entries, unreadable: unreadable, count: rows.count)
     }
 
     // MARK: Status

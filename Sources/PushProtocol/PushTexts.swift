@@ -11,8 +11,11 @@ public enum PushTexts {
 
     /// The body of `notification` in `language`.
     public static func body(_ notification: PushNotification, _ language: Language) -> String {
-        bodies(notification.kind)[language.index]
+        table[notification.kind]![language.index]
     }
+
+    /// `bodies` of every kind, made once: a push looks its body up per device.
+    private static let table: [NotificationKind: [String]] = Dictionary(uniqueKeysWithValues: NotificationKind.allCases.map { ($0, bodies($0)) })
 
     /// Bodies in the order of `Language.allCases`: en, nl, de, fr. Short and friendly, and with no
     /// personal data: the push carries only ids, so the words cannot name a watch, a price or a person.

@@ -181,25 +181,22 @@ public struct ShopReminders: Sendable {
             AND (SELECT true FROM shop_reminded_messages r WHERE r.message_id = c.last_message_id) IS NULL
         """
 
-    /// The outbox rows (kind `shop_unanswered`, ids `{"sellerId": shop}`: the shop's inbox), one
-    /// per person who works at the shop, the reminded messages and each shop's time, in the
-    /// check's transaction. The outbox insert fires the pending-queue trigger and its NOTIFY, as
+    /// The outbox rows (kind `shop_unanswered`, ids `{"sellerId": shop}`: the shop's inbox), each
+    /// decided for the people who work at the shop, the reminded messages and each shop's time, in
+    /// the check's transaction. The outbox insert fires the pending-queue trigger and its NOTIFY, as
     /// the bell's inserts do.
     private func record(_ reminders: [Reminder], now: Date, on connection: PostgresConnection) throws {
         let shops = reminders.map(\.shopId)
         let ids = reminders.map(\.notificationId)
         let audience = try AudienceReader.read(people: [String](), shops: shops, on: connection)
-        var notifications: [OutboxNotification] = []
-        for reminder in reminders {
+        let notifications = reminders.map { reminder in
             let ids = ["sellerId": reminder.shopId]
-            func notification(_ person: String, _ delivery: NotificationDelivery) -> OutboxNotification {
-                OutboxNotification(
-                    notificationId: reminder.notificationId, kind: Self.kind, recipientId: person, idsJSON: OutboxNotification.json(ids),
-                    sourcePosition: 0, happenedAt: now, delivery: delivery)
-            }
             let people = audience.members(of: reminder.shopId)
-            if people.isEmpty { notifications.append(notification("", .nobody(Self.kind, ids: ids))) }
-            for person in people { notifications.append(notification(person, audience.delivery(Self.kind, ids: ids, for: person))) }
+            return OutboxNotification(
+                notificationId: reminder.notificationId, kind: Self.kind, addressee: reminder.shopId, idsJSON: OutboxNotification.json(ids),
+                sourcePosition: 0, happenedAt: now,
+                recipients: people.isEmpty
+                    ? [.nobody(Self.kind, ids: ids)] : people.map { .init(personId: $0, delivery: audience.delivery(Self.kind, ids: ids, for: $0)) })
         }
         try NotificationOutbox.enqueue(notifications, on: connection)
         let messages = reminders.flatMap { reminder in reminder.messages.map { (reminder.shopId, $0) } }

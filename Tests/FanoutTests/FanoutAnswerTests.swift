@@ -233,14 +233,19 @@ import Testing
             #expect(try await db.fanoutStatus().abandoned == 1)
             #expect(try DeviceRegistry(client: db.client).delete(deleted.id, of: "p1"))
             let taken = try await db.client.withConnection { try store.takeOver(now: Date(), on: $0) }
-            #expect(taken.claimed.map(\.deviceId) == [kept.id], "decided again: the device deleted before sending gets nothing")
+            #expect(
+                taken.claimed.filter { $0.device != nil }.map(\.deviceId) == [kept.id],
+                "sent again to the registrations as they are: the device deleted before sending gets nothing")
+            #expect(taken.claimed.first { $0.deviceId == deleted.id }?.device == nil, "and is counted as gone when recorded")
             #expect(taken.claimed.allSatisfy { $0.reclaimed }, "taken over from a fan-out that never recorded them")
             let batch = try #require(taken.batch)
             #expect(batch.id == decided.batch?.id && batch.claim != decided.batch?.claim)
             // The first holder comes back late: the batch is no longer its own.
             let late = try await db.client.withConnection { try store.record([], finishing: [decided.batch!], on: $0) }
             #expect(late == [decided.batch!])
-            let resolutions = taken.claimed.map { (claimed: $0, resolution: FanoutStore.Resolution.delivered(.android, learned: nil)) }
+            let resolutions = taken.claimed.map {
+                (claimed: $0, resolution: $0.device == nil ? FanoutStore.Resolution.skip(reason: "device_gone") : .delivered(.android, learned: nil))
+            }
             #expect(try await db.client.withConnection { try store.record(resolutions, finishing: [batch], on: $0) }.isEmpty)
             #expect(try await db.counter("reclaimed") == 1)
             let status = try await db.fanoutStatus()

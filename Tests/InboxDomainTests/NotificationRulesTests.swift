@@ -170,3 +170,28 @@ import Testing
         #expect(facts.delivery(.savedSearchMatched, ids: ["savedSearchId": "q"], for: "b").pushSkipped == .preferenceOff, "not b's search")
     }
 }
+
+/// `NotificationDelivery.decide` is `PreferenceRules.channels`, for every kind and every choice.
+@Suite struct DeliveryAgreesWithTheRulesTests {
+    @Test func everyKindUnderEveryChoiceGivesTheChannelsOfTheRules() {
+        let choices: [Bool?] = [nil, true, false]
+        let searches: [SavedSearchSettings?] = [nil, .init(interval: .never, push: true), .init(interval: .daily, push: false)]
+        for kind in NotificationKind.allCases {
+            for push in choices {
+                for email in choices {
+                    for search in searches {
+                        var switches: [NotificationChannel: Bool] = [:]
+                        switches[.push] = push
+                        switches[.email] = email
+                        let delivery = NotificationDelivery.decide(
+                            kind, ids: ["savedSearchId": "q", "sellerId": "s"], facts: RecipientFacts(switches: [kind.category: switches]),
+                            savedSearch: search)
+                        let channels = PreferenceRules.channels(for: kind.category, stored: { switches[$0] }, savedSearch: search)
+                        #expect((delivery.pushSkipped == nil) == channels.contains(.push), "\(kind) \(String(describing: push))")
+                        if delivery.mail != nil { #expect(delivery.isMailed == channels.contains(.email), "\(kind) \(String(describing: email))") }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -60,8 +60,8 @@ import Testing
             log.record(watchThread, MessageSent(conversationId: "c1", messageId: "m1", authorSide: .buyer, authorId: "b1", body: "Hi")))
         #expect(fold.created.isEmpty)
         #expect(fold.outbox.map(\.kind) == [.shopMessageReceived])
-        #expect(fold.outbox.first?.recipientId == "", "nobody works at s1: one row, counted, sent to nobody")
-        #expect(fold.outbox.first?.delivery == .nobody(.shopMessageReceived, ids: ["sellerId": "s1"]))
+        #expect(fold.outbox.first?.addressee == "s1")
+        #expect(fold.outbox.first?.recipients == [.nobody(.shopMessageReceived, ids: ["sellerId": "s1"])], "nobody works at s1: counted, sent to nobody")
     }
 
     // MARK: Decided as of the event's place in the log
@@ -70,7 +70,7 @@ import Testing
 
     /// The outbox rows of the shop's news (kind `shopOrderPaid`), by person.
     func shopNews(_ fold: Fold) -> [String: NotificationDelivery] {
-        Dictionary(fold.outbox.filter { $0.kind == .shopOrderPaid }.map { ($0.recipientId, $0.delivery) }) { first, _ in first }
+        Dictionary(fold.outbox.filter { $0.kind == .shopOrderPaid }.flatMap { $0.recipients.map { ($0.personId, $0.delivery) } }) { first, _ in first }
     }
 
     @Test func aMemberAddedBeforeAPaidOrderInTheSameBatchHearsOfItAndOneAddedAfterDoesNot() throws {
@@ -108,16 +108,18 @@ import Testing
         #expect(news["quiet"] == NotificationDelivery(pushSkipped: .preferenceOff, mail: .sold, mailSkipped: .preferenceOff))
         #expect(news["loud"] == NotificationDelivery(pushSkipped: nil, mail: .sold, mailSkipped: nil), "turned off after the order")
         let own = fold.outbox.first { $0.kind == .orderPaid }
-        #expect(own?.recipientId == "b1")
-        #expect(own?.delivery == NotificationDelivery(pushSkipped: nil, mail: .notifications, mailSkipped: .preferenceOff), "orders push is locked on")
+        #expect(own?.addressee == "b1" && own?.recipients.map(\.personId) == ["b1"])
+        #expect(
+            own?.recipients.first?.delivery == NotificationDelivery(pushSkipped: nil, mail: .notifications, mailSkipped: .preferenceOff),
+            "orders push is locked on")
     }
 
     @Test func anAccountWristlerBlockedGetsNeitherPushNorMailButKeepsItsBell() throws {
         var log = TestLog()
         let fold = try fold(log.record(PasswordChanged(personId: "b1"), AccountBlocked(personId: "b1", reason: "fraud"), PasswordChanged(personId: "b1")))
         #expect(fold.created.count == 2)
-        #expect(fold.outbox.map(\.delivery.pushSkipped) == [nil, .blocked])
-        #expect(fold.outbox.map(\.delivery.mailSkipped) == [nil, .blocked])
+        #expect(fold.outbox.map { $0.recipients[0].delivery.pushSkipped } == [nil, .blocked])
+        #expect(fold.outbox.map { $0.recipients[0].delivery.mailSkipped } == [nil, .blocked])
     }
 
     @Test func aMatchFollowsItsSearchsPushAndIntervalAsTheyStoodAtTheMatch() throws {
@@ -128,7 +130,7 @@ import Testing
                 SavedSearchCreated(savedSearchId: "q1", personId: "b1", name: "GMT", query: .object([:]), interval: .never, push: true), match,
                 SavedSearchChanged(savedSearchId: "q1", personId: "b1", interval: .daily, push: false), match))
         #expect(
-            fold.outbox.map(\.delivery) == [
+            fold.outbox.map { $0.recipients[0].delivery } == [
                 NotificationDelivery(pushSkipped: nil, mail: .search(savedSearchId: "q1"), mailSkipped: .preferenceOff),
                 NotificationDelivery(pushSkipped: .preferenceOff, mail: .search(savedSearchId: "q1"), mailSkipped: nil),
             ])
@@ -148,7 +150,7 @@ import Testing
             rows.settle(rows.writes)
         }
         #expect(whole == oneByOne)
-        #expect(whole.filter { $0.kind == .shopOrderPaid }.map(\.recipientId) == ["m1", "m2"])
+        #expect(whole.filter { $0.kind == .shopOrderPaid }.map { $0.recipients.map(\.personId) } == [["m1"], ["m2"]])
     }
 
     @Test func aReplayMakesTheEntriesButSendsNothing() throws {

@@ -49,6 +49,8 @@ struct ReminderRow: Sendable, Hashable {
     var category: String
     var ids: String
     var pending: Bool
+    /// Who it is for, comma-separated (empty: nobody works at the shop).
+    var recipients: String = ""
 }
 
 extension TestDatabase {
@@ -81,14 +83,15 @@ extension TestDatabase {
             try connection.query(
                 """
                 SELECT o.notification_id, o.audience, o.recipient_id, o.category, o.ids::text,
-                    EXISTS (SELECT 1 FROM notification_outbox_pending p WHERE p.outbox_id = o.id) AS pending
+                    EXISTS (SELECT 1 FROM notification_outbox_pending p WHERE p.outbox_id = o.id) AS pending,
+                    array_to_string(o.recipients, ',') AS recipients
                 FROM notification_outbox o WHERE o.event = 'shop_unanswered' ORDER BY o.id
                 """
             ).map {
                 ReminderRow(
                     notificationId: try $0.decode(String.self, at: 0), audience: try $0.decode(String.self, at: 1),
                     recipientId: try $0.decode(String.self, at: 2), category: try $0.decode(String.self, at: 3),
-                    ids: try $0.decode(String.self, at: 4), pending: try $0.decode(Bool.self, at: 5))
+                    ids: try $0.decode(String.self, at: 4), pending: try $0.decode(Bool.self, at: 5), recipients: try $0.decode(String.self, at: 6))
             }
         }
     }

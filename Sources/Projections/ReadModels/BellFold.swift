@@ -112,8 +112,8 @@ struct BellFold {
     }
 
     /// Makes the entries and outbox rows of what `event` notifies, planned with `facts`: a bell
-    /// entry for each notification about a person, and (live) one outbox row per person it is for,
-    /// its delivery decided from the facts as they stand at this event's place in the log.
+    /// entry for each notification about a person, and (live) its outbox row, decided for each
+    /// person it is for from the facts as they stand at this event's place in the log.
     mutating func notify(_ event: ProjectedEvent, _ planner: NotificationPlanner.Facts = NotificationPlanner.Facts()) {
         let position = event.record.position
         let at = event.record.recordedAt
@@ -130,25 +130,19 @@ struct BellFold {
                 guard sendsNotifications else { continue }
                 outbox.append(
                     OutboxNotification(
-                        notificationId: id, kind: kind, recipientId: person, idsJSON: idsJSON, sourcePosition: position, happenedAt: at,
-                        delivery: facts.audience.delivery(kind, ids: notification.ids, for: person)))
+                        notificationId: id, kind: kind, addressee: person, idsJSON: idsJSON, sourcePosition: position, happenedAt: at,
+                        recipients: [.init(personId: person, delivery: facts.audience.delivery(kind, ids: notification.ids, for: person))]))
             case .shop(let shop):
                 // A shop's news is only sent, never in a bell: nothing to make in a replay.
                 guard sendsNotifications else { continue }
-                let id = BellProjection.notificationId(position: position, recipient: "shop:\(shop)")
                 let people = facts.audience.members(of: shop)
-                if people.isEmpty {
-                    outbox.append(
-                        OutboxNotification(
-                            notificationId: id, kind: kind, recipientId: "", idsJSON: idsJSON, sourcePosition: position, happenedAt: at,
-                            delivery: .nobody(kind, ids: notification.ids)))
-                }
-                for person in people {
-                    outbox.append(
-                        OutboxNotification(
-                            notificationId: id, kind: kind, recipientId: person, idsJSON: idsJSON, sourcePosition: position, happenedAt: at,
-                            delivery: facts.audience.delivery(kind, ids: notification.ids, for: person)))
-                }
+                outbox.append(
+                    OutboxNotification(
+                        notificationId: BellProjection.notificationId(position: position, recipient: "shop:\(shop)"), kind: kind, addressee: shop,
+                        idsJSON: idsJSON, sourcePosition: position, happenedAt: at,
+                        recipients: people.isEmpty
+                            ? [.nobody(kind, ids: notification.ids)]
+                            : people.map { .init(personId: $0, delivery: facts.audience.delivery(kind, ids: notification.ids, for: $0)) }))
             }
         }
     }
