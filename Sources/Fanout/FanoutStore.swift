@@ -353,16 +353,16 @@ public struct FanoutStore: Sendable {
         var counts: [String: Int] = [:]
         var onlyCounts = finishing.isEmpty
         for (claimed, resolution) in resolutions {
-            var pushCounts: [String: Int] = [:]
-            // Sent again after a takeover (not a push that went nowhere: its registration was gone).
-            if claimed.reclaimed, claimed.device != nil { pushCounts["reclaimed", default: 0] += 1 }
+            // What the push counts: its outcome, and whether it was sent again after a takeover (not
+            // a push that went nowhere: its registration was gone).
+            let outcome: String
             switch resolution {
             case .delivered(let platform, let environment, let logged):
-                pushCounts[(logged ? "logged." : "sent.") + platform.rawValue, default: 0] += 1
+                outcome = (logged ? "logged." : "sent.") + platform.rawValue
                 if let environment { learned[claimed.deviceId] = environment }
             case .deleteRegistration(let reason):
                 deadDevices.append(claimed.deviceId)
-                pushCounts[Self.counterName("deleted.", reason), default: 0] += 1
+                outcome = Self.counterName("deleted.", reason)
             case .retry(let at, let reason):
                 if let id = claimed.deliveryId {
                     retryIds.append(id)
@@ -371,12 +371,13 @@ public struct FanoutStore: Sendable {
                 } else {
                     firstRetries.append((claimed, at, reason))
                 }
-                pushCounts[Self.counterName("retried.", reason), default: 0] += 1
+                outcome = Self.counterName("retried.", reason)
             case .drop(let reason):
-                pushCounts[Self.counterName("failed.", reason), default: 0] += 1
+                outcome = Self.counterName("failed.", reason)
             case .skip(let reason):
-                pushCounts[Self.counterName("skipped.", reason), default: 0] += 1
+                outcome = Self.counterName("skipped.", reason)
             }
+            let reclaimed = claimed.reclaimed && claimed.device != nil
             if case .retry = resolution {} else if let id = claimed.deliveryId { finished.append(id) }
             switch resolution {
             case .delivered(_, nil, _), .skip: break
@@ -384,10 +385,12 @@ public struct FanoutStore: Sendable {
             }
             if let batch = claimed.batch, let slot = claimed.slot, batch.size > 0 {
                 answered[batch.id, default: (batch, [], [:])].slots.append(slot)
-                answered[batch.id]!.counts.merge(pushCounts, uniquingKeysWith: +)
+                answered[batch.id]!.counts[outcome, default: 0] += 1
+                if reclaimed { answered[batch.id]!.counts["reclaimed", default: 0] += 1 }
             } else {
                 onlyCounts = false
-                counts.merge(pushCounts, uniquingKeysWith: +)
+                counts[outcome, default: 0] += 1
+                if reclaimed { counts["reclaimed", default: 0] += 1 }
             }
         }
         let finishingBatches = Set(finishing.map(\.id))
