@@ -90,7 +90,7 @@ let package = Package(
         // The notification outbox and its pending queues: the one writer of `notification_outbox`
         // (for the bell projection, its catch-up and the schedule) and the one way the fan-out and
         // the mailer read it.
-        .target(name: "NotificationOutbox", dependencies: ["InboxDomain", "PostgresClient", "Encodings"], swiftSettings: swiftSettings),
+        .target(name: "NotificationOutbox", dependencies: ["InboxDomain", "PostgresClient", "Encodings", "JSONParsing"], swiftSettings: swiftSettings),
 
         // Read models derived from the log, and the drivers that keep them current.
         .target(

@@ -11,7 +11,7 @@ import Testing
     @Test func whatGoesInComesBackPerRecipientOnceWithItsDecisions() async throws {
         try await withTestDatabase { db in
             let odd = ["a\"b", "c\\d", "e,f {g} NULL", ""]
-            let ids = ["sellerId": "s \"1\"", "orderId": "o,1"]
+            let ids = ["sellerId": "s \"1\"", "orderId": "o,1", "watchId": "Genève \u{1F570}\n\t\\u0000"]
             let shopNews = OutboxNotification(
                 notificationId: "n-shop", kind: .shopOrderPaid, addressee: "s \"1\"", idsJSON: OutboxNotification.json(ids), sourcePosition: 7,
                 happenedAt: Date(timeIntervalSince1970: 1_800_000_000),
