@@ -155,14 +155,14 @@ public enum NotificationOutbox {
                 }
                 recipients = literal + "}"
             }
-            pushSkipped = Self.literal(people, \.delivery.pushSkipped)
-            mailSkipped = Self.literal(people, \.delivery.mailSkipped)
+            pushSkipped = Self.literal(people) { $0.delivery.pushSkipped }
+            mailSkipped = Self.literal(people) { $0.delivery.mailSkipped }
         }
 
         /// The recipients' reasons as an array literal, `""` for none; nil when there is none at all.
-        static func literal(_ people: [OutboxNotification.Recipient], _ reason: KeyPath<OutboxNotification.Recipient, SkipReason?>) -> String? {
-            guard people.contains(where: { $0[keyPath: reason] != nil }) else { return nil }
-            return "{" + people.map { $0[keyPath: reason]?.rawValue ?? "\"\"" }.joined(separator: ",") + "}"
+        static func literal(_ people: [OutboxNotification.Recipient], _ reason: (OutboxNotification.Recipient) -> SkipReason?) -> String? {
+            guard people.contains(where: { reason($0) != nil }) else { return nil }
+            return "{" + people.map { reason($0)?.rawValue ?? "\"\"" }.joined(separator: ",") + "}"
         }
 
         /// `text` as a quoted element of an array literal.

@@ -14,7 +14,9 @@ extension PostgresConnection {
 
 extension PostgresConnection {
     /// Loads `rows` with `COPY ... FROM STDIN` statements (`sql`) of at most `rowsPerStatement`
-    /// rows each, `row` giving each element's fields.
+    /// rows each, `row` giving each element's fields. Inlinable, so that it is specialized for
+    /// the caller's rows: unspecialized, walking them costs more than writing them.
+    @inlinable
     public func copyIn<Rows: Collection>(
         _ rows: Rows, into sql: String, rowsPerStatement: Int, row: (Rows.Element) -> [String?]
     ) throws {

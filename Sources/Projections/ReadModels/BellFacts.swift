@@ -21,6 +21,9 @@ extension BellFold {
         var memberChanges: [PairKey: Bool] = [:]
         var switchChanges: [SwitchKey: Bool] = [:]
         var newlyBlocked: Set<String> = []
+        /// Whether the changes above are kept for writing back batch by batch; off in a fold held
+        /// in memory (`BellReplayFold`), which writes every fact once at its end.
+        var recordsChanges = true
 
         /// A watch and a person, or a shop and a person.
         struct PairKey: Hashable {
@@ -39,14 +42,14 @@ extension BellFold {
             guard conversations[e.conversationId] == nil else { return }
             conversations[e.conversationId] = NotificationPlanner.ConversationFacts(
                 buyerId: e.buyerId, shopId: e.shopId, watchId: e.watchId, kind: e.kind, isClosed: false)
-            changedConversations.insert(e.conversationId)
+            if recordsChanges { changedConversations.insert(e.conversationId) }
         }
 
         mutating func close(_ id: String) {
             guard var conversation = conversations[id], !conversation.isClosed else { return }
             conversation.isClosed = true
             conversations[id] = conversation
-            changedConversations.insert(id)
+            if recordsChanges { changedConversations.insert(id) }
         }
 
         mutating func setFavourite(_ isFavourite: Bool, watch: String, person: String) {
@@ -55,7 +58,7 @@ extension BellFold {
             } else {
                 favouriters[watch]?.remove(person)
             }
-            favouriteChanges[PairKey(of: watch, personId: person)] = isFavourite
+            if recordsChanges { favouriteChanges[PairKey(of: watch, personId: person)] = isFavourite }
         }
 
         func favouriters(of watch: String) -> [String] { Array(favouriters[watch] ?? []) }
@@ -65,7 +68,7 @@ extension BellFold {
             guard audience.searches[e.savedSearchId] == nil else { return }
             audience.searches[e.savedSearchId] = AudienceFacts.Search(
                 personId: e.personId, deleted: false, settings: SavedSearchSettings(interval: e.interval, push: e.push))
-            changedSearches.insert(e.savedSearchId)
+            if recordsChanges { changedSearches.insert(e.savedSearchId) }
         }
 
         /// Absent fields keep their value; a search that does not exist or is deleted stays as it is.
@@ -75,14 +78,14 @@ extension BellFold {
             if let push = e.push { search.settings.push = push }
             guard search != audience.searches[e.savedSearchId] else { return }
             audience.searches[e.savedSearchId] = search
-            changedSearches.insert(e.savedSearchId)
+            if recordsChanges { changedSearches.insert(e.savedSearchId) }
         }
 
         mutating func deleteSearch(_ id: String) {
             guard var search = audience.searches[id], !search.deleted else { return }
             search.deleted = true
             audience.searches[id] = search
-            changedSearches.insert(id)
+            if recordsChanges { changedSearches.insert(id) }
         }
 
         mutating func setMember(_ isMember: Bool, shop: String, person: String) {
@@ -91,16 +94,16 @@ extension BellFold {
             } else {
                 audience.members[shop]?.remove(person)
             }
-            memberChanges[PairKey(of: shop, personId: person)] = isMember
+            if recordsChanges { memberChanges[PairKey(of: shop, personId: person)] = isMember }
         }
 
         mutating func setSwitch(_ e: NotificationPreferenceChanged) {
             audience.switches[e.personId, default: [:]][e.category, default: [:]][e.channel] = e.enabled
-            switchChanges[SwitchKey(personId: e.personId, category: e.category, channel: e.channel)] = e.enabled
+            if recordsChanges { switchChanges[SwitchKey(personId: e.personId, category: e.category, channel: e.channel)] = e.enabled }
         }
 
         mutating func block(_ person: String) {
-            if audience.blocked.insert(person).inserted { newlyBlocked.insert(person) }
+            if audience.blocked.insert(person).inserted && recordsChanges { newlyBlocked.insert(person) }
         }
 
         /// Forgets what was changed (the changes were written).

@@ -130,7 +130,11 @@ struct BellReplayFold: ReplayFold {
     /// What a live catch-up sends (a replay sends nothing).
     private var outbox: [OutboxNotification] = []
 
-    init(mode: ProjectionMode) { rows = BellFold(facts: BellFold.Facts(), entries: [:], sendsNotifications: mode != .replay) }
+    init(mode: ProjectionMode) {
+        var facts = BellFold.Facts()
+        facts.recordsChanges = false
+        rows = BellFold(facts: facts, entries: [:], sendsNotifications: mode != .replay)
+    }
 
     private var entries: [String: BellFold.Entry] { rows.entries }
     private var facts: BellFold.Facts { rows.facts }
