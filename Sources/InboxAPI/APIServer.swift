@@ -104,13 +104,15 @@ public final class APIServer: Sendable {
                 status: 503, code: .timeout, detail: "The request took too long and was stopped; it can be retried.",
                 headers: [("Retry-After", "1")]
             ).response
-        case let error as PostgresError where error.isTransient:
+        case let error as PostgresError where error.sqlState?.class == .transactionRollback && !error.isConnectionError:
             // A deadlock or serialization failure: nothing of the request was kept.
             return APIError(
                 status: 503, code: .writeConflict, detail: "The request met another write at the same moment and was undone; it can be retried.",
                 headers: [("Retry-After", "1")]
             ).response
-        case let error as PostgresError where error.isConnectionError:
+        case let error as PostgresError where error.isTransient:
+            // The connection lost or refused (a failover, a restart), or the server out of
+            // connections or shutting down: the request can be sent again once it is back.
             return APIError(
                 status: 503, code: .databaseUnavailable, detail: "The database cannot be reached; the request can be retried.",
                 headers: [("Retry-After", "1")]

@@ -206,6 +206,36 @@ import Threads
         }
     }
 
+    /// A database that cannot be reached, or that ends the request's session (a failover, a
+    /// restart), is `database_unavailable` to send again, not `write_conflict` and not a 500.
+    @Test func aWriteWithoutItsDatabaseIsDatabaseUnavailableToRetry() async throws {
+        let unreachable = try PostgresClient(url: "postgres://nobody@127.0.0.1:1/nothing", maximumConnections: 1)
+        defer { unreachable.close() }
+        try await withTestDatabase { db in
+            let client = db.client
+            let routes = [
+                Route(.post, "/v1/test/unreachable", describedAs: RouteDescription("A test route.")) { _ in
+                    _ = try unreachable.withConnectionBlocking { connection in try connection.execute("SELECT 1") }
+                    return HTTPResponse(status: 204)
+                },
+                Route(.post, "/v1/test/terminated", describedAs: RouteDescription("A test route.")) { _ in
+                    _ = try client.withConnectionBlocking { connection in try connection.execute("SELECT pg_terminate_backend(pg_backend_pid())") }
+                    return HTTPResponse(status: 204)
+                },
+            ]
+            let api = APIServer(routes: routes, gate: nil)
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
+            defer { server.shutdown() }
+            let test = APITestServer(server: server, db: db)
+            for path in ["/v1/test/unreachable", "/v1/test/terminated"] {
+                let reply = try await test.send("POST", path)
+                #expect(reply.status == 503, "\(path)")
+                #expect(reply.firstError["code"] as? String == "database_unavailable", "\(path)")
+                #expect(reply.header("Retry-After") == "1", "\(path)")
+            }
+        }
+    }
+
     /// A deadlock PostgreSQL broke (here raised by the server with its SQLSTATE) undid the write:
     /// a 503 to send again, not a 500.
     @Test func aWritePostgreSQLUndidForADeadlockIsA503ToRetry() async throws {
