@@ -206,7 +206,7 @@ let package = Package(
             name: "InboxAPITests",
             dependencies: [
                 "InboxAPI", "HTTPServer", "InboxTesting", "InboxDomain", "EventLog", "PostgresClient", "Crypto", "Projections", "Encodings", "Threads",
-                "Uploads", "Mail", "InboxSimulation",
+                "Uploads", "Mail", "InboxSimulation", "HTTPTesting",
             ],
             swiftSettings: swiftSettings),
         .testTarget(

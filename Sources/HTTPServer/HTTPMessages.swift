@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A request as the server read it: method, path (percent-decoded by libmicrohttpd), query
 /// arguments in order, headers by lower-case name, and the whole body.
@@ -52,11 +53,21 @@ public struct HTTPResponse: Sendable {
     public var status: Int
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
+    /// A file sent as the body instead of `body`: libmicrohttpd reads it from its descriptor as the
+    /// client takes it (with `sendfile` on a plain connection), so a slow reader holds no copy of
+    /// it in memory.
+    public var file: HTTPFileBody?
 
     public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
         self.status = status
         self.headers = headers
         self.body = body
+    }
+
+    /// A response whose body is `file`, sent from its descriptor.
+    public init(status: Int, headers: [(name: String, value: String)] = [], file: HTTPFileBody) {
+        self.init(status: status, headers: headers)
+        self.file = file
     }
 
     public init(status: Int, contentType: String, body: String, headers: [(name: String, value: String)] = []) {
@@ -65,6 +76,39 @@ public struct HTTPResponse: Sendable {
 
     public func header(_ name: String) -> String? {
         headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+    }
+}
+
+/// An open file to send as a response's body, `size` bytes from its start. It owns its descriptor:
+/// the server hands it to libmicrohttpd, which closes it when the response is done, and a body
+/// never sent closes it when it goes.
+public final class HTTPFileBody: Sendable {
+    public let size: Int
+    private let descriptor: Mutex<Int32?>
+
+    /// Takes ownership of `descriptor`.
+    public init(descriptor: Int32, size: Int) {
+        self.descriptor = Mutex(descriptor)
+        self.size = size
+    }
+
+    /// Opens the file at `path` for reading, or throws the reason it cannot.
+    public convenience init(path: String) throws {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw CocoaError(.fileReadNoSuchFile, userInfo: [NSFilePathErrorKey: path]) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else {
+            close(descriptor)
+            throw CocoaError(.fileReadUnknown, userInfo: [NSFilePathErrorKey: path])
+        }
+        self.init(descriptor: descriptor, size: Int(status.st_size))
+    }
+
+    /// The descriptor, once: whoever takes it closes it.
+    func take() -> Int32? { descriptor.withLock { taken in defer { taken = nil }; return taken } }
+
+    deinit {
+        if let descriptor = descriptor.withLock({ $0 }) { close(descriptor) }
     }
 }
 

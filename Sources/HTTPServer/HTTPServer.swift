@@ -389,8 +389,16 @@ private func tooLargeResponse(_ limit: Int) -> HTTPResponse {
 }
 
 private func send(_ response: HTTPResponse, on connection: OpaquePointer) -> MHD_Result {
-    let made = response.body.withUnsafeBufferPointer { buffer in
-        MHD_create_response_from_buffer(buffer.count, UnsafeMutableRawPointer(mutating: buffer.baseAddress), .RESPMEM_MUST_COPY)
+    let made: OpaquePointer?
+    if let file = response.file {
+        // libmicrohttpd closes the descriptor when it destroys the response.
+        guard let descriptor = file.take() else { return .NO }
+        made = MHD_create_response_from_fd64(UInt64(file.size), descriptor)
+        if made == nil { close(descriptor) }
+    } else {
+        made = response.body.withUnsafeBufferPointer { buffer in
+            MHD_create_response_from_buffer(buffer.count, UnsafeMutableRawPointer(mutating: buffer.baseAddress), .RESPMEM_MUST_COPY)
+        }
     }
     guard let made else { return .NO }
     defer { MHD_destroy_response(made) }

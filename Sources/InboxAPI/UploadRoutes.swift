@@ -112,19 +112,25 @@ public enum UploadRoutes {
                 if upload.personId != context.person {
                     guard try access.mayRead(handle: upload.handle, person: context.person) else { throw notFound() }
                 }
-                let bytes: [UInt8]
+                // Sent from the file as the client reads it: a slow reader holds no copy in memory.
+                let file: HTTPFileBody
                 do {
-                    bytes = try store.contents(of: upload)
+                    file = try HTTPFileBody(path: try store.file(of: upload).path)
                 } catch {
                     throw APIError(status: 404, code: .notFound, detail: "There is no such upload.", cause: "the file of \(upload.sha256) cannot be read: \(error)")
+                }
+                guard file.size == upload.size else {
+                    throw APIError(
+                        status: 404, code: .notFound, detail: "There is no such upload.",
+                        cause: "the file of \(upload.sha256) holds \(file.size) bytes, its record \(upload.size)")
                 }
                 return HTTPResponse(
                     status: 200,
                     headers: [
-                        // libmicrohttpd writes Content-Length itself, from the body (it drops one set here).
-                        ("Content-Type", upload.contentType), ("Content-Length", String(bytes.count)), ("Cache-Control", "private"),
+                        // libmicrohttpd writes Content-Length itself, from the file's size (it drops one set here).
+                        ("Content-Type", upload.contentType), ("Content-Length", String(file.size)), ("Cache-Control", "private"),
                         ("X-Content-Type-Options", "nosniff"), ("Content-Disposition", "inline"),
-                    ], body: bytes)
+                    ], file: file)
             },
         ]
     }

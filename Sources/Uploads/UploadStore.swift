@@ -158,10 +158,10 @@ public final class UploadStore: Sendable {
             conversationId: try row.decode(String?.self, "conversation_id"))
     }
 
-    /// The bytes of an upload.
-    public func contents(of upload: Upload) throws -> [UInt8] {
+    /// Where an upload's bytes are, to be read as they are sent.
+    public func file(of upload: Upload) throws -> URL {
         guard let path = path(of: upload.sha256) else { throw CocoaError(.fileReadInvalidFileName) }
-        return [UInt8](try Data(contentsOf: path))
+        return path
     }
 
     // MARK: For the conversation routes

@@ -2,6 +2,7 @@ import EventLog
 import Crypto
 import Foundation
 import HTTPServer
+import HTTPTesting
 import InboxAPI
 import InboxDomain
 import InboxTesting
@@ -231,6 +232,69 @@ import Uploads
             #expect(taken.status == 201)
             #expect(Self.attributes(taken)["size"] as? Int == UploadLimits.maximumFileBytes)
         }
+    }
+
+    /// A file is sent from its descriptor as each client reads it: 1,000 clients that asked for a
+    /// 10 MB file and stopped reading after its first 64 KiB grow the process by less than 128 MiB
+    /// (a copy each, as before 2026-12-05, would be 10 GB), and a reader who goes on gets every byte.
+    @Test func aThousandSlowReadersOfATenMegabyteFileHoldNoCopyOfIt() async throws {
+        try await Self.withUploadsAPI { h in
+            var large = Self.png
+            large += (0..<(UploadLimits.maximumFileBytes - large.count)).map { UInt8(truncatingIfNeeded: ($0 &* 2_654_435_761) >> 13) }
+            let handle = try #require(Self.attributes(try await h.upload("alice", large))["handle"] as? String)
+            let authorization = try #require(try h.headers("alice")["Authorization"])
+            let request = Array("GET /v1/uploads/\(handle) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: \(authorization)\r\nAccept: */*\r\n\r\n".utf8)
+            let warm = try await h.api.send("GET", "/v1/uploads/\(handle)", headers: try h.headers("alice"))
+            #expect(warm.status == 200 && [UInt8](warm.body) == large)
+            let before = Self.residentBytes()
+
+            // 1,000 connections from 16 loopback addresses (the server takes 64 from one), each
+            // reading the head and 64 KiB of the body, then nothing.
+            var sockets: [Int32] = []
+            defer { for socket in sockets { close(socket) } }
+            var firstBytes: [[UInt8]] = []
+            for index in 0..<1_000 {
+                let socket = try RawHTTPClient.connect(port: h.api.server.port, from: "127.0.0.\(10 + index / 63)")
+                sockets.append(socket)
+                var time = timeval(tv_sec: 5, tv_usec: 0)
+                setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
+                let sent = request.withUnsafeBytes { Glibc.send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                #expect(sent == request.count)
+                var received: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 16_384)
+                while received.count < 65_536 + 512 {
+                    let count = buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
+                    guard count > 0 else { break }
+                    received += buffer[0..<count]
+                }
+                if index == 0 { firstBytes.append(received) }
+                // The first that does not get its start stops the test, rather than wait for each after it.
+                try #require(
+                    String(decoding: received.prefix(12), as: UTF8.self) == "HTTP/1.1 200" && received.count >= 65_536,
+                    "reader \(index) got \(received.count) bytes: \(String(decoding: received.prefix(200), as: UTF8.self))")
+            }
+            let during = Self.residentBytes()
+            let grown = during - before
+            #expect(grown < 128 << 20, "1,000 slow readers grew the process by \(grown >> 20) MiB")
+
+            // The first reader goes on to the end and gets the file, byte for byte.
+            var received = firstBytes[0]
+            let head = try #require(received.indices.first { received[$0...].starts(with: Array("\r\n\r\n".utf8)) })
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while received.count - (head + 4) < large.count {
+                let count = buffer.withUnsafeMutableBytes { recv(sockets[0], $0.baseAddress, $0.count, 0) }
+                guard count > 0 else { break }
+                received += buffer[0..<count]
+            }
+            #expect(Array(received[(head + 4)...]) == large)
+            print("1,000 slow readers of a 10 MB upload: resident \(before >> 20) MiB before, \(during >> 20) MiB while they wait")
+        }
+    }
+
+    /// This process's resident memory, in bytes (`/proc/self/statm`).
+    static func residentBytes() -> Int {
+        let fields = ((try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8)) ?? "").split(separator: " ")
+        return (fields.count > 1 ? Int(fields[1]) ?? 0 : 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
     }
 
     @Test func aSourceIsFetchedWithinItsBoundsAndTypedByItsBytes() async throws {
