@@ -1,4 +1,5 @@
 import Foundation
+import Identity
 import Mail
 
 /// Everything `inbox` can be told, from the environment with flags overriding it. A bad value is
@@ -45,6 +46,11 @@ struct InboxConfiguration: Sendable {
     var uploadsAllowPrivateSources = false
     /// The uploads folder in use.
     var uploadsFolder: String { uploadsDirectory ?? (dataDirectory as NSString).appendingPathComponent("uploads") }
+    /// `INBOX_API_PERSON_LIMIT`: a person's token's requests to this node, `N/SECONDS`: N at once,
+    /// refilled N per SECONDS.
+    var apiPersonLimit = AttemptLimit(100, per: 5)
+    /// `INBOX_API_GUEST_LIMIT`: a guest token's, the same way.
+    var apiGuestLimit = AttemptLimit(20, per: 10)
     /// `INBOX_BELL_CACHE_MB`: memory for bell pages kept between their changes; 0: none.
     var bellCacheMegabytes: Int = 64
     /// `INBOX_CONVERSATION_CACHE_MB`: memory for conversation list pages kept between their changes; 0: none.
@@ -224,6 +230,13 @@ struct InboxConfiguration: Sendable {
             meaning: "memory for conversation list pages kept until a thread in them changes (0: none, up to 65536)") {
             $0.conversationCacheMegabytes = $1
         },
+        requestLimit(
+            "INBOX_API_PERSON_LIMIT", "--api-person-limit", default: "100/5",
+            meaning: "requests of one person's token to this node: N/SECONDS, N at once refilled N per SECONDS; past it 429 with Retry-After (counted per node: docs/api.md)"
+        ) { $0.apiPersonLimit = $1 },
+        requestLimit(
+            "INBOX_API_GUEST_LIMIT", "--api-guest-limit", default: "20/10", meaning: "requests of one guest token to this node: N/SECONDS"
+        ) { $0.apiGuestLimit = $1 },
         Setting(variable: "INBOX_UPLOADS_DIR", flag: "--uploads-dir", defaultValue: "(unset: <INBOX_DATA_DIR>/uploads)",
                 meaning: "folder uploaded files are stored in, by their SHA-256 (made when missing)") { $0.uploadsDirectory = $1 },
         Setting(variable: "INBOX_UPLOADS_ALLOW_PRIVATE_SOURCES", flag: "--uploads-allow-private-sources", defaultValue: "0",
@@ -417,6 +430,18 @@ struct InboxConfiguration: Sendable {
                     description: "\(variable) (\(flag)) must be \(unit) from \(range.lowerBound) to \(range.upperBound), not \"\(text)\".")
             }
             set(&configuration, number)
+        }
+    }
+
+    private static func requestLimit(
+        _ variable: String, _ flag: String, default defaultValue: String, meaning: String,
+        _ set: @escaping @Sendable (inout InboxConfiguration, AttemptLimit) -> Void
+    ) -> Setting {
+        Setting(variable: variable, flag: flag, defaultValue: defaultValue, meaning: meaning) { configuration, text in
+            guard let limit = AttemptLimit(text: text) else {
+                throw Invalid(description: "\(variable) (\(flag)) must be N/SECONDS, such as \(defaultValue) (N from 1, SECONDS from 1 to 604800), not \"\(text)\".")
+            }
+            set(&configuration, limit)
         }
     }
 

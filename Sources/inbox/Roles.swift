@@ -61,7 +61,11 @@ enum Roles {
             let logRequest = requestLogLines(to: log)
             let api = APIServer(
                 routes: routes, gate: gate, verifier: try DevelopmentKey.verifier(configuration, log: log, identityKeys: identity?.keys.tokenKeys),
-                services: services, metrics: metrics, rateLimiter: RateLimiter(), log: logRequest)
+                services: services, metrics: metrics, rateLimiter: RateLimiter(
+                    limits: RateLimiter.Limits(
+                        personPerSecond: configuration.apiPersonLimit.perSecond, personBurst: configuration.apiPersonLimit.count,
+                        guestPerSecond: configuration.apiGuestLimit.perSecond, guestBurst: configuration.apiGuestLimit.count)),
+                log: logRequest)
             let operations = configuration.opsPort.map { _ in
                 APIServer(routes: InboxRoutes.operations(routes), gate: nil, metrics: metrics, log: logRequest)
             }

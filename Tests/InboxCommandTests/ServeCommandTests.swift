@@ -14,7 +14,7 @@ import Testing
             let dataDirectory = NSTemporaryDirectory() + "inbox-serve-\(UUID().uuidString)"
             defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
             let environment = InboxCLI.databaseEnvironment(
-                db.url, ["INBOX_HTTP_PORT": "0", "INBOX_OPS_PORT": "0", "INBOX_DATA_DIR": dataDirectory])
+                db.url, ["INBOX_HTTP_PORT": "0", "INBOX_OPS_PORT": "0", "INBOX_DATA_DIR": dataDirectory, "INBOX_API_PERSON_LIMIT": "3/60"])
             let server = try InboxCLI.start(["serve"], environment: environment)
             defer { server.cleanUp() }
             func listening(_ prefix: String) async throws -> String {
@@ -42,6 +42,14 @@ import Testing
             bell.setValue("Bearer \(token.stdout.trimmingCharacters(in: .whitespacesAndNewlines))", forHTTPHeaderField: "Authorization")
             let (body, bellResponse) = try await URLSession.shared.data(for: bell)
             #expect((bellResponse as? HTTPURLResponse)?.statusCode == 200, "\(String(decoding: body, as: UTF8.self))")
+            // INBOX_API_PERSON_LIMIT=3/60: three requests at once, then 429 until the bucket refills.
+            var statuses: [Int] = []
+            for _ in 0..<3 {
+                let (_, again) = try await URLSession.shared.data(for: bell)
+                statuses.append((again as? HTTPURLResponse)?.statusCode ?? 0)
+            }
+            #expect(statuses == [200, 200, 429])
+
 
             _ = try await server.waitForStderrLine(timeout: .seconds(10)) { $0.contains(#""requestId":"cli-test-1""#) }
             server.send(SIGTERM)
@@ -59,6 +67,7 @@ import Testing
 
     @Test(arguments: [["INBOX_HTTP_PORT": "http"], ["INBOX_HTTP_HOST": "localhost"], ["INBOX_HTTP_THREADS": "0"], ["INBOX_HTTP_MAX_BODY_BYTES": "10"],
         ["INBOX_OPS_PORT": "ops"], ["INBOX_HTTP_CONNECTIONS_PER_ADDRESS": "-1"], ["INBOX_HTTP_REQUEST_DEADLINE_SECONDS": "0"],
+        ["INBOX_API_PERSON_LIMIT": "100"], ["INBOX_API_GUEST_LIMIT": "0/10"],
     ])
     func aBadHTTPSettingIsRefusedNamingIt(setting: [String: String]) async throws {
         let result = try await InboxCLI.run(["serve"], environment: setting)
