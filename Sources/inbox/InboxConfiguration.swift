@@ -447,10 +447,18 @@ struct InboxConfiguration: Sendable {
 
     /// Reads the environment, then consumes the global flags from `arguments` (leaving the rest).
     /// Flags win over the environment; the first bad value is refused with a sentence naming it.
+    /// A setting `NAME` may instead be read from the file `NAME_FILE` names (a mounted secret, a
+    /// systemd credential), its last line break dropped.
     static func load(environment: [String: String], arguments: inout [String]) throws -> InboxConfiguration {
         var values: [String: String] = [:]
         for setting in settings {
             if let value = environment[setting.variable], !value.isEmpty { values[setting.variable] = value }
+            if let path = environment[setting.variable + "_FILE"], !path.isEmpty {
+                guard values[setting.variable] == nil else {
+                    throw Invalid(description: "\(setting.variable) and \(setting.variable)_FILE are both set: set one of them.")
+                }
+                values[setting.variable] = try valueFile(path, of: setting.variable)
+            }
         }
         values.merge(try takeFlags(from: &arguments)) { _, flag in flag }
         var configuration = InboxConfiguration()
@@ -462,6 +470,36 @@ struct InboxConfiguration: Sendable {
 
     /// Removes the settings' flags (`--flag value` or `--flag=value`) from `arguments` and returns
     /// their values by variable.
+    /// The settings whose values are secrets: never taken from the command line, where every user
+    /// of the machine reads them in `ps` (`DATABASE_URL` only when it holds a password).
+    static let secretVariables: Set<String> = ["DATABASE_URL", "INBOX_SMTP_PASSWORD", "INBOX_SERVICE_CREDENTIALS", "INBOX_UNSUBSCRIBE_KEYS"]
+
+    /// The text of the file a `NAME_FILE` setting names, without its last line break.
+    static func valueFile(_ path: String, of variable: String) throws -> String {
+        let bytes: Data
+        do {
+            let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
+            defer { try? handle.close() }
+            bytes = try handle.read(upToCount: 1 << 20 + 1) ?? Data()
+        } catch {
+            throw Invalid(description: "\(variable)_FILE names \(path), which cannot be read: \(error.localizedDescription)")
+        }
+        guard bytes.count <= 1 << 20 else { throw Invalid(description: "\(variable)_FILE names \(path), which is over 1 MiB: not a setting's value.") }
+        var text = String(decoding: bytes, as: UTF8.self)
+        if text.hasSuffix("\r\n") { text.removeLast() } else if text.hasSuffix("\n") { text.removeLast() }
+        guard !text.isEmpty else { throw Invalid(description: "\(variable)_FILE names \(path), which is empty.") }
+        return text
+    }
+
+    /// Whether `value` of `variable` is a secret that the command line must not carry.
+    static func isSecret(_ variable: String, _ value: String) -> Bool {
+        guard secretVariables.contains(variable) else { return false }
+        guard variable == "DATABASE_URL" else { return true }
+        // postgres://user:password@host/... or ...?password=...
+        let authority = value.split(separator: "/", maxSplits: 3).dropFirst().first.map(String.init) ?? ""
+        return (authority.contains("@") && authority.prefix { $0 != "@" }.contains(":")) || value.lowercased().contains("password=")
+    }
+
     private static func takeFlags(from arguments: inout [String]) throws -> [String: String] {
         var values: [String: String] = [:]
         var rest: [String] = []
@@ -478,6 +516,11 @@ struct InboxConfiguration: Sendable {
                     guard index + 1 < arguments.count else { throw Invalid(description: "\(flag) needs a value.") }
                     values[setting.variable] = arguments[index + 1]
                     index += 1
+                }
+                if let value = values[setting.variable], isSecret(setting.variable, value) {
+                    throw Invalid(
+                        description: "\(flag) would show a secret to everybody on this machine (in ps): set \(setting.variable) "
+                            + "or \(setting.variable)_FILE (a file holding it) instead.")
                 }
             } else {
                 rest.append(argument)

@@ -13,8 +13,12 @@ import Testing
         try await withTestDatabase { db in
             let dataDirectory = NSTemporaryDirectory() + "inbox-serve-\(UUID().uuidString)"
             defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+            // The person limit comes from a file (NAME_FILE), as a mounted secret would.
+            let limitFile = dataDirectory + "-limit"
+            try Data("3/60\n".utf8).write(to: URL(fileURLWithPath: limitFile))
+            defer { try? FileManager.default.removeItem(atPath: limitFile) }
             let environment = InboxCLI.databaseEnvironment(
-                db.url, ["INBOX_HTTP_PORT": "0", "INBOX_OPS_PORT": "0", "INBOX_DATA_DIR": dataDirectory, "INBOX_API_PERSON_LIMIT": "3/60"])
+                db.url, ["INBOX_HTTP_PORT": "0", "INBOX_OPS_PORT": "0", "INBOX_DATA_DIR": dataDirectory, "INBOX_API_PERSON_LIMIT_FILE": limitFile])
             let server = try InboxCLI.start(["serve"], environment: environment)
             defer { server.cleanUp() }
             func listening(_ prefix: String) async throws -> String {
@@ -42,7 +46,7 @@ import Testing
             bell.setValue("Bearer \(token.stdout.trimmingCharacters(in: .whitespacesAndNewlines))", forHTTPHeaderField: "Authorization")
             let (body, bellResponse) = try await URLSession.shared.data(for: bell)
             #expect((bellResponse as? HTTPURLResponse)?.statusCode == 200, "\(String(decoding: body, as: UTF8.self))")
-            // INBOX_API_PERSON_LIMIT=3/60: three requests at once, then 429 until the bucket refills.
+            // INBOX_API_PERSON_LIMIT_FILE holds 3/60: three requests at once, then 429 until the bucket refills.
             var statuses: [Int] = []
             for _ in 0..<3 {
                 let (_, again) = try await URLSession.shared.data(for: bell)

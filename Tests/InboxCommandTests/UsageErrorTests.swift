@@ -54,6 +54,40 @@ import Testing
         #expect(line.contains("--from"))
     }
 
+    /// A secret is never taken as a flag, where every user of the machine reads it in `ps`.
+    @Test(arguments: [
+        ["--smtp-password", "hunter2-secret"], ["--service-credentials=shop=hunter2-secret-long"], ["--unsubscribe-keys", "1:hunter2-secret"],
+        ["--database-url", "postgres://inbox:hunter2-secret@127.0.0.1:1/none"], ["--database-url", "postgres://127.0.0.1:1/none?password=hunter2-secret"],
+    ])
+    func aSecretAsAFlagIsRefusedWithoutRepeatingIt(flags: [String]) async throws {
+        let line = expectUsageError(try await InboxCLI.run(["version"] + flags))
+        #expect(line.contains("_FILE"), "\(line)")
+        #expect(!line.contains("hunter2"), "\(line)")
+    }
+
+    @Test func aDatabaseURLWithoutAPasswordIsTakenAsAFlag() async throws {
+        let result = try await InboxCLI.run(["version", "--database-url", "postgres://inbox@127.0.0.1:1/none"])
+        #expect(result.status == 0, "\(result.stderrHead)")
+    }
+
+    /// `NAME_FILE` reads a setting from a file: a bad value in it is refused naming the setting,
+    /// and so are a file that cannot be read and both ways at once.
+    @Test func aSettingFromAFileIsReadAndCheckedLikeTheVariable() async throws {
+        let path = NSTemporaryDirectory() + "inbox-setting-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try Data("not-a-port\n".utf8).write(to: URL(fileURLWithPath: path))
+        let bad = expectUsageError(try await InboxCLI.run(["version"], environment: UsageErrorTests.database(["INBOX_HTTP_PORT_FILE": path])))
+        #expect(bad.contains("INBOX_HTTP_PORT"), "\(bad)")
+        let missing = expectUsageError(
+            try await InboxCLI.run(["version"], environment: UsageErrorTests.database(["INBOX_SMTP_PASSWORD_FILE": path + ".missing"])))
+        #expect(missing.contains("INBOX_SMTP_PASSWORD_FILE") && missing.contains(path + ".missing"), "\(missing)")
+        let both = expectUsageError(
+            try await InboxCLI.run(["version"], environment: UsageErrorTests.database(["INBOX_HTTP_PORT_FILE": path, "INBOX_HTTP_PORT": "8080"])))
+        #expect(both.contains("both"), "\(both)")
+    }
+
+    static func database(_ extra: [String: String]) -> [String: String] { InboxCLI.unreachableDatabase.merging(extra) { $1 } }
+
     @Test func anArgumentToVersionExitsWithTwoAndOneLine() async throws {
         let result = try await InboxCLI.run(["version", "extra"])
         let line = expectUsageError(result)
