@@ -1,3 +1,4 @@
+import Crypto
 import EventLog
 import Foundation
 import InboxAPI
@@ -14,15 +15,20 @@ public struct IdentityRole: Sendable {
     public let routes: [Route]
     public let maintenance: IdentityMaintenance
 
-    /// `keysDirectory` and `signingKid`: `SigningKeys.load`. `client`: a pool of the request
-    /// threads' (blocking) connections. `gate`: the app's minimum versions (426).
+    /// `keysDirectory` and `signingKid`: `SigningKeys.load`; with `secrets` (every node's
+    /// key-encryption key) the keys are PostgreSQL's instead, shared by every node. `client`: a
+    /// pool of the request threads' (blocking) connections. `gate`: the app's minimum versions (426).
     public static func make(
-        configuration: IdentityConfiguration, keysDirectory: String, signingKid: String?, client: PostgresClient, gate: AppVersionGate?,
-        validator: EventValidator?, log: Logger, now: @escaping @Sendable () -> Date = { Date() }
+        configuration: IdentityConfiguration, keysDirectory: String, signingKid: String?, secrets: SecretsKey? = nil, client: PostgresClient,
+        gate: AppVersionGate?, validator: EventValidator?, log: Logger, now: @escaping @Sendable () -> Date = { Date() }
     ) throws -> IdentityRole {
-        let (keys, created) = try SigningKeys.load(directory: keysDirectory, signingKid: signingKid, now: now())
+        let (keys, created) =
+            try secrets.map { try SigningKeys.load(client: client, secrets: $0, now: now()) }
+            ?? SigningKeys.load(directory: keysDirectory, signingKid: signingKid, now: now())
         if let created {
-            log.info("made the identity role's first signing key", metadata: ["kid": created, "folder": keysDirectory])
+            log.info(
+                "made the identity role's first signing key",
+                metadata: ["kid": created, "kept in": secrets == nil ? keysDirectory : "identity_signing_keys, sealed"])
         }
         log.info("signing access tokens", metadata: ["kid": keys.signingKid, "published": keys.publicKeys.keys.sorted().joined(separator: ",")])
         let hasher = try PasswordHasher(cost: configuration.passwordCost, concurrency: configuration.hashConcurrency)

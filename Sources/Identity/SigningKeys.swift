@@ -3,6 +3,7 @@ import Encodings
 import Foundation
 import InboxAPI
 import InboxDomain
+import PostgresClient
 
 /// The keys the identity role signs access tokens with: a folder of P-256 keys, `<kid>.pem` each
 /// (`INBOX_IDENTITY_KEYS_DIR`). Every key of the folder is published (`/.well-known/jwks.json`)
@@ -13,9 +14,16 @@ import InboxDomain
 /// restart again; remove the old one once its last tokens have expired (an hour). A folder that
 /// is missing or holds no key gets one, made here (mode 0600), as the development key is.
 /// A `-----BEGIN PUBLIC KEY-----` file is published and verifies, but cannot sign.
+///
+/// With `INBOX_SECRETS_KEY_FILE` the keys are PostgreSQL's instead (`load(client:secrets:now:)`,
+/// `identity_signing_keys`), sealed under the key-encryption key, so that every node signs and
+/// verifies with the same ones.
 public final class SigningKeys: Sendable {
+    /// The key that signed when the keys were loaded.
     public let signingKid: String
-    private let signingKey: ES256PrivateKey
+    /// The keys that sign, each from its time on, oldest first: a token is signed by the last
+    /// whose time has come (the first before any has).
+    private let signers: [(from: Date, kid: String, key: ES256PrivateKey)]
     /// Every key of the folder, by kid.
     public let publicKeys: [String: ES256PublicKey]
 
@@ -25,8 +33,103 @@ public final class SigningKeys: Sendable {
 
     public init(signingKid: String, signingKey: ES256PrivateKey, publicKeys: [String: ES256PublicKey]) {
         self.signingKid = signingKid
-        self.signingKey = signingKey
+        self.signers = [(Date.distantPast, signingKid, signingKey)]
         self.publicKeys = publicKeys
+    }
+
+    init(signers: [(from: Date, kid: String, key: ES256PrivateKey)], publicKeys: [String: ES256PublicKey], now: Date) {
+        self.signers = signers
+        self.publicKeys = publicKeys
+        signingKid = Self.signer(of: signers, at: now).kid
+    }
+
+    private static func signer(
+        of signers: [(from: Date, kid: String, key: ES256PrivateKey)], at now: Date
+    ) -> (from: Date, kid: String, key: ES256PrivateKey) {
+        signers.last { $0.from <= now } ?? signers[0]
+    }
+
+    /// What seals a key's PEM in `identity_signing_keys`: the table and the kid.
+    static func purpose(_ kid: String) -> String { "identity_signing_keys/\(kid)" }
+
+    /// The keys of `identity_signing_keys` that are not retired, opened with `secrets`; when there
+    /// is none, one is made (under a lock, so that nodes starting together make one between them).
+    /// `created` says which kid was made now.
+    public static func load(client: PostgresClient, secrets: SecretsKey, now: Date = Date()) throws -> (keys: SigningKeys, created: String?) {
+        let (rows, created) = try client.transactionBlocking { connection -> ([(String, Data, Date)], String?) in
+            try connection.execute("SELECT pg_advisory_xact_lock(hashtext('identity_signing_keys'))")
+            func read() throws -> [(String, Data, Date)] {
+                try connection.query(
+                    "SELECT kid, sealed_private, signs_from FROM identity_signing_keys WHERE retired_at IS NULL ORDER BY signs_from, kid"
+                ).map { (try $0.decode(String.self, "kid"), try $0.decode(Data.self, "sealed_private"), try $0.decode(Date.self, "signs_from")) }
+            }
+            let rows = try read()
+            if !rows.isEmpty { return (rows, nil) }
+            let kid = try add(signingFrom: now, on: connection, secrets: secrets, now: now)
+            return (try read(), kid)
+        }
+        var signers: [(from: Date, kid: String, key: ES256PrivateKey)] = []
+        var publicKeys: [String: ES256PublicKey] = [:]
+        for (kid, sealed, from) in rows {
+            let key: ES256PrivateKey
+            do {
+                key = try ES256PrivateKey(pem: String(decoding: try secrets.open(Array(sealed), for: purpose(kid)), as: UTF8.self))
+            } catch {
+                throw Invalid(description: "The signing key \(kid) in identity_signing_keys does not open with INBOX_SECRETS_KEY_FILE's key: \(error)")
+            }
+            signers.append((from, kid, key))
+            publicKeys[kid] = try key.publicKey
+        }
+        return (SigningKeys(signers: signers, publicKeys: publicKeys, now: now), created)
+    }
+
+    /// A key of `identity_signing_keys` as `inbox keys list` shows it.
+    public struct Listed: Sendable {
+        public var kid: String
+        public var signsFrom: Date
+        public var retiredAt: Date?
+    }
+
+    public static func list(client: PostgresClient) throws -> [Listed] {
+        try client.withConnectionBlocking { connection in
+            try connection.query("SELECT kid, signs_from, retired_at FROM identity_signing_keys ORDER BY signs_from, kid").map {
+                Listed(kid: try $0.decode(String.self, "kid"), signsFrom: try $0.decode(Date.self, "signs_from"), retiredAt: try $0.decode(Date?.self, "retired_at"))
+            }
+        }
+    }
+
+    /// Rotation: adds a key that signs from `overlap` after `now` (every node must load it, by a
+    /// restart, before then, so that each publishes it before any signs with it), and retires the
+    /// keys that a newer one replaced more than `tokenLifetime` ago (their last tokens have
+    /// expired). Returns the new kid and the retired ones.
+    public static func rotate(
+        client: PostgresClient, secrets: SecretsKey, overlap: TimeInterval, tokenLifetime: TimeInterval, now: Date = Date()
+    ) throws -> (added: String, retired: [String]) {
+        try client.transactionBlocking { connection in
+            try connection.execute("SELECT pg_advisory_xact_lock(hashtext('identity_signing_keys'))")
+            let retired = try connection.query(
+                """
+                UPDATE identity_signing_keys k SET retired_at = $1
+                WHERE retired_at IS NULL
+                  AND EXISTS (SELECT 1 FROM identity_signing_keys newer
+                              WHERE newer.retired_at IS NULL AND (newer.signs_from, newer.kid) > (k.signs_from, k.kid) AND newer.signs_from < $2)
+                RETURNING kid
+                """, now, now.addingTimeInterval(-tokenLifetime)
+            ).map { try $0.decode(String.self, "kid") }
+            let added = try add(signingFrom: now.addingTimeInterval(overlap), on: connection, secrets: secrets, now: now)
+            return (added, retired.sorted())
+        }
+    }
+
+    /// Adds a new key to `identity_signing_keys` that signs from `signingFrom`; returns its kid.
+    @discardableResult
+    public static func add(signingFrom: Date, on connection: PostgresConnection, secrets: SecretsKey, now: Date = Date()) throws -> String {
+        let kid = newKid(now: now)
+        let key = try ES256PrivateKey.generate()
+        try connection.query(
+            "INSERT INTO identity_signing_keys (kid, sealed_private, signs_from) VALUES ($1, $2, $3)", kid,
+            Data(try secrets.seal(Array(key.pem.utf8), for: purpose(kid))), signingFrom)
+        return kid
     }
 
     /// The folder's keys; `created` says which kid was made now (nil: none was).
@@ -125,9 +228,10 @@ public final class SigningKeys: Sendable {
         if guest { claims["guest"] = .bool(true) }
         if let sessionId { claims["sid"] = .string(sessionId.uuidString.lowercased()) }
         if let issuer { claims["iss"] = .string(issuer) }
-        let header = Base64URL.encode(JSONAPI.bytes(.object(["alg": .string("ES256"), "kid": .string(signingKid), "typ": .string("at+jwt")])))
+        let signer = Self.signer(of: signers, at: now)
+        let header = Base64URL.encode(JSONAPI.bytes(.object(["alg": .string("ES256"), "kid": .string(signer.kid), "typ": .string("at+jwt")])))
         let payload = Base64URL.encode(JSONAPI.bytes(.object(claims)))
-        let signature = try signingKey.sign(Array("\(header).\(payload)".utf8))
+        let signature = try signer.key.sign(Array("\(header).\(payload)".utf8))
         return "\(header).\(payload).\(Base64URL.encode(signature))"
     }
 }

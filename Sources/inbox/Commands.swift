@@ -23,7 +23,7 @@ struct Command: Sendable {
 }
 
 extension Command {
-    static let all: [Command] = [run, serve, identity, project, fanout, schedule, mail, migrate, replay, events, status, token, account, version, help]
+    static let all: [Command] = [run, serve, identity, project, fanout, schedule, mail, migrate, replay, events, status, token, account, keys, version, help]
 
     static func named(_ name: String) -> Command? { all.first { $0.name == name } }
 

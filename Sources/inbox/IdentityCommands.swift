@@ -1,3 +1,4 @@
+import Crypto
 import EventLog
 import Foundation
 import HTTPServer
@@ -13,13 +14,16 @@ extension Roles {
         database: Database, client: PostgresClient, gate: AppVersionGate, configuration: InboxConfiguration, log: Logger
     ) throws -> IdentityRole {
         let settings: IdentityConfiguration
+        let secrets: SecretsKey?
         do {
             settings = try configuration.identityConfiguration()
+            secrets = try configuration.secretsKey()
         } catch let error as InboxConfiguration.Invalid {
             throw UsageError(description: error.description)
         }
         return try IdentityRole.make(
-            configuration: settings, keysDirectory: configuration.identityKeysDirectory, signingKid: configuration.identitySigningKid, client: client,
+            configuration: settings, keysDirectory: configuration.identityKeysDirectory, signingKid: configuration.identitySigningKid, secrets: secrets,
+            client: client,
             gate: gate, validator: database.store.validator, log: log.with(["role": "identity"]))
     }
 
@@ -82,6 +86,70 @@ extension Command {
             + "never from the arguments. `second-factor on` prints the otpauth:// URI and the ten recovery codes, once."
     ) { arguments, configuration, log in
         try await AccountCommand.run(arguments, configuration: configuration, log: log)
+    }
+}
+
+extension Command {
+    static let keys = Command(
+        name: "keys",
+        synopsis: "keys list | keys rotate [--overlap-seconds N]",
+        summary: "The identity role's signing keys kept in PostgreSQL (with INBOX_SECRETS_KEY_FILE). `rotate` adds a key that signs after the "
+            + "overlap (default 3600 s: restart every node within it, so each publishes the key before any signs with it) and retires the "
+            + "keys replaced more than an hour ago, when their last access tokens have expired."
+    ) { arguments, configuration, log in
+        try await KeysCommand.run(arguments, configuration: configuration, log: log)
+    }
+}
+
+/// `inbox keys ...`.
+enum KeysCommand {
+    static func run(_ arguments: [String], configuration: InboxConfiguration, log: Logger) async throws {
+        let secrets: SecretsKey
+        do {
+            guard let key = try configuration.secretsKey() else {
+                throw UsageError(
+                    description: "inbox keys works on the signing keys kept in PostgreSQL: set INBOX_SECRETS_KEY_FILE (docs/identity.md); "
+                        + "the keys of INBOX_IDENTITY_KEYS_DIR are files.")
+            }
+            secrets = key
+        } catch let error as InboxConfiguration.Invalid {
+            throw UsageError(description: error.description)
+        }
+        var overlap: TimeInterval = 3600
+        switch arguments.first {
+        case "list" where arguments.count == 1: break
+        case "rotate":
+            var rest = Array(arguments.dropFirst())
+            if rest.first == "--overlap-seconds" {
+                guard rest.count >= 2, let seconds = Int(rest[1]), (0...604_800).contains(seconds) else {
+                    throw UsageError(description: "--overlap-seconds needs a whole number of seconds from 0 to 604800.")
+                }
+                overlap = TimeInterval(seconds)
+                rest.removeFirst(2)
+            }
+            guard rest.isEmpty else { throw UsageError(description: "inbox keys rotate takes only --overlap-seconds, not \(rest[0]).") }
+        default:
+            throw UsageError(description: "inbox keys needs list or rotate; `inbox keys --help` says more.")
+        }
+        let action = arguments[0]
+        let overlapSeconds = overlap
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            let client = database.client
+            try await BlockingThread.run {
+                if action == "rotate" {
+                    let (added, retired) = try SigningKeys.rotate(client: client, secrets: secrets, overlap: overlapSeconds, tokenLifetime: 3600 + 300)
+                    print("added \(added), signing in \(Int(overlapSeconds)) s: restart every node before then")
+                    for kid in retired { print("retired \(kid)") }
+                }
+                let now = Date()
+                let listed = try SigningKeys.list(client: client)
+                let signing = listed.last { $0.retiredAt == nil && $0.signsFrom <= now }?.kid
+                for key in listed {
+                    let state = key.retiredAt.map { "retired \($0.formatted(.iso8601))" } ?? (key.kid == signing ? "signing" : key.signsFrom > now ? "published, signs from \(key.signsFrom.formatted(.iso8601))" : "published")
+                    print("\(key.kid)  \(state)")
+                }
+            }
+        }
     }
 }
 

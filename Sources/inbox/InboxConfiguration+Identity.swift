@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Identity
 import PasswordHashing
@@ -10,6 +11,10 @@ extension InboxConfiguration {
             "INBOX_IDENTITY_KEYS_DIR", "--identity-keys-dir", default: "(unset: <INBOX_DATA_DIR>/identity-keys)",
             meaning: "folder of the ES256 keys access tokens are signed with, <kid>.pem each (made with one key when empty); every one is published at /.well-known/jwks.json"
         ) { _ in },
+        identity(
+            "INBOX_SECRETS_KEY_FILE", "--secrets-key-file", default: "(unset: keys in INBOX_IDENTITY_KEYS_DIR)",
+            meaning: "file of the key (32 random bytes, raw, hex or base64) that seals the signing keys kept in PostgreSQL, shared by every node; the same file on every node (docs/identity.md)"
+        ) { path in _ = try SecretsKey.load(path: path) },
         identity(
             "INBOX_IDENTITY_SIGNING_KID", "--identity-signing-kid", default: "(unset: the folder's only key)",
             meaning: "the kid of the key that signs, required when the folder holds several (rotation: docs/identity.md)"
@@ -127,6 +132,16 @@ extension InboxConfiguration {
     }
 
     var identitySigningKid: String? { identityValues["INBOX_IDENTITY_SIGNING_KID"] }
+
+    /// The key-encryption key of `INBOX_SECRETS_KEY_FILE`; nil without it.
+    func secretsKey() throws -> SecretsKey? {
+        guard let path = identityValues["INBOX_SECRETS_KEY_FILE"] else { return nil }
+        do {
+            return try SecretsKey.load(path: path)
+        } catch {
+            throw Invalid(description: "INBOX_SECRETS_KEY_FILE (--secrets-key-file): \(error)")
+        }
+    }
 
     /// The identity settings as one value. Throws a sentence naming a setting that is missing its
     /// companions (an Apple key without its team id) or a file that cannot be read.

@@ -36,6 +36,39 @@ import Testing
         #expect(totp.uri(account: "anna@example.com").hasPrefix("otpauth://totp/Wristler:anna@example.com?secret=\(Base32.encode(totp.secret))"))
     }
 
+    /// AES-256-GCM seals under the secrets key: what it sealed opens, and a changed byte, another
+    /// purpose (the row it belongs to) or another key does not; the key file takes raw, hex and
+    /// base64 forms and refuses anything else with a sentence.
+    @Test func aSealedSecretOpensOnlyWithItsKeyAndPurpose() throws {
+        let key = try SecretsKey(bytes: (0..<32).map { UInt8($0) })
+        let sealed = try key.seal(Array("-----BEGIN PRIVATE KEY-----".utf8), for: "identity_signing_keys/k1")
+        #expect(try key.open(sealed, for: "identity_signing_keys/k1") == Array("-----BEGIN PRIVATE KEY-----".utf8))
+        #expect(!String(decoding: sealed, as: UTF8.self).contains("PRIVATE"))
+        #expect(try key.seal([1, 2, 3], for: "x") != key.seal([1, 2, 3], for: "x"), "a fresh nonce each time")
+        var changed = sealed
+        changed[20] ^= 1
+        #expect(throws: CryptoError.self) { try key.open(changed, for: "identity_signing_keys/k1") }
+        #expect(throws: CryptoError.self) { try key.open(sealed, for: "identity_signing_keys/k2") }
+        let other = try SecretsKey(bytes: [UInt8](repeating: 7, count: 32))
+        #expect(throws: CryptoError.self) { try other.open(sealed, for: "identity_signing_keys/k1") }
+        #expect(throws: CryptoError.self) { try key.open(Array(sealed.prefix(10)), for: "identity_signing_keys/k1") }
+
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("secrets-key-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let bytes = (0..<32).map { UInt8($0 * 7 % 256) }
+        for (name, contents) in [
+            ("raw", Data(bytes)), ("hex", Data((Hex.encode(bytes) + "\n").utf8)), ("base64", Data((Data(bytes).base64EncodedString() + "\n").utf8)),
+        ] {
+            let path = folder + "/" + name
+            try contents.write(to: URL(fileURLWithPath: path))
+            #expect(try SecretsKey.load(path: path).open(try SecretsKey(bytes: bytes).seal([9], for: "p"), for: "p") == [9], "\(name)")
+        }
+        try Data("too short\n".utf8).write(to: URL(fileURLWithPath: folder + "/bad"))
+        #expect(throws: CryptoError.self) { try SecretsKey.load(path: folder + "/bad") }
+        #expect(throws: CryptoError.self) { try SecretsKey.load(path: folder + "/missing") }
+    }
+
     @Test func base32IsRFC4648s() {
         // RFC 4648 §10.
         for (text, encoded) in [("f", "MY"), ("fo", "MZXQ"), ("foo", "MZXW6"), ("foob", "MZXW6YQ"), ("fooba", "MZXW6YTB"), ("foobar", "MZXW6YTBOI")] {

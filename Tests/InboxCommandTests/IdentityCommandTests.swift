@@ -79,6 +79,89 @@ import Testing
         }
     }
 
+    /// Two nodes with their own data folders and the same key-encryption key share one signing key
+    /// through PostgreSQL: a token the first signs opens the second's API, both publish the same
+    /// JWKS, and the table holds the key sealed. A node with another key-encryption key does not start.
+    @Test func twoNodesWithOneSecretsKeySignAndVerifyEachOthersTokens() async throws {
+        try await withTestDatabase { db in
+            let base = NSTemporaryDirectory() + "inbox-two-nodes-\(UUID().uuidString)"
+            defer { try? FileManager.default.removeItem(atPath: base) }
+            try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+            let keyFile = base + "/secrets.key"
+            try Data(Data((0..<32).map { _ in UInt8.random(in: 0...255) }).base64EncodedString().utf8).write(to: URL(fileURLWithPath: keyFile))
+            func environment(_ node: String, key: String = keyFile) -> [String: String] {
+                InboxCLI.databaseEnvironment(
+                    db.url, ["INBOX_HTTP_PORT": "0", "INBOX_DATA_DIR": base + "/" + node, "INBOX_SECRETS_KEY_FILE": key].merging(Self.cheapHashes) { $1 })
+            }
+            let made = try await InboxCLI.run(["account", "create", "--email", "anna@example.com"], environment: environment("a"), stdin: "correct horse battery\n")
+            #expect(made.status == 0, "\(made.stderrHead)")
+
+            let first = try InboxCLI.start(["identity"], environment: environment("a"))
+            defer { first.cleanUp() }
+            let firstLine = try await first.waitForStdoutLine(timeout: .seconds(30)) { $0.hasPrefix("The identity role listens on ") }
+            let firstURL = try #require(firstLine.split(separator: " ").first { $0.hasPrefix("http://") }.map(String.init))
+            let second = try InboxCLI.start(["run"], environment: environment("b"))
+            defer { second.cleanUp() }
+            let secondLine = try await second.waitForStdoutLine(timeout: .seconds(60)) { $0.hasPrefix("The API listens on ") }
+            let secondURL = try #require(secondLine.split(separator: " ").first { $0.hasPrefix("http://") }.map(String.init))
+
+            let (status, body) = try await Self.signIn(firstURL, scope: "account:read account:write")
+            #expect(status == 200, "\(body)")
+            let access = try #require(body["access_token"] as? String)
+            var devices = URLRequest(url: URL(string: secondURL + "/v1/me/devices")!)
+            devices.setValue("Bearer \(access)", forHTTPHeaderField: "Authorization")
+            let (answer, response) = try await URLSession.shared.data(for: devices)
+            #expect((response as? HTTPURLResponse)?.statusCode == 200, "the second node refused the first's token: \(String(decoding: answer, as: UTF8.self))")
+            let (firstKeys, _) = try await URLSession.shared.data(from: URL(string: firstURL + "/.well-known/jwks.json")!)
+            let (secondKeys, _) = try await URLSession.shared.data(from: URL(string: secondURL + "/.well-known/jwks.json")!)
+            #expect(firstKeys == secondKeys && !firstKeys.isEmpty)
+
+            #expect(try await db.scalar("SELECT count(*)::int FROM identity_signing_keys", Int.self) == 1)
+            #expect(try await db.scalar("SELECT bool_or(encode(sealed_private, 'escape') LIKE '%PRIVATE KEY%') FROM identity_signing_keys", Bool.self) == false)
+            for node in ["a", "b"] {
+                let folder = base + "/" + node + "/identity-keys"
+                #expect(((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).isEmpty, "no key file in \(folder)")
+            }
+
+            let otherKey = base + "/other.key"
+            try Data(String(repeating: "ab", count: 32).utf8).write(to: URL(fileURLWithPath: otherKey))
+            let refused = try await InboxCLI.run(["identity"], environment: environment("c", key: otherKey))
+            #expect(refused.status != 0)
+            #expect(refused.stderr.contains("does not open"), "\(refused.stderrHead)")
+        }
+    }
+
+    /// `inbox keys rotate` adds a key that signs after the overlap and retires the keys replaced
+    /// more than an hour ago; `inbox keys` without the secrets key is a usage error.
+    @Test func keysRotateAddsAKeyAheadAndRetiresTheReplacedOnes() async throws {
+        try await withTestDatabase { db in
+            let base = NSTemporaryDirectory() + "inbox-keys-\(UUID().uuidString)"
+            defer { try? FileManager.default.removeItem(atPath: base) }
+            try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+            let keyFile = base + "/secrets.key"
+            try Data((0..<32).map { _ in UInt8.random(in: 0...255) }).write(to: URL(fileURLWithPath: keyFile))
+            let environment = InboxCLI.databaseEnvironment(db.url, ["INBOX_DATA_DIR": base, "INBOX_SECRETS_KEY_FILE": keyFile])
+            let without = try await InboxCLI.run(["keys", "list"], environment: InboxCLI.databaseEnvironment(db.url, ["INBOX_DATA_DIR": base]))
+            #expect(without.status == 2 && without.stderr.contains("INBOX_SECRETS_KEY_FILE"), "\(without.stderrHead)")
+
+            let first = try await InboxCLI.run(["keys", "rotate", "--overlap-seconds", "0"], environment: environment)
+            #expect(first.status == 0, "\(first.stderrHead)")
+            let firstKid = try #require(first.stdout.split(separator: " ").dropFirst().first.map { String($0.dropLast()) })
+            let second = try await InboxCLI.run(["keys", "rotate"], environment: environment)
+            let secondKid = try #require(second.stdout.split(separator: " ").dropFirst().first.map { String($0.dropLast()) })
+            #expect(second.stdout.contains("\(firstKid)  signing"), "\(second.stdout)")
+            #expect(second.stdout.contains("\(secondKid)  published, signs from"), "\(second.stdout)")
+            #expect(!second.stdout.contains("retired"), "the first key still signs: \(second.stdout)")
+
+            // Two hours on, the second has signed for more than a token's lifetime: the first goes.
+            _ = try await db.scalar("WITH moved AS (UPDATE identity_signing_keys SET signs_from = signs_from - interval '3 hours' RETURNING 1) SELECT count(*)::int FROM moved", Int.self)
+            let third = try await InboxCLI.run(["keys", "rotate"], environment: environment)
+            #expect(third.stdout.contains("retired \(firstKid)"), "\(third.stdout)")
+            #expect(third.stdout.contains("\(secondKid)  signing"), "\(third.stdout)")
+            #expect(try await db.scalar("SELECT count(*)::int FROM identity_signing_keys WHERE retired_at IS NULL", Int.self) == 2)
+        }
+    }
+
     @Test(arguments: [
         ["INBOX_IDENTITY_CLIENTS": "no scopes here"], ["INBOX_PASSWORD_HASH_MEMORY_KIB": "8"], ["INBOX_SIGN_IN_ADDRESS_LIMIT": "ten"],
         ["INBOX_APPLE_KEYS_URL": "ftp://apple"],
