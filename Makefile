@@ -4,8 +4,8 @@ SHELL := /bin/bash
 
 APT_PACKAGES := libpq-dev libssl-dev libcurl4-openssl-dev libnghttp2-dev libmicrohttpd-dev libmagic-dev libjansson-dev libargon2-dev pkg-config postgresql
 # The push tests' peers: APNs and FCM mocks (python3-h2), nghttpd for the HTTP/2 client's tests, h2load for the benchmark;
-# the mail tests' SMTP server (python3-aiosmtpd).
-TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server nghttp2-client python3-aiosmtpd
+# the mail tests' SMTP server (python3-aiosmtpd); python3-venv for moto's S3 server (PyPI, scripts/test-s3.sh).
+TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server nghttp2-client python3-aiosmtpd python3-venv
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
@@ -56,9 +56,10 @@ TIMED_SUITES := PromptShutdown|ConnectionFlood|HTTP2ClientPromptness|SignInTimin
 test: test-deps
 	$(SWIFT) build --build-tests
 	@dir=$$(scripts/test-postgres.sh start) || exit 1; \
-	trap 'scripts/test-postgres.sh stop "$$dir"' EXIT; \
-	echo "test database: $$dir"; \
-	export INBOX_TEST_DATABASE_URL="postgres:///postgres?host=$$dir&user=inbox" INBOX_MIGRATIONS_DIR="$(CURDIR)/sql"; \
+	s3=$$(scripts/test-s3.sh start) || { scripts/test-postgres.sh stop "$$dir"; exit 1; }; \
+	trap 'scripts/test-postgres.sh stop "$$dir"; scripts/test-s3.sh stop "$${s3#* }"' EXIT; \
+	echo "test database: $$dir; test object store: $${s3% *}"; \
+	export INBOX_TEST_DATABASE_URL="postgres:///postgres?host=$$dir&user=inbox" INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" INBOX_TEST_S3_URL="$${s3% *}"; \
 	$(SWIFT) test --skip-build --disable-xctest --skip '$(TIMED_SUITES)' && \
 	for suite in $$(echo '$(TIMED_SUITES)' | tr '|' ' '); do \
 	  echo "a timed suite, on its own: $$suite"; \

@@ -21,11 +21,14 @@ public struct UploadSettings: Sendable {
     public var access: (any UploadAccess)?
     /// The clock records are made and expire by.
     public var now: @Sendable () -> Date
+    /// The object store every node keeps the files in (`INBOX_UPLOADS_S3_URL`); nil: the folder alone.
+    public var bucket: S3Bucket?
 
     public init(
-        directory: URL, allowPrivateSources: Bool = false, fetchLimits: SourceFetcher.Limits = .init(), concurrentFetches: Int = 4,
+        directory: URL, bucket: S3Bucket? = nil, allowPrivateSources: Bool = false, fetchLimits: SourceFetcher.Limits = .init(), concurrentFetches: Int = 4,
         access: (any UploadAccess)? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) {
+        self.bucket = bucket
         self.concurrentFetches = concurrentFetches
         self.directory = directory
         self.allowPrivateSources = allowPrivateSources
@@ -37,7 +40,7 @@ public struct UploadSettings: Sendable {
     /// The store of these settings on `client`: the one the upload routes use, and the one to
     /// hand the conversation routes for `attachmentHandles` (docs/uploads.md).
     public func store(client: PostgresClient) -> UploadStore {
-        UploadStore(client: client, directory: directory, now: now)
+        UploadStore(client: client, directory: directory, bucket: bucket, now: now)
     }
 
     /// A folder under the system's temporary folder: for tests and benchmarks that do not upload.

@@ -63,17 +63,25 @@ public final class UploadStore: Sendable {
     /// When the last lazy sweep ran (`sweepIfDue`).
     private let lastSweep = Mutex<Date?>(nil)
     public let sweepInterval: Duration
+    /// Where the files are kept for every node (`uploads/<sha256>`); nil: the folder alone. With a
+    /// bucket the folder is this node's copy of the files it stored or served, fetched again from
+    /// the bucket when missing (a file never changes under its digest, so a copy is never stale).
+    public let bucket: S3Bucket?
 
     public init(
-        client: PostgresClient, directory: URL, lifetime: Duration = UploadLimits.unattachedLifetime,
+        client: PostgresClient, directory: URL, bucket: S3Bucket? = nil, lifetime: Duration = UploadLimits.unattachedLifetime,
         sweepInterval: Duration = .seconds(600), now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.client = client
         self.directory = directory
+        self.bucket = bucket
         self.lifetime = lifetime
         self.sweepInterval = sweepInterval
         self.now = now
     }
+
+    /// The bucket's key of a file.
+    static func objectKey(_ sha256: String) -> String { "uploads/" + sha256 }
 
     /// Whether `handle` has the form of a handle this store hands out (24 characters of
     /// base64url): anything else (`../x`, a NUL) is never looked up, nor near a file name.
@@ -109,6 +117,8 @@ public final class UploadStore: Sendable {
         try client.transactionBlocking { connection in
             _ = try connection.query("SELECT pg_advisory_xact_lock($1::bigint)", Self.lockKey(sha256))
             try write(bytes, as: sha256)
+            // In the bucket before the record names it: a record never points at nothing.
+            try bucket?.put(bytes, key: Self.objectKey(sha256), contentType: contentType)
             _ = try connection.query(
                 """
                 INSERT INTO uploads (handle, person_id, sha256, content_type, size_bytes, origin, app_version, source, created_at, expires_at)
@@ -158,10 +168,31 @@ public final class UploadStore: Sendable {
             conversationId: try row.decode(String?.self, "conversation_id"))
     }
 
-    /// Where an upload's bytes are, to be read as they are sent.
+    /// Where an upload's bytes are on this node, to be read as they are sent: with a bucket, a file
+    /// this node does not have is fetched from it first (into a temporary file, its digest checked,
+    /// then renamed into place), so memory holds none of it.
     public func file(of upload: Upload) throws -> URL {
         guard let path = path(of: upload.sha256) else { throw CocoaError(.fileReadInvalidFileName) }
-        return path
+        guard let bucket, !FileManager.default.fileExists(atPath: path.path) else { return path }
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let temporary = directory.appendingPathComponent(".incoming-\(Self.newHandle())", isDirectory: false)
+        let descriptor = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: temporary.path]) }
+        do {
+            let found = try bucket.get(key: Self.objectKey(upload.sha256), to: descriptor, limit: UploadLimits.maximumFileBytes)
+            close(descriptor)
+            guard found else { throw CocoaError(.fileReadNoSuchFile, userInfo: [NSFilePathErrorKey: Self.objectKey(upload.sha256)]) }
+            let bytes = try Data(contentsOf: temporary, options: .alwaysMapped)
+            guard SHA256.hexDigest(bytes) == upload.sha256 else {
+                throw S3Bucket.Failure(description: "The object \(Self.objectKey(upload.sha256)) is not the file its name says (another digest).")
+            }
+            guard rename(temporary.path, path.path) == 0 else { throw CocoaError(.fileWriteUnknown) }
+            return path
+        } catch {
+            close(descriptor)
+            try? FileManager.default.removeItem(at: temporary)
+            throw error
+        }
     }
 
     // MARK: For the conversation routes
@@ -255,6 +286,7 @@ public final class UploadStore: Sendable {
                 ).count
                 let left = try connection.query("SELECT count(*)::int FROM uploads WHERE sha256 = $1", sha256).scalar(Int.self)
                 if left == 0, let path = path(of: sha256) {
+                    try bucket?.delete(key: Self.objectKey(sha256))
                     if unlink(path.path) != 0 && errno != ENOENT { throw CocoaError(.fileWriteUnknown) }
                 }
                 return gone

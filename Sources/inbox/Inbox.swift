@@ -42,7 +42,7 @@ struct Inbox {
             text += "  \(command.synopsis)\n      \(command.summary.replacingOccurrences(of: "\n", with: "\n      "))\n"
         }
         text += "\nsettings (environment variable, flag, default; any NAME may be read from the file NAME_FILE names instead,\n"
-        text += "and a secret, DATABASE_URL with a password, INBOX_SERVICE_CREDENTIALS, INBOX_SMTP_PASSWORD or INBOX_UNSUBSCRIBE_KEYS,\n"
+        text += "and a secret, DATABASE_URL with a password, INBOX_SERVICE_CREDENTIALS, INBOX_SMTP_PASSWORD, INBOX_UNSUBSCRIBE_KEYS or INBOX_UPLOADS_S3_SECRET_ACCESS_KEY,\n"
         text += "is never taken as a flag, where ps shows it):\n"
         text += InboxConfiguration.settings.map { "  \($0.variable) (\($0.flag)), default \($0.defaultValue)\n      \($0.meaning)" }
             .joined(separator: "\n")

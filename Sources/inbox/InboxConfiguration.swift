@@ -1,5 +1,6 @@
 import Foundation
 import Identity
+import Uploads
 import Mail
 
 /// Everything `inbox` can be told, from the environment with flags overriding it. A bad value is
@@ -44,6 +45,22 @@ struct InboxConfiguration: Sendable {
     /// `INBOX_UPLOADS_ALLOW_PRIVATE_SOURCES`: whether a `sourceUrl` may lead to loopback, private
     /// or link-local addresses (tests, a closed network); never in production.
     var uploadsAllowPrivateSources = false
+    /// `INBOX_UPLOADS_S3_URL` and its companions: the S3-compatible bucket every node keeps
+    /// uploads in; nil: the folder alone.
+    var uploadsS3URL: String?
+    var uploadsS3Region = "us-east-1"
+    var uploadsS3AccessKeyId: String?
+    var uploadsS3SecretAccessKey: String?
+    var uploadsS3CAFile: String?
+    /// The bucket of `INBOX_UPLOADS_S3_URL`, or nil; throws a sentence when its keys are missing.
+    func uploadsBucket() throws -> S3Bucket? {
+        guard let url = uploadsS3URL else { return nil }
+        guard let id = uploadsS3AccessKeyId, let secret = uploadsS3SecretAccessKey else {
+            throw Invalid(description: "INBOX_UPLOADS_S3_URL needs INBOX_UPLOADS_S3_ACCESS_KEY_ID and INBOX_UPLOADS_S3_SECRET_ACCESS_KEY (or its _FILE).")
+        }
+        return S3Bucket(settings: .init(url: url, region: uploadsS3Region, accessKeyId: id, secretAccessKey: secret, caFile: uploadsS3CAFile))
+    }
+
     /// The uploads folder in use.
     var uploadsFolder: String { uploadsDirectory ?? (dataDirectory as NSString).appendingPathComponent("uploads") }
     /// `INBOX_API_PERSON_LIMIT`: a person's token's requests to this node, `N/SECONDS`: N at once,
@@ -239,6 +256,21 @@ struct InboxConfiguration: Sendable {
         ) { $0.apiGuestLimit = $1 },
         Setting(variable: "INBOX_UPLOADS_DIR", flag: "--uploads-dir", defaultValue: "(unset: <INBOX_DATA_DIR>/uploads)",
                 meaning: "folder uploaded files are stored in, by their SHA-256 (made when missing)") { $0.uploadsDirectory = $1 },
+        Setting(variable: "INBOX_UPLOADS_S3_URL", flag: "--uploads-s3-url", defaultValue: "(unset: the folder alone)",
+                meaning: "http(s)://host[:port]/bucket of an S3-compatible store every node keeps uploads in (the folder then holds this node's copies; docs/uploads.md)") { configuration, text in
+            guard S3Bucket.Settings.isBucketURL(text) else {
+                throw Invalid(description: "INBOX_UPLOADS_S3_URL (--uploads-s3-url) must be http(s)://host[:port]/bucket, not \"\(text)\".")
+            }
+            configuration.uploadsS3URL = text
+        },
+        Setting(variable: "INBOX_UPLOADS_S3_REGION", flag: "--uploads-s3-region", defaultValue: "us-east-1",
+                meaning: "the bucket's region, as its requests are signed for") { $0.uploadsS3Region = $1 },
+        Setting(variable: "INBOX_UPLOADS_S3_ACCESS_KEY_ID", flag: "--uploads-s3-access-key-id", defaultValue: "(unset)",
+                meaning: "the access key the bucket's requests are signed with, with INBOX_UPLOADS_S3_SECRET_ACCESS_KEY") { $0.uploadsS3AccessKeyId = $1 },
+        Setting(variable: "INBOX_UPLOADS_S3_SECRET_ACCESS_KEY", flag: "--uploads-s3-secret-access-key", defaultValue: "(unset)",
+                meaning: "its secret (an environment variable or a file, INBOX_UPLOADS_S3_SECRET_ACCESS_KEY_FILE; never a flag)") { $0.uploadsS3SecretAccessKey = $1 },
+        Setting(variable: "INBOX_UPLOADS_S3_CA_FILE", flag: "--uploads-s3-ca-file", defaultValue: "(unset: the system's)",
+                meaning: "PEM certificates to trust for the bucket's https") { $0.uploadsS3CAFile = $1 },
         Setting(variable: "INBOX_UPLOADS_ALLOW_PRIVATE_SOURCES", flag: "--uploads-allow-private-sources", defaultValue: "0",
                 meaning: "1: a sourceUrl may lead to loopback, private and link-local addresses (tests only; 0 refuses them)") { configuration, text in
             guard text == "0" || text == "1" else {
@@ -465,6 +497,7 @@ struct InboxConfiguration: Sendable {
         for setting in settings {
             if let value = values[setting.variable] { try setting.apply(&configuration, value) }
         }
+        _ = try configuration.uploadsBucket()
         return configuration
     }
 
@@ -472,7 +505,9 @@ struct InboxConfiguration: Sendable {
     /// their values by variable.
     /// The settings whose values are secrets: never taken from the command line, where every user
     /// of the machine reads them in `ps` (`DATABASE_URL` only when it holds a password).
-    static let secretVariables: Set<String> = ["DATABASE_URL", "INBOX_SMTP_PASSWORD", "INBOX_SERVICE_CREDENTIALS", "INBOX_UNSUBSCRIBE_KEYS"]
+    static let secretVariables: Set<String> = [
+        "DATABASE_URL", "INBOX_SMTP_PASSWORD", "INBOX_SERVICE_CREDENTIALS", "INBOX_UNSUBSCRIBE_KEYS", "INBOX_UPLOADS_S3_SECRET_ACCESS_KEY",
+    ]
 
     /// The text of the file a `NAME_FILE` setting names, without its last line break.
     static func valueFile(_ path: String, of variable: String) throws -> String {

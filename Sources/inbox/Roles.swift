@@ -50,8 +50,10 @@ enum Roles {
             let store = EventStore(client: requestClient, validator: database.store.validator)
             let metrics = RequestMetrics()
             if let problem = FileType.problem { throw UsageError(description: "Uploads cannot be typed: \(problem).") }
+            let bucket: S3Bucket?
+            do { bucket = try configuration.uploadsBucket() } catch let error as InboxConfiguration.Invalid { throw UsageError(description: error.description) }
             let uploads = UploadSettings(
-                directory: URL(fileURLWithPath: configuration.uploadsFolder, isDirectory: true),
+                directory: URL(fileURLWithPath: configuration.uploadsFolder, isDirectory: true), bucket: bucket,
                 allowPrivateSources: configuration.uploadsAllowPrivateSources)
             let gate = AppVersionGate(client: requestClient)
             let identity = withIdentity ? try Roles.identity(database: database, client: requestClient, gate: gate, configuration: configuration, log: log) : nil

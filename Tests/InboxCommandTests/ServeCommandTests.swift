@@ -71,7 +71,8 @@ import Testing
 
     @Test(arguments: [["INBOX_HTTP_PORT": "http"], ["INBOX_HTTP_HOST": "localhost"], ["INBOX_HTTP_THREADS": "0"], ["INBOX_HTTP_MAX_BODY_BYTES": "10"],
         ["INBOX_OPS_PORT": "ops"], ["INBOX_HTTP_CONNECTIONS_PER_ADDRESS": "-1"], ["INBOX_HTTP_REQUEST_DEADLINE_SECONDS": "0"],
-        ["INBOX_API_PERSON_LIMIT": "100"], ["INBOX_API_GUEST_LIMIT": "0/10"],
+        ["INBOX_API_PERSON_LIMIT": "100"], ["INBOX_API_GUEST_LIMIT": "0/10"], ["INBOX_UPLOADS_S3_URL": "ftp://store/bucket"],
+        ["INBOX_UPLOADS_S3_URL": "http://store/bucket/deeper"], ["INBOX_UPLOADS_S3_URL": "http://store/bucket"],
     ])
     func aBadHTTPSettingIsRefusedNamingIt(setting: [String: String]) async throws {
         let result = try await InboxCLI.run(["serve"], environment: setting)

@@ -56,7 +56,7 @@ import Testing
 
     /// A secret is never taken as a flag, where every user of the machine reads it in `ps`.
     @Test(arguments: [
-        ["--smtp-password", "hunter2-secret"], ["--service-credentials=shop=hunter2-secret-long"], ["--unsubscribe-keys", "1:hunter2-secret"],
+        ["--smtp-password", "hunter2-secret"], ["--service-credentials=shop=hunter2-secret-long"], ["--unsubscribe-keys", "1:hunter2-secret"], ["--uploads-s3-secret-access-key", "hunter2-secret"],
         ["--database-url", "postgres://inbox:hunter2-secret@127.0.0.1:1/none"], ["--database-url", "postgres://127.0.0.1:1/none?password=hunter2-secret"],
     ])
     func aSecretAsAFlagIsRefusedWithoutRepeatingIt(flags: [String]) async throws {

@@ -1,0 +1,80 @@
+import Crypto
+import Foundation
+import HTTPServer
+import InboxAPI
+import InboxTesting
+import PostgresClient
+import Projections
+import Testing
+import Uploads
+
+/// Uploads kept in an S3-compatible bucket (moto's server, which `make test` starts:
+/// INBOX_TEST_S3_URL), through two API nodes with folders of their own on one database: what one
+/// node took, the other serves, fetched from the bucket into its own folder; a file whose last
+/// record is swept leaves the bucket too.
+@Suite struct UploadBucketTests {
+    static func bucket() throws -> S3Bucket {
+        guard let url = ProcessInfo.processInfo.environment["INBOX_TEST_S3_URL"], !url.isEmpty else {
+            throw TestFailure(description: "INBOX_TEST_S3_URL is not set: run the tests with `make test`, which starts an S3-compatible server (scripts/test-s3.sh).")
+        }
+        let bucket = S3Bucket(settings: .init(url: url + "/inbox-\(UUID().uuidString.lowercased().prefix(8))", accessKeyId: "test", secretAccessKey: "test-secret"))
+        try bucket.create()
+        return bucket
+    }
+
+    struct TestFailure: Error, CustomStringConvertible { var description: String }
+
+    @Test func aFileOneNodeTookIsServedByAnotherFromTheBucketAndLeavesItWhenSwept() async throws {
+        let bucket = try Self.bucket()
+        try await withTestDatabase { db in
+            try await InboxProjections.prepareLiveTables(client: db.client)
+            let pool = try db.requestPool()
+            let clock = UploadRoutesTests.Clock()
+            var nodes: [(api: APITestServer, directory: URL, server: HTTPServer)] = []
+            defer {
+                for node in nodes {
+                    node.server.shutdown()
+                    try? FileManager.default.removeItem(at: node.directory)
+                }
+            }
+            for _ in 0..<2 {
+                let directory = FileManager.default.temporaryDirectory.appendingPathComponent("uploads-node-\(UUID().uuidString)", isDirectory: true)
+                let settings = UploadSettings(directory: directory, bucket: bucket, allowPrivateSources: true, now: { clock.now() })
+                let api = APIServer(
+                    routes: UploadRoutes.routes(client: pool, settings: settings), gate: AppVersionGate(client: db.client, refreshInterval: .zero),
+                    verifier: AccessTokenTests.verifier)
+                let server = try HTTPServer(configuration: .init(port: 0, threads: 2, bodyLimits: InboxRoutes.bodyLimits), replying: { api.reply($0) })
+                nodes.append((APITestServer(server: server, db: db), directory, server))
+            }
+            let headers = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "alice", scopes: Scope.app))]
+            var file = UploadRoutesTests.png
+            file += (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+            let (body, type) = UploadRoutesTests.multipart([("file", "photo.png", file)])
+            let taken = try await nodes[0].api.send("POST", "/v1/uploads", headers: headers.merging(["Content-Type": type]) { $1 }, body: body)
+            #expect(taken.status == 201, "\(String(decoding: taken.body.prefix(300), as: UTF8.self))")
+            let handle = try #require(UploadRoutesTests.attributes(taken)["handle"] as? String)
+            let sha256 = SHA256.hexDigest(file)
+
+            // The second node has no copy, and serves it from the bucket, keeping one.
+            #expect(!FileManager.default.fileExists(atPath: nodes[1].directory.appendingPathComponent(sha256).path))
+            let served = try await nodes[1].api.send("GET", "/v1/uploads/\(handle)", headers: headers)
+            #expect(served.status == 200)
+            #expect([UInt8](served.body) == file)
+            #expect(served.header("Content-Type") == "image/png")
+            #expect(FileManager.default.fileExists(atPath: nodes[1].directory.appendingPathComponent(sha256).path))
+
+            // Unattached, a day on, swept: the record, both copies the sweeping node knows of, and the object go.
+            clock.advance(UploadLimits.unattachedLifetime.inSeconds + 1)
+            let store = UploadStore(client: pool, directory: nodes[0].directory, bucket: bucket, now: { clock.now() })
+            #expect(try store.sweep() == 1)
+            let probe = FileManager.default.temporaryDirectory.appendingPathComponent("probe-\(UUID().uuidString)").path
+            let descriptor = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+            defer {
+                close(descriptor)
+                unlink(probe)
+            }
+            #expect(try bucket.get(key: "uploads/" + sha256, to: descriptor, limit: UploadLimits.maximumFileBytes) == false, "the object is gone")
+            #expect(try await nodes[1].api.send("GET", "/v1/uploads/\(handle)", headers: headers).status == 404)
+        }
+    }
+}
