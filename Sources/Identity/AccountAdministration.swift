@@ -1,3 +1,4 @@
+import Crypto
 import EventLog
 import Foundation
 import InboxDomain
@@ -16,7 +17,14 @@ public struct AccountAdministration: Sendable {
     /// Who made the change, for the events' metadata (`identity`, `website`, `operator`).
     let service: String
 
-    public init(client: PostgresClient, hasher: PasswordHasher, validator: EventValidator?, service: String = "identity", now: @escaping @Sendable () -> Date = { Date() }) {
+    /// Seals the TOTP secrets it writes (`INBOX_SECRETS_KEY_FILE`); nil: in the clear.
+    let secrets: SecretsKey?
+
+    public init(
+        client: PostgresClient, hasher: PasswordHasher, validator: EventValidator?, secrets: SecretsKey? = nil, service: String = "identity",
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.secrets = secrets
         self.client = client
         self.hasher = hasher
         self.validator = validator
@@ -93,7 +101,7 @@ public struct AccountAdministration: Sendable {
         let secret = TOTP.newSecret()
         var codes: [String] = []
         try change(personId) { connection, now in
-            codes = try Accounts.enableSecondFactor(personId: personId, secret: secret, now: now, on: connection)
+            codes = try Accounts.enableSecondFactor(personId: personId, secret: secret, secrets: secrets, now: now, on: connection)
             return [try NewEvent(SecondFactorEnabled(personId: personId), metadata: metadata(personId))]
         }
         return (TOTP(secret: secret), codes)

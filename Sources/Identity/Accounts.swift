@@ -163,18 +163,52 @@ public enum Accounts {
 
     /// Sets a new TOTP secret and ten new recovery codes (the old ones stop working), and answers
     /// the codes: the only time they are seen, since only their digests are kept.
-    public static func enableSecondFactor(personId: String, secret: [UInt8], now: Date, on connection: PostgresConnection) throws -> [String] {
+    /// With `secrets` the secret is stored sealed under it.
+    public static func enableSecondFactor(
+        personId: String, secret: [UInt8], secrets: SecretsKey? = nil, now: Date, on connection: PostgresConnection
+    ) throws -> [String] {
+        let stored = try secrets.map { try $0.seal(secret, for: totpPurpose(personId)) } ?? secret
         _ = try connection.query(
             """
-            INSERT INTO identity_totp (person_id, secret, enabled_at) VALUES ($1, $2, $3)
-            ON CONFLICT (person_id) DO UPDATE SET secret = excluded.secret, last_step = 0, enabled_at = excluded.enabled_at
-            """, personId, Data(secret), now)
+            INSERT INTO identity_totp (person_id, secret, sealed, enabled_at) VALUES ($1, $2, $3, $4)
+            ON CONFLICT (person_id) DO UPDATE SET secret = excluded.secret, sealed = excluded.sealed, last_step = 0, enabled_at = excluded.enabled_at
+            """, personId, Data(stored), secrets != nil, now)
         _ = try connection.query("DELETE FROM identity_recovery_codes WHERE person_id = $1", personId)
         let codes = (0..<RecoveryCode.count).map { _ in RecoveryCode.generate() }
         for code in codes {
             _ = try connection.query("INSERT INTO identity_recovery_codes (person_id, digest) VALUES ($1, $2)", personId, RecoveryCode.digest(code)!)
         }
         return codes
+    }
+
+    /// What seals a person's TOTP secret: the table and the person.
+    static func totpPurpose(_ personId: String) -> String { "identity_totp/\(personId)" }
+
+    /// A sealed secret on a node without the key to open it.
+    public struct SecretsUnavailable: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Seals the TOTP secrets written in the clear (before `INBOX_SECRETS_KEY_FILE` was set), a
+    /// thousand rows a transaction, skipping rows another node is sealing; returns how many.
+    @discardableResult
+    public static func sealPlainSecondFactors(client: PostgresClient, secrets: SecretsKey) throws -> Int {
+        var sealed = 0
+        while true {
+            let done = try client.transactionBlocking { connection in
+                let rows = try connection.query(
+                    "SELECT person_id, secret FROM identity_totp WHERE NOT sealed LIMIT 1000 FOR UPDATE SKIP LOCKED"
+                ).map { (try $0.decode(String.self, "person_id"), Array(try $0.decode(Data.self, "secret"))) }
+                for (person, secret) in rows {
+                    _ = try connection.query(
+                        "UPDATE identity_totp SET secret = $2, sealed = true WHERE person_id = $1", person,
+                        Data(try secrets.seal(secret, for: totpPurpose(person))))
+                }
+                return rows.count
+            }
+            sealed += done
+            if done < 1000 { return sealed }
+        }
     }
 
     /// Removes the authenticator and the recovery codes; false when there was none.
@@ -185,13 +219,24 @@ public enum Accounts {
 
     /// Whether `otp` is the account's current TOTP code (never one of a step accepted before) or one
     /// of its unused recovery codes; the code is spent when it is.
-    public static func acceptSecondFactor(personId: String, otp: String, now: Date, on connection: PostgresConnection) throws -> Bool {
+    /// A sealed secret opens only with `secrets`: without it (or with another key) this throws,
+    /// rather than refuse a right code as if it were wrong.
+    public static func acceptSecondFactor(
+        personId: String, otp: String, secrets: SecretsKey? = nil, now: Date, on connection: PostgresConnection
+    ) throws -> Bool {
         let trimmed = otp.trimmingCharacters(in: .whitespaces)
         if trimmed.utf8.count == TOTP.digits && trimmed.utf8.allSatisfy({ (48...57).contains($0) }) {
-            guard let row = try connection.query("SELECT secret, last_step FROM identity_totp WHERE person_id = $1", personId).first else {
+            guard let row = try connection.query("SELECT secret, sealed, last_step FROM identity_totp WHERE person_id = $1", personId).first else {
                 return false
             }
-            let totp = TOTP(secret: Array(try row.decode(Data.self, "secret")))
+            var secret = Array(try row.decode(Data.self, "secret"))
+            if try row.decode(Bool.self, "sealed") {
+                guard let secrets else {
+                    throw SecretsUnavailable(description: "The second factor of \(personId) is sealed, and INBOX_SECRETS_KEY_FILE is not set on this node.")
+                }
+                secret = try secrets.open(secret, for: totpPurpose(personId))
+            }
+            let totp = TOTP(secret: secret)
             guard let step = totp.match(trimmed, at: now, after: try row.decode(Int64.self, "last_step")) else { return false }
             // Only one request can move the step past this one: a code raced twice is accepted once.
             return try connection.query(

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import InboxAPI
 import PasswordHashing
@@ -129,6 +130,9 @@ public struct AppleCodeExchange: Sendable {
 /// (docs/identity.md explains each).
 public struct IdentityConfiguration: Sendable {
     public var clients: OAuthClients = .development
+    /// The key-encryption key of `INBOX_SECRETS_KEY_FILE`: the signing keys are PostgreSQL's and the
+    /// TOTP secrets are sealed under it; nil: a folder of keys, secrets in the clear.
+    public var secrets: SecretsKey?
     public var passwordCost: Argon2Cost = .owasp
     /// Hashes at once (memory: this × `passwordCost.memoryKiB`).
     public var hashConcurrency: Int = max(1, ProcessInfo.processInfo.activeProcessorCount)

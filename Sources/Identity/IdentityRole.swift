@@ -22,9 +22,16 @@ public struct IdentityRole: Sendable {
         configuration: IdentityConfiguration, keysDirectory: String, signingKid: String?, secrets: SecretsKey? = nil, client: PostgresClient,
         gate: AppVersionGate?, validator: EventValidator?, log: Logger, now: @escaping @Sendable () -> Date = { Date() }
     ) throws -> IdentityRole {
+        var configuration = configuration
+        if let secrets { configuration.secrets = secrets }
+        let secrets = configuration.secrets
         let (keys, created) =
             try secrets.map { try SigningKeys.load(client: client, secrets: $0, now: now()) }
             ?? SigningKeys.load(directory: keysDirectory, signingKid: signingKid, now: now())
+        if let secrets {
+            let sealed = try Accounts.sealPlainSecondFactors(client: client, secrets: secrets)
+            if sealed > 0 { log.info("sealed the second factors written in the clear", metadata: ["accounts": String(sealed)]) }
+        }
         if let created {
             log.info(
                 "made the identity role's first signing key",
@@ -40,7 +47,7 @@ public struct IdentityRole: Sendable {
         let endpoint = TokenEndpoint(
             configuration: configuration, client: client, keys: keys, hasher: hasher, social: social, appleCodes: appleCodes, gate: gate,
             validator: validator, log: log, now: now)
-        let administration = AccountAdministration(client: client, hasher: hasher, validator: validator, now: now)
+        let administration = AccountAdministration(client: client, hasher: hasher, validator: validator, secrets: secrets, now: now)
         return IdentityRole(
             keys: keys, endpoint: endpoint, administration: administration,
             routes: try IdentityRoutes.routes(endpoint: endpoint, keys: keys, administration: administration),

@@ -208,7 +208,7 @@ public final class TokenEndpoint: Sendable {
             throw OAuthError.accountBlocked(language: caller.language, contactURL: configuration.contactURL)
         }
         let right = try database { connection in
-            try Accounts.acceptSecondFactor(personId: account.personId, otp: otp, now: caller.now, on: connection)
+            try Accounts.acceptSecondFactor(personId: account.personId, otp: otp, secrets: configuration.secrets, now: caller.now, on: connection)
         }
         guard right else {
             if challenge.attemptsLeft == 0 {

@@ -162,12 +162,19 @@ enum AccountCommand {
         let (given, family, reason, personId, verified, rest) = (options.given, options.family, options.reason, options.personId, options.verified, options.rest)
         let noPassword = options.noPassword
         let settings: IdentityConfiguration
-        do { settings = try configuration.identityConfiguration() } catch let error as InboxConfiguration.Invalid { throw UsageError(description: error.description) }
+        let secrets: SecretsKey?
+        do {
+            settings = try configuration.identityConfiguration()
+            secrets = try configuration.secretsKey()
+        } catch let error as InboxConfiguration.Invalid {
+            throw UsageError(description: error.description)
+        }
         let needsPassword = (action == "create" && !noPassword) || action == "password"
         let password = needsPassword ? try readPassword() : nil
         try await withDatabase(configuration, log: log, migrate: true) { database in
             let hasher = try PasswordHasher(cost: settings.passwordCost, concurrency: 1)
-            let administration = AccountAdministration(client: database.client, hasher: hasher, validator: database.store.validator, service: "operator")
+            let administration = AccountAdministration(
+                client: database.client, hasher: hasher, validator: database.store.validator, secrets: secrets, service: "operator")
             try await BlockingThread.run {
                 func existing() throws -> Account {
                     guard let account = try administration.find(email: email) else { throw UsageError(description: "there is no account with \(email).") }
