@@ -14,6 +14,8 @@ public struct IdentityRole: Sendable {
     public let administration: AccountAdministration
     public let routes: [Route]
     public let maintenance: IdentityMaintenance
+    /// Reads PostgreSQL's signing keys again now and then; nil for a folder's.
+    public let keysReload: SigningKeysReload?
 
     /// `keysDirectory` and `signingKid`: `SigningKeys.load`; with `secrets` (every node's
     /// key-encryption key) the keys are PostgreSQL's instead, shared by every node. `client`: a
@@ -51,6 +53,7 @@ public struct IdentityRole: Sendable {
         return IdentityRole(
             keys: keys, endpoint: endpoint, administration: administration,
             routes: try IdentityRoutes.routes(endpoint: endpoint, keys: keys, administration: administration),
-            maintenance: IdentityMaintenance(client: client, log: log, now: now))
+            maintenance: IdentityMaintenance(client: client, log: log, now: now),
+            keysReload: keys.reloads ? SigningKeysReload(keys: keys, log: log) : nil)
     }
 }

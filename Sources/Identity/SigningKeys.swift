@@ -3,7 +3,9 @@ import Encodings
 import Foundation
 import InboxAPI
 import InboxDomain
+import Lifecycle
 import PostgresClient
+import Synchronization
 
 /// The keys the identity role signs access tokens with: a folder of P-256 keys, `<kid>.pem` each
 /// (`INBOX_IDENTITY_KEYS_DIR`). Every key of the folder is published (`/.well-known/jwks.json`)
@@ -19,33 +21,58 @@ import PostgresClient
 /// `identity_signing_keys`), sealed under the key-encryption key, so that every node signs and
 /// verifies with the same ones.
 public final class SigningKeys: Sendable {
-    /// The key that signed when the keys were loaded.
-    public let signingKid: String
-    /// The keys that sign, each from its time on, oldest first: a token is signed by the last
-    /// whose time has come (the first before any has).
-    private let signers: [(from: Date, kid: String, key: ES256PrivateKey)]
-    /// Every key of the folder, by kid.
-    public let publicKeys: [String: ES256PublicKey]
+    typealias Signers = [(from: Date, kid: String, key: ES256PrivateKey)]
+
+    private struct Keys {
+        /// The keys that sign, each from its time on, oldest first: a token is signed by the last
+        /// whose time has come (the first before any has).
+        var signers: Signers
+        /// Every key published, by kid.
+        var publicKeys: [String: ES256PublicKey]
+    }
+
+    /// The keys now: fixed for a folder's, read again by `reload` for PostgreSQL's.
+    private let keys: Mutex<Keys>
+    /// Where `reload` reads them: PostgreSQL's table, opened with the key-encryption key.
+    private let source: (client: PostgresClient, secrets: SecretsKey)?
 
     public struct Invalid: Error, CustomStringConvertible {
         public var description: String
     }
 
     public init(signingKid: String, signingKey: ES256PrivateKey, publicKeys: [String: ES256PublicKey]) {
-        self.signingKid = signingKid
-        self.signers = [(Date.distantPast, signingKid, signingKey)]
-        self.publicKeys = publicKeys
+        keys = Mutex(Keys(signers: [(Date.distantPast, signingKid, signingKey)], publicKeys: publicKeys))
+        source = nil
     }
 
-    init(signers: [(from: Date, kid: String, key: ES256PrivateKey)], publicKeys: [String: ES256PublicKey], now: Date) {
-        self.signers = signers
-        self.publicKeys = publicKeys
-        signingKid = Self.signer(of: signers, at: now).kid
+    init(signers: Signers, publicKeys: [String: ES256PublicKey], source: (client: PostgresClient, secrets: SecretsKey)?) {
+        keys = Mutex(Keys(signers: signers, publicKeys: publicKeys))
+        self.source = source
     }
 
-    private static func signer(
-        of signers: [(from: Date, kid: String, key: ES256PrivateKey)], at now: Date
-    ) -> (from: Date, kid: String, key: ES256PrivateKey) {
+    /// The key that signs now.
+    public var signingKid: String { keys.withLock { Self.signer(of: $0.signers, at: Date()).kid } }
+
+    /// Every key published and verifying now, by kid.
+    public var publicKeys: [String: ES256PublicKey] { keys.withLock { $0.publicKeys } }
+
+    /// Whether `reload` reads anything (PostgreSQL's keys).
+    public var reloads: Bool { source != nil }
+
+    /// Reads PostgreSQL's keys again (a key added by `inbox keys rotate` is published and verifies
+    /// from then on, a retired one no longer); nothing for a folder's. Returns whether they changed.
+    @discardableResult
+    public func reload() throws -> Bool {
+        guard let source else { return false }
+        let (signers, publicKeys) = try Self.read(client: source.client, secrets: source.secrets)
+        return keys.withLock { current in
+            let changed = Set(current.publicKeys.keys) != Set(publicKeys.keys) || current.signers.map(\.from) != signers.map(\.from)
+            current = Keys(signers: signers, publicKeys: publicKeys)
+            return changed
+        }
+    }
+
+    private static func signer(of signers: Signers, at now: Date) -> (from: Date, kid: String, key: ES256PrivateKey) {
         signers.last { $0.from <= now } ?? signers[0]
     }
 
@@ -68,7 +95,23 @@ public final class SigningKeys: Sendable {
             let kid = try add(signingFrom: now, on: connection, secrets: secrets, now: now)
             return (try read(), kid)
         }
-        var signers: [(from: Date, kid: String, key: ES256PrivateKey)] = []
+        let (signers, publicKeys) = try open(rows, secrets: secrets)
+        return (SigningKeys(signers: signers, publicKeys: publicKeys, source: (client, secrets)), created)
+    }
+
+    /// The keys of the table that are not retired, opened.
+    static func read(client: PostgresClient, secrets: SecretsKey) throws -> (Signers, [String: ES256PublicKey]) {
+        let rows = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
+            try connection.query(
+                "SELECT kid, sealed_private, signs_from FROM identity_signing_keys WHERE retired_at IS NULL ORDER BY signs_from, kid"
+            ).map { (try $0.decode(String.self, "kid"), try $0.decode(Data.self, "sealed_private"), try $0.decode(Date.self, "signs_from")) }
+        }
+        guard !rows.isEmpty else { throw Invalid(description: "identity_signing_keys holds no key that is not retired.") }
+        return try open(rows, secrets: secrets)
+    }
+
+    private static func open(_ rows: [(String, Data, Date)], secrets: SecretsKey) throws -> (Signers, [String: ES256PublicKey]) {
+        var signers: Signers = []
         var publicKeys: [String: ES256PublicKey] = [:]
         for (kid, sealed, from) in rows {
             let key: ES256PrivateKey
@@ -80,7 +123,7 @@ public final class SigningKeys: Sendable {
             signers.append((from, kid, key))
             publicKeys[kid] = try key.publicKey
         }
-        return (SigningKeys(signers: signers, publicKeys: publicKeys, now: now), created)
+        return (signers, publicKeys)
     }
 
     /// A key of `identity_signing_keys` as `inbox keys list` shows it.
@@ -228,10 +271,43 @@ public final class SigningKeys: Sendable {
         if guest { claims["guest"] = .bool(true) }
         if let sessionId { claims["sid"] = .string(sessionId.uuidString.lowercased()) }
         if let issuer { claims["iss"] = .string(issuer) }
-        let signer = Self.signer(of: signers, at: now)
+        let signer = keys.withLock { Self.signer(of: $0.signers, at: now) }
         let header = Base64URL.encode(JSONAPI.bytes(.object(["alg": .string("ES256"), "kid": .string(signer.kid), "typ": .string("at+jwt")])))
         let payload = Base64URL.encode(JSONAPI.bytes(.object(claims)))
         let signature = try signer.key.sign(Array("\(header).\(payload)".utf8))
         return "\(header).\(payload).\(Base64URL.encode(signature))"
+    }
+}
+
+/// Every node reads PostgreSQL's signing keys again every `interval` (a minute), so that a key
+/// `inbox keys rotate` added is published and verifies on every node before it signs, and a
+/// retired one stops verifying, with no restart.
+public struct SigningKeysReload: Service {
+    let keys: SigningKeys
+    let interval: Duration
+    let log: Logger
+
+    public init(keys: SigningKeys, interval: Duration = .seconds(60), log: Logger) {
+        self.keys = keys
+        self.interval = interval
+        self.log = log
+    }
+
+    public func run() async throws {
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                return
+            }
+            let keys = self.keys
+            do {
+                if try await BlockingThread.run({ try keys.reload() }) {
+                    log.info("read the signing keys again", metadata: ["signing": keys.signingKid, "published": keys.publicKeys.keys.sorted().joined(separator: ",")])
+                }
+            } catch {
+                log.warning("the signing keys could not be read again; the ones held go on", metadata: ["error": "\(error)"])
+            }
+        }
     }
 }

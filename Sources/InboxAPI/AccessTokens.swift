@@ -72,12 +72,16 @@ public struct TokenVerifier: Sendable {
     public let leeway: TimeInterval
     private let now: @Sendable () -> Date
     private let cache: VerifiedTokens
+    /// Keys besides `keys`, asked by kid at each signature checked: the identity role's in the same
+    /// process, which it reads again as they rotate.
+    private let moreKeys: (@Sendable (String) -> ES256PublicKey?)?
 
     /// `cacheBytes` bounds the memory of the tokens remembered after their signature verified.
     public init(
         keys: TokenKeys, leeway: TimeInterval = 30, cacheBytes: Int = VerifiedTokens.defaultBytes,
-        now: @escaping @Sendable () -> Date = { Date() }
+        now: @escaping @Sendable () -> Date = { Date() }, moreKeys: (@Sendable (String) -> ES256PublicKey?)? = nil
     ) {
+        self.moreKeys = moreKeys
         self.keys = keys
         self.leeway = leeway
         self.now = now
@@ -131,7 +135,7 @@ public struct TokenVerifier: Sendable {
             throw Self.unauthorized(.invalidToken, "The access token's header is not JSON.")
         }
         guard header.alg == "ES256" else { throw Self.unauthorized(.invalidToken, "The access token is not signed with ES256.") }
-        guard let kid = header.kid, let key = keys.keys[kid] else {
+        guard let kid = header.kid, let key = keys.keys[kid] ?? moreKeys?(kid) else {
             throw Self.unauthorized(.invalidToken, "The access token is signed with a key this server does not know.")
         }
         let signed = Array("\(segments[0]).\(segments[1])".utf8)

@@ -45,7 +45,7 @@ extension Roles {
                 routes: identity.routes + OperationsRoutes.routes(client: requestClient, migrator: database.migrator), gate: nil, services: services,
                 metrics: metrics, log: logRequest)
             return (
-                [
+                (identity.keysReload.map { [ServiceGroup.Member("the signing keys' reading", $0, shutdownDeadline: .seconds(5))] } ?? []) + [
                     ServiceGroup.Member("the identity role's housekeeping", identity.maintenance, shutdownDeadline: .seconds(5)),
                     ServiceGroup.Member(
                         "the identity role",
@@ -94,7 +94,7 @@ extension Command {
         name: "keys",
         synopsis: "keys list | keys rotate [--overlap-seconds N]",
         summary: "The identity role's signing keys kept in PostgreSQL (with INBOX_SECRETS_KEY_FILE). `rotate` adds a key that signs after the "
-            + "overlap (default 3600 s: restart every node within it, so each publishes the key before any signs with it) and retires the "
+            + "overlap (default 3600 s; every node reads the keys each minute, so each publishes it before any signs with it) and retires the "
             + "keys replaced more than an hour ago, when their last access tokens have expired."
     ) { arguments, configuration, log in
         try await KeysCommand.run(arguments, configuration: configuration, log: log)
@@ -122,7 +122,7 @@ enum KeysCommand {
             var rest = Array(arguments.dropFirst())
             if rest.first == "--overlap-seconds" {
                 guard rest.count >= 2, let seconds = Int(rest[1]), (0...604_800).contains(seconds) else {
-                    throw UsageError(description: "--overlap-seconds needs a whole number of seconds from 0 to 604800.")
+                    throw UsageError(description: "--overlap-seconds needs a whole number of seconds from 0 to 604800 (more than 60: the nodes read the keys each minute).")
                 }
                 overlap = TimeInterval(seconds)
                 rest.removeFirst(2)
@@ -138,7 +138,7 @@ enum KeysCommand {
             try await BlockingThread.run {
                 if action == "rotate" {
                     let (added, retired) = try SigningKeys.rotate(client: client, secrets: secrets, overlap: overlapSeconds, tokenLifetime: 3600 + 300)
-                    print("added \(added), signing in \(Int(overlapSeconds)) s: restart every node before then")
+                    print("added \(added), signing in \(Int(overlapSeconds)) s; every node reads it within a minute")
                     for kid in retired { print("retired \(kid)") }
                 }
                 let now = Date()

@@ -62,7 +62,7 @@ enum Roles {
                 unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) }) + (identity?.routes ?? [])
             let logRequest = requestLogLines(to: log)
             let api = APIServer(
-                routes: routes, gate: gate, verifier: try DevelopmentKey.verifier(configuration, log: log, identityKeys: identity?.keys.tokenKeys),
+                routes: routes, gate: gate, verifier: try DevelopmentKey.verifier(configuration, log: log, identityKeys: identity?.keys),
                 services: services, metrics: metrics, rateLimiter: RateLimiter(
                     limits: RateLimiter.Limits(
                         personPerSecond: configuration.apiPersonLimit.perSecond, personBurst: configuration.apiPersonLimit.count,
@@ -80,6 +80,9 @@ enum Roles {
             }
             if let identity {
                 members.append(ServiceGroup.Member("the identity role's housekeeping", identity.maintenance, shutdownDeadline: .seconds(5)))
+                if let reload = identity.keysReload {
+                    members.append(ServiceGroup.Member("the signing keys' reading", reload, shutdownDeadline: .seconds(5)))
+                }
             }
             members.append(
                 ServiceGroup.Member(

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Identity
 import InboxAPI
 import Lifecycle
 
@@ -24,21 +25,26 @@ enum DevelopmentKey {
     /// The verifier `serve` uses: the identity tier's keys (`INBOX_TOKEN_KEYS`), or the development
     /// key; and, in either case, `identityKeys`, the keys of the identity role running in the
     /// same process (`inbox run`), so that its tokens verify with no setting.
-    static func verifier(_ configuration: InboxConfiguration, log: Logger, identityKeys: TokenKeys? = nil) throws -> TokenVerifier {
-        let own = identityKeys?.keys ?? [:]
-        if !own.isEmpty {
-            log.info("verifying the identity role's access tokens", metadata: ["kids": own.keys.sorted().joined(separator: ",")])
+    /// The identity role's keys are asked at each verification, not copied: it reads PostgreSQL's
+    /// again as they rotate.
+    static func verifier(_ configuration: InboxConfiguration, log: Logger, identityKeys: SigningKeys? = nil) throws -> TokenVerifier {
+        var moreKeys: (@Sendable (String) -> ES256PublicKey?)?
+        if let identityKeys {
+            moreKeys = { kid in identityKeys.publicKeys[kid] }
+        }
+        if let identityKeys {
+            log.info("verifying the identity role's access tokens", metadata: ["kids": identityKeys.publicKeys.keys.sorted().joined(separator: ",")])
         }
         if let path = configuration.tokenKeysPath {
             let keys = try TokenKeys.load(path: path)
             log.info("verifying access tokens with the identity tier's keys", metadata: ["path": path, "kids": keys.keys.keys.sorted().joined(separator: ",")])
-            return TokenVerifier(keys: TokenKeys(keys: keys.keys.merging(own) { configured, _ in configured }))
+            return TokenVerifier(keys: keys, moreKeys: moreKeys)
         }
         let key = try load(dataDirectory: configuration.dataDirectory)
         log.info("verifying access tokens with the development key (set INBOX_TOKEN_KEYS in production)", metadata: [
             "path": configuration.dataDirectory + "/dev-token-key.pem",
         ])
-        return TokenVerifier(keys: TokenKeys(keys: own.merging([kid: try key.publicKey]) { identity, _ in identity }))
+        return TokenVerifier(keys: TokenKeys(keys: [kid: try key.publicKey]), moreKeys: moreKeys)
     }
 }
 

@@ -3,6 +3,7 @@ import Encodings
 import EventLog
 import Foundation
 import Identity
+import InboxAPI
 import InboxDomain
 import InboxTesting
 import PasswordHashing
@@ -48,6 +49,39 @@ import Testing
             #expect(benRow.sealed && benRow.secret != benTOTP.secret)
             #expect(try Accounts.acceptSecondFactor(personId: ben.personId, otp: benTOTP.code(step: TOTP.step(at: now)), secrets: key, now: now, on: connection))
             #expect(try Accounts.sealPlainSecondFactors(client: db.client, secrets: key) == 0)
+        }
+    }
+
+    /// A node reads the keys again: a key another node added through rotation verifies here after
+    /// `reload`, with no restart, and a retired one no longer does.
+    @Test func aReloadPublishesARotatedKeyAndDropsARetiredOne() async throws {
+        try await withTestDatabase { db in
+            let key = try SecretsKey(bytes: (0..<32).map { _ in UInt8.random(in: 0...255) })
+            let (first, created) = try SigningKeys.load(client: db.client, secrets: key)
+            let oldKid = try #require(created)
+            let verifier = TokenVerifier(keys: TokenKeys(keys: [:]), moreKeys: { first.publicKeys[$0] })
+            func token(_ keys: SigningKeys) throws -> String {
+                "Bearer " + (try keys.accessToken(
+                    subject: "anna", scopes: [.accountRead], clientId: "wristler-app", sessionId: nil, guest: false, lifetime: 600, issuer: nil, now: Date()))
+            }
+            #expect(throws: Never.self) { try verifier.verify(authorization: try token(first)) }
+
+            // Another node rotates with no overlap: its keys sign with the new one at once.
+            let (added, retired) = try SigningKeys.rotate(client: db.client, secrets: key, overlap: 0, tokenLifetime: 3900)
+            #expect(retired.isEmpty)
+            let (second, _) = try SigningKeys.load(client: db.client, secrets: key)
+            #expect(second.signingKid == added)
+            let newToken = try token(second)
+            #expect(throws: APIError.self) { try verifier.verify(authorization: newToken) }
+            #expect(try first.reload())
+            #expect(throws: Never.self) { try verifier.verify(authorization: newToken) }
+            #expect(first.signingKid == added)
+
+            // Hours on, the next rotation retires the first key; a reload stops publishing it.
+            _ = try await db.scalar("WITH moved AS (UPDATE identity_signing_keys SET signs_from = signs_from - interval '3 hours' RETURNING 1) SELECT count(*)::int FROM moved", Int.self)
+            #expect(try SigningKeys.rotate(client: db.client, secrets: key, overlap: 3600, tokenLifetime: 3900).retired == [oldKid])
+            #expect(try first.reload())
+            #expect(first.publicKeys[oldKid] == nil && first.publicKeys[added] != nil)
         }
     }
 }
