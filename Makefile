@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-APT_PACKAGES := libpq-dev libssl-dev libcurl4-openssl-dev libnghttp2-dev libmicrohttpd-dev libmagic-dev libjansson-dev libargon2-dev pkg-config postgresql
+APT_PACKAGES := libpq-dev libssl-dev libcurl4-openssl-dev libnghttp2-dev libmicrohttpd-dev libmagic-dev libvips-dev libjansson-dev libargon2-dev pkg-config postgresql
 # The push tests' peers: APNs and FCM mocks (python3-h2), nghttpd for the HTTP/2 client's tests, h2load for the benchmark;
 # the mail tests' SMTP server (python3-aiosmtpd); python3-venv for moto's S3 server (PyPI, scripts/test-s3.sh).
 TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server nghttp2-client python3-aiosmtpd python3-venv

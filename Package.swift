@@ -34,6 +34,8 @@ let package = Package(
         .systemLibrary(
             name: "CMagic", path: "Sources/CLibraries/CMagic", pkgConfig: "libmagic",
             providers: [.apt(["libmagic-dev"])]),
+        // No pkgConfig: shim.h declares the calls it uses (see there), so GLib's flags are not needed.
+        .systemLibrary(name: "CVips", path: "Sources/CLibraries/CVips", providers: [.apt(["libvips-dev"])]),
         .systemLibrary(
             name: "CJansson", path: "Sources/CLibraries/CJansson", pkgConfig: "jansson",
             providers: [.apt(["libjansson-dev"])]),
@@ -119,7 +121,7 @@ let package = Package(
         // Uploaded files: their type read from the bytes (libmagic), multipart bodies, fetching a
         // source URL (libcurl, public addresses only), storage by content, expiry, and who may read them.
         .target(
-            name: "Uploads", dependencies: ["CMagic", "CCurl", "CShims", "PostgresClient", "Crypto", "Encodings"], swiftSettings: swiftSettings),
+            name: "Uploads", dependencies: ["CMagic", "CVips", "CCurl", "CShims", "PostgresClient", "Crypto", "Encodings"], swiftSettings: swiftSettings),
 
         // E-mail transport: RFC 5322 composition, SMTP through libcurl (STARTTLS or SMTPS), a folder
         // of .eml files when no relay is set, and signed one-click unsubscribe links.

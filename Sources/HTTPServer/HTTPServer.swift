@@ -62,6 +62,10 @@ public final class HTTPServer: Sendable {
         public var idleTimeoutSeconds: Int = 30
         /// The longest a whole request (head and body) may take to arrive; 0: no deadline.
         public var requestDeadlineSeconds: Int = 10
+        /// Each connection's kernel send buffer (`SO_SNDBUF`; 0: the kernel's own, which grows to
+        /// 4 MiB a connection). A file sent to a client that stops reading fills it: bounded, a
+        /// thousand such clients hold a quarter of a gigabyte of the kernel's memory, not four.
+        public var sendBufferBytes: Int = 128 * 1024
 
         public init(
             host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = HTTPServer.defaultThreads, blockingThreads: Int = 64,
@@ -141,7 +145,8 @@ public final class HTTPServer: Sendable {
         let core = Core(
             handler: handler, maximumBodyBytes: configuration.maximumBodyBytes, bodyLimits: configuration.bodyLimits,
             pool: BlockingPool(threads: max(1, configuration.blockingThreads), name: "http-blocking"),
-            deadlines: configuration.requestDeadlineSeconds > 0 ? RequestDeadlines(limit: .seconds(configuration.requestDeadlineSeconds)) : nil)
+            deadlines: configuration.requestDeadlineSeconds > 0 ? RequestDeadlines(limit: .seconds(configuration.requestDeadlineSeconds)) : nil,
+            sendBufferBytes: Int32(clamping: max(0, configuration.sendBufferBytes)))
         self.core = core
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -225,14 +230,17 @@ final class Core: Sendable {
     let bodyLimits: [HTTPServer.BodyLimit]
     let pool: BlockingPool
     let deadlines: RequestDeadlines?
+    /// `Configuration.sendBufferBytes`, set on each connection as it opens (0: left alone).
+    let sendBufferBytes: Int32
     let inFlight = Atomic<Int>(0)
     /// Connections suspended while their request's work runs on the pool.
     let suspended = Atomic<Int>(0)
 
     init(
         handler: @escaping HTTPServer.Handler, maximumBodyBytes: Int, bodyLimits: [HTTPServer.BodyLimit], pool: BlockingPool,
-        deadlines: RequestDeadlines?
+        deadlines: RequestDeadlines?, sendBufferBytes: Int32 = 0
     ) {
+        self.sendBufferBytes = sendBufferBytes
         self.handler = handler
         self.maximumBodyBytes = maximumBodyBytes
         self.bodyLimits = bodyLimits
@@ -369,8 +377,14 @@ private let requestCompleted: MHD_RequestCompletedCallback = { context, connecti
 
 private let connectionChanged: MHD_NotifyConnectionCallback = { context, connection, _, change in
     guard let context, let connection else { return }
-    guard let deadlines = Unmanaged<Core>.fromOpaque(context).takeUnretainedValue().deadlines else { return }
+    let core = Unmanaged<Core>.fromOpaque(context).takeUnretainedValue()
     // MHD_CONNECTION_NOTIFY_STARTED is 0, MHD_CONNECTION_NOTIFY_CLOSED 1.
+    if change.rawValue == 0, core.sendBufferBytes > 0 {
+        var bytes = core.sendBufferBytes
+        let socket = wristler_mhd_connection_socket(connection)
+        if socket >= 0 { _ = setsockopt(socket, SOL_SOCKET, SO_SNDBUF, &bytes, socklen_t(MemoryLayout<Int32>.size)) }
+    }
+    guard let deadlines = core.deadlines else { return }
     if change.rawValue == 0 { deadlines.opened(connection) } else { deadlines.closed(connection) }
 }
 

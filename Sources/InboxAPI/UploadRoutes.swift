@@ -96,9 +96,17 @@ public enum UploadRoutes {
                         detail: "The file is \(sniffed), not an image or video this API takes (\(FileType.allowed.sorted().joined(separator: ", "))).",
                         source: pointer)
                 }
+                // A photo is kept upright and without its metadata (where it was taken), and one
+                // that declares a picture too large to decode is refused.
+                let cleaned: [UInt8]
+                do {
+                    cleaned = try PhotoCleaner.clean(bytes, contentType: type)
+                } catch {
+                    throw APIError(status: 422, code: .unsupportedFileType, detail: "\(error)", source: pointer)
+                }
                 let metadata = context.identity.metadata
                 let upload = try store.store(
-                    bytes, contentType: type, person: context.person, origin: metadata.origin.rawValue, appVersion: metadata.appVersion,
+                    cleaned, contentType: type, person: context.person, origin: metadata.origin.rawValue, appVersion: metadata.appVersion,
                     source: origin)
                 // Expired handles are swept now and then, on the way out of an upload.
                 try? store.sweepIfDue()

@@ -49,9 +49,12 @@ public enum RawHTTPClient {
 
     /// A connection to 127.0.0.1:`port` from `source` (any address of 127.0.0.0/8 is this machine
     /// on Linux, so each looks like another client); the caller closes the socket.
-    public static func connect(port: UInt16, from source: String) throws -> Int32 {
+    /// `receiveBuffer`: the socket's receive buffer, set before it connects (a small one keeps a
+    /// reader that stops reading from holding megabytes of the kernel's memory).
+    public static func connect(port: UInt16, from source: String, receiveBuffer: Int32? = nil) throws -> Int32 {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socket >= 0 else { throw Failure(description: "socket() failed") }
+        if var bytes = receiveBuffer { setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &bytes, socklen_t(MemoryLayout<Int32>.size)) }
         var local = sockaddr_in()
         local.sin_family = sa_family_t(AF_INET)
         local.sin_addr.s_addr = inet_addr(source)
