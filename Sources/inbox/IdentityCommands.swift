@@ -7,20 +7,24 @@ import InboxAPI
 import Lifecycle
 import PostgresClient
 
+extension InboxConfiguration {
+    /// The identity settings and the key-encryption key, or the usage error that names what is wrong.
+    func identitySetup() throws -> (settings: IdentityConfiguration, secrets: SecretsKey?) {
+        do {
+            return (try identityConfiguration(), try secretsKey())
+        } catch let error as InboxConfiguration.Invalid {
+            throw UsageError(description: error.description)
+        }
+    }
+}
+
 extension Roles {
     /// The identity role on `client` (a pool of request connections): its keys from
     /// `INBOX_IDENTITY_KEYS_DIR`, its settings, the catalogue's validator for the events it appends.
     static func identity(
         database: Database, client: PostgresClient, gate: AppVersionGate, configuration: InboxConfiguration, log: Logger
     ) throws -> IdentityRole {
-        let settings: IdentityConfiguration
-        let secrets: SecretsKey?
-        do {
-            settings = try configuration.identityConfiguration()
-            secrets = try configuration.secretsKey()
-        } catch let error as InboxConfiguration.Invalid {
-            throw UsageError(description: error.description)
-        }
+        let (settings, secrets) = try configuration.identitySetup()
         return try IdentityRole.make(
             configuration: settings, keysDirectory: configuration.identityKeysDirectory, signingKid: configuration.identitySigningKid, secrets: secrets,
             client: client,
@@ -161,14 +165,7 @@ enum AccountCommand {
         guard let email = options.email else { throw UsageError(description: "inbox account \(action) needs --email.") }
         let (given, family, reason, personId, verified, rest) = (options.given, options.family, options.reason, options.personId, options.verified, options.rest)
         let noPassword = options.noPassword
-        let settings: IdentityConfiguration
-        let secrets: SecretsKey?
-        do {
-            settings = try configuration.identityConfiguration()
-            secrets = try configuration.secretsKey()
-        } catch let error as InboxConfiguration.Invalid {
-            throw UsageError(description: error.description)
-        }
+        let (settings, secrets) = try configuration.identitySetup()
         let needsPassword = (action == "create" && !noPassword) || action == "password"
         let password = needsPassword ? try readPassword() : nil
         try await withDatabase(configuration, log: log, migrate: true) { database in
