@@ -92,6 +92,8 @@ public struct APIError: Error, Sendable {
         public static let unsupportedFileType = Code("unsupported_file_type")
         /// 503: every slot for fetching a sourceUrl is taken; retry.
         public static let uploadsBusy = Code("uploads_busy")
+        /// 503: the object store the files are kept in cannot be reached or refused; retry.
+        public static let storageUnavailable = Code("storage_unavailable")
         public static let unsupportedMediaType = Code("unsupported_media_type")
         /// 422: the watch of a new conversation is unknown, sold, offline or deleted (`meta.status`).
         public static let watchUnavailable = Code("watch_unavailable")

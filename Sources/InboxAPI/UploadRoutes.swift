@@ -68,6 +68,13 @@ public enum UploadRoutes {
         method: .post, path: "/v1/uploads", maximumBytes: UploadLimits.maximumRequestBytes, requestDeadline: requestDeadline)
     public static let requestDeadline: Duration = .seconds(60)
 
+    /// The bucket could not be reached or refused: nothing was stored (or served), to send again.
+    static func storageUnavailable(_ failure: S3Bucket.Failure) -> APIError {
+        APIError(
+            status: 503, code: .storageUnavailable, detail: "The files cannot be reached right now; the request can be retried.",
+            headers: [("Retry-After", "1")], cause: failure.description)
+    }
+
     static let filePointer = APIError.Source.pointer("/file")
     static let sourcePointer = Attributes.pointer("sourceUrl")
 
@@ -105,9 +112,14 @@ public enum UploadRoutes {
                     throw APIError(status: 422, code: .unsupportedFileType, detail: "\(error)", source: pointer)
                 }
                 let metadata = context.identity.metadata
-                let upload = try store.store(
-                    cleaned, contentType: type, person: context.person, origin: metadata.origin.rawValue, appVersion: metadata.appVersion,
-                    source: origin)
+                let upload: Upload
+                do {
+                    upload = try store.store(
+                        cleaned, contentType: type, person: context.person, origin: metadata.origin.rawValue, appVersion: metadata.appVersion,
+                        source: origin)
+                } catch let failure as S3Bucket.Failure {
+                    throw Self.storageUnavailable(failure)
+                }
                 // Expired handles are swept now and then, on the way out of an upload.
                 try? store.sweepIfDue()
                 return Documents.response(status: 201, ["data": resource(upload)])
@@ -127,6 +139,8 @@ public enum UploadRoutes {
                 let file: HTTPFileBody
                 do {
                     file = try HTTPFileBody(path: try store.file(of: upload).path)
+                } catch let failure as S3Bucket.Failure {
+                    throw Self.storageUnavailable(failure)
                 } catch {
                     throw APIError(status: 404, code: .notFound, detail: "There is no such upload.", cause: "the file of \(upload.sha256) cannot be read: \(error)")
                 }

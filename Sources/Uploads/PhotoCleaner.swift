@@ -10,6 +10,7 @@ import Foundation
 /// how it looks) and writes it again in its own format without any metadata (`strip`: EXIF, XMP,
 /// IPTC, ICC, comments). JPEG, WebP, HEIC and AVIF are encoded again at quality 90; PNG losslessly;
 /// an animated WebP keeps its frames. GIF carries no photo metadata and is only checked for size.
+/// Called on the API's blocking threads: it may wait for a slot (`slots`).
 public enum PhotoCleaner {
     /// 100 megapixels: more than any phone's photo (a 48-megapixel sensor's is 8064 x 6048), far
     /// below a decompression bomb's (a 30,000 x 30,000 PNG is 900).
@@ -50,10 +51,16 @@ public enum PhotoCleaner {
         return true
     }()
 
+    /// Photos cleaned at once per process, one a core: turning a 100-megapixel photo holds it
+    /// whole (about 300 MB), so their number, not the clients', bounds that memory. Others wait.
+    static let slots = DispatchSemaphore(value: max(1, ProcessInfo.processInfo.activeProcessorCount))
+
     /// `bytes` of `contentType` cleaned, or the same bytes for a type that is not a photo format.
     public static func clean(_ bytes: [UInt8], contentType: String) throws(Refusal) -> [UInt8] {
         guard let (load, save) = formats(contentType) else { return bytes }
         guard started else { throw .unreadable("libvips did not start") }
+        slots.wait()
+        defer { slots.signal() }
         let image = bytes.withUnsafeBytes { wristler_vips_load($0.baseAddress, $0.count, load) }
         guard let image else { throw .unreadable(lastError()) }
         defer { wristler_vips_unref(image) }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import HTTPServer
+import InboxDomain
 import InboxAPI
 import InboxTesting
 import PostgresClient
@@ -76,6 +77,37 @@ import Uploads
             }
             #expect(try bucket.get(key: "uploads/" + sha256, to: descriptor, limit: UploadLimits.maximumFileBytes) == false, "the object is gone")
             #expect(try await nodes[1].api.send("GET", "/v1/uploads/\(handle)", headers: headers).status == 404)
+        }
+    }
+
+    /// A bucket that cannot be reached: the upload is a 503 to send again and nothing is recorded;
+    /// a file this node does not have is a 503 too, not a 404.
+    @Test func aStoreThatCannotBeReachedIsA503AndNothingIsRecorded() async throws {
+        try await withTestDatabase { db in
+            try await InboxProjections.prepareLiveTables(client: db.client)
+            let pool = try db.requestPool()
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("uploads-dead-\(UUID().uuidString)", isDirectory: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let dead = S3Bucket(settings: .init(url: "http://127.0.0.1:1/inbox", accessKeyId: "test", secretAccessKey: "test-secret", timeout: .seconds(2)))
+            let api = APIServer(
+                routes: UploadRoutes.routes(client: pool, settings: UploadSettings(directory: directory, bucket: dead)),
+                gate: AppVersionGate(client: db.client, refreshInterval: .zero), verifier: AccessTokenTests.verifier)
+            let server = try HTTPServer(configuration: .init(port: 0, threads: 2, bodyLimits: InboxRoutes.bodyLimits), replying: { api.reply($0) })
+            defer { server.shutdown() }
+            let test = APITestServer(server: server, db: db)
+            let headers = ["Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "alice", scopes: Scope.app))]
+            let (body, type) = UploadRoutesTests.multipart([("file", "clip.mp4", UploadRoutesTests.mp4)])
+            let refused = try await test.send("POST", "/v1/uploads", headers: headers.merging(["Content-Type": type]) { $1 }, body: body)
+            #expect(refused.status == 503 && refused.firstError["code"] as? String == "storage_unavailable")
+            #expect(refused.header("Retry-After") == "1")
+            #expect(try await db.scalar("SELECT count(*)::int FROM uploads", Int.self) == 0)
+
+            // A record whose file only the bucket has.
+            let store = UploadStore(client: pool, directory: directory)
+            let kept = try store.store(UploadRoutesTests.mp4, contentType: "video/mp4", person: "alice", origin: "api", appVersion: nil, source: "file")
+            try FileManager.default.removeItem(at: directory.appendingPathComponent(kept.sha256))
+            let unserved = try await test.send("GET", "/v1/uploads/\(kept.handle)", headers: headers)
+            #expect(unserved.status == 503 && unserved.firstError["code"] as? String == "storage_unavailable")
         }
     }
 }
