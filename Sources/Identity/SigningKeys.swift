@@ -85,27 +85,25 @@ public final class SigningKeys: Sendable {
     public static func load(client: PostgresClient, secrets: SecretsKey, now: Date = Date()) throws -> (keys: SigningKeys, created: String?) {
         let (rows, created) = try client.transactionBlocking { connection -> ([(String, Data, Date)], String?) in
             try connection.execute("SELECT pg_advisory_xact_lock(hashtext('identity_signing_keys'))")
-            func read() throws -> [(String, Data, Date)] {
-                try connection.query(
-                    "SELECT kid, sealed_private, signs_from FROM identity_signing_keys WHERE retired_at IS NULL ORDER BY signs_from, kid"
-                ).map { (try $0.decode(String.self, "kid"), try $0.decode(Data.self, "sealed_private"), try $0.decode(Date.self, "signs_from")) }
-            }
-            let rows = try read()
+            let rows = try sealedRows(on: connection)
             if !rows.isEmpty { return (rows, nil) }
             let kid = try add(signingFrom: now, on: connection, secrets: secrets, now: now)
-            return (try read(), kid)
+            return (try sealedRows(on: connection), kid)
         }
         let (signers, publicKeys) = try open(rows, secrets: secrets)
         return (SigningKeys(signers: signers, publicKeys: publicKeys, source: (client, secrets)), created)
     }
 
+    /// The keys of the table that are not retired, sealed, in the order they sign.
+    private static func sealedRows(on connection: PostgresConnection) throws -> [(String, Data, Date)] {
+        try connection.query(
+            "SELECT kid, sealed_private, signs_from FROM identity_signing_keys WHERE retired_at IS NULL ORDER BY signs_from, kid"
+        ).map { (try $0.decode(String.self, "kid"), try $0.decode(Data.self, "sealed_private"), try $0.decode(Date.self, "signs_from")) }
+    }
+
     /// The keys of the table that are not retired, opened.
     static func read(client: PostgresClient, secrets: SecretsKey) throws -> (Signers, [String: ES256PublicKey]) {
-        let rows = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
-            try connection.query(
-                "SELECT kid, sealed_private, signs_from FROM identity_signing_keys WHERE retired_at IS NULL ORDER BY signs_from, kid"
-            ).map { (try $0.decode(String.self, "kid"), try $0.decode(Data.self, "sealed_private"), try $0.decode(Date.self, "signs_from")) }
-        }
+        let rows = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try sealedRows(on: connection) }
         guard !rows.isEmpty else { throw Invalid(description: "identity_signing_keys holds no key that is not retired.") }
         return try open(rows, secrets: secrets)
     }

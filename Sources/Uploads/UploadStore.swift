@@ -179,8 +179,12 @@ public final class UploadStore: Sendable {
         let descriptor = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: temporary.path]) }
         do {
-            let found = try bucket.get(key: Self.objectKey(upload.sha256), to: descriptor, limit: UploadLimits.maximumFileBytes)
-            close(descriptor)
+            // Closed once, whatever happens: a second close could close another thread's new file.
+            let found: Bool
+            do {
+                defer { close(descriptor) }
+                found = try bucket.get(key: Self.objectKey(upload.sha256), to: descriptor, limit: UploadLimits.maximumFileBytes)
+            }
             guard found else { throw CocoaError(.fileReadNoSuchFile, userInfo: [NSFilePathErrorKey: Self.objectKey(upload.sha256)]) }
             let bytes = try Data(contentsOf: temporary, options: .alwaysMapped)
             guard SHA256.hexDigest(bytes) == upload.sha256 else {
@@ -189,7 +193,6 @@ public final class UploadStore: Sendable {
             guard rename(temporary.path, path.path) == 0 else { throw CocoaError(.fileWriteUnknown) }
             return path
         } catch {
-            close(descriptor)
             try? FileManager.default.removeItem(at: temporary)
             throw error
         }
