@@ -9,11 +9,12 @@ TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server ngh
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: help deps test-deps install-packages build run test bench bench-release bench-baseline fuzz clean
+.PHONY: help deps test-deps install-packages build run test test-ha bench bench-release bench-baseline fuzz clean
 
 help:
 	@echo "make run    build and run the tier on an embedded PostgreSQL in .inbox/postgres"
 	@echo "make test   start a throwaway PostgreSQL, build, run every test, stop it"
+	@echo "make test-ha  the tier on two nodes while a Patroni cluster loses its primary (about 3 minutes)"
 	@echo "make bench  run the benchmarks (figures in docs/benchmarks.md)"
 	@echo "make bench-release   every benchmark against Benchmarks/baseline.json: a verdict and a report"
 	@echo "make bench-baseline  the same, writing a new Benchmarks/baseline.json to commit with the release"
@@ -65,6 +66,15 @@ test: test-deps
 	  echo "a timed suite, on its own: $$suite"; \
 	  $(SWIFT) test --skip-build --disable-xctest --filter "$$suite" || exit 1; \
 	done
+
+# PostgreSQL failover (docs/operations.md): Debian's etcd and Patroni run three PostgreSQL servers on
+# loopback, two `inbox run` nodes take traffic, and the primary is switched over, crashed and lost.
+# Tests/Failover/failover.py makes the checks; its figures go to .build/failover-report.json.
+HA_PACKAGES := patroni etcd-server python3-psycopg2
+test-ha: test-deps
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(HA_PACKAGES)"
+	$(SWIFT) build --product inbox
+	/usr/bin/python3 Tests/Failover/failover.py --inbox .build/debug/inbox --report .build/failover-report.json
 
 # wrk (the HTTP load generator of `inbox-bench http`), nghttpd and h2load (`inbox-bench fanout`)
 # only for the benchmarks.
