@@ -44,12 +44,16 @@ public struct PostgresConfiguration: Sendable, Hashable {
         return copy
     }
 
+    /// The `statement_timeout` each session sets when it opens (nil: the server's).
+    public private(set) var statementTimeoutMilliseconds: Int?
+
     /// The same server, with every statement of its sessions cancelled after `timeout` (PostgreSQL's
-    /// `statement_timeout`, SQLSTATE 57014): for request paths that must not wait for ever.
+    /// `statement_timeout`, SQLSTATE 57014): for request paths that must not wait for ever. Set by a
+    /// `SET` once the session is open, not by the startup packet's `options`, which pgbouncer refuses
+    /// ("unsupported startup parameter") or, told to ignore it, drops (docs/operations.md).
     public func withStatementTimeout(_ timeout: Duration) -> PostgresConfiguration {
         var copy = self
-        let milliseconds = max(1, timeout.wholeMilliseconds)
-        copy.parameterList.append(KeyValue(key: "options", value: "-c statement_timeout=\(milliseconds)"))
+        copy.statementTimeoutMilliseconds = Int(max(1, timeout.wholeMilliseconds))
         return copy
     }
 

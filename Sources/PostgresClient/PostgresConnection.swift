@@ -49,8 +49,10 @@ public final class PostgresConnection {
         // them on stderr, which is the operator's log.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         // Dates are parsed from ISO text in UTC; pin both so a server default cannot change them.
-        try execute("SET TimeZone TO 'UTC'")
-        try execute("SET DateStyle TO 'ISO, YMD'")
+        // One round trip for every setting of the session.
+        var settings = "SET TimeZone TO 'UTC'; SET DateStyle TO 'ISO, YMD'"
+        if let milliseconds = configuration.statementTimeoutMilliseconds { settings += "; SET statement_timeout = \(milliseconds)" }
+        try execute(settings)
     }
 
     deinit { close() }
