@@ -69,6 +69,19 @@ public final class EmbeddedPostgres: Sendable {
         }
     }
 
+    /// The data folder (`.inbox`), when it is ours and closed to other users (made 0700 by an
+    /// earlier version beside a private subfolder), gets their search bit, so the server's user can
+    /// reach its own folder inside; nothing in it becomes readable.
+    static func openForTraversal(_ folder: URL) throws {
+        var info = stat()
+        guard stat(folder.path, &info) == 0, info.st_uid == geteuid() else { return }
+        let mode = info.st_mode & 0o7777
+        guard mode & 0o011 != 0o011 else { return }
+        guard chmod(folder.path, mode | 0o011) == 0 else {
+            throw Failure("Cannot open \(folder.path) for the embedded PostgreSQL's user to reach its folder inside (chmod: errno \(errno)).")
+        }
+    }
+
     /// Creates the cluster if it does not exist, starts it if it is not running, and creates the
     /// database. Returns once the server accepts connections: true if this call started the
     /// server (and so its caller should stop it), false if it was already running.
@@ -77,6 +90,7 @@ public final class EmbeddedPostgres: Sendable {
         let fileManager = FileManager.default
         try fileManager.createDirectory(at: configuration.directory, withIntermediateDirectories: true)
         if let runAs {
+            try Self.openForTraversal(configuration.directory.deletingLastPathComponent())
             try run("/bin/chown", [runAs, configuration.directory.path], asUser: nil)
             do {
                 try run("/usr/bin/test", ["-w", configuration.directory.path], asUser: runAs)

@@ -176,6 +176,8 @@ public final class SigningKeys: Sendable {
     /// The folder's keys; `created` says which kid was made now (nil: none was).
     public static func load(directory: String, signingKid: String?, now: Date = Date()) throws -> (keys: SigningKeys, created: String?) {
         let files = FileManager.default
+        // The folders above it with the usual mode: Foundation would give them this one's 0700.
+        try files.createDirectory(atPath: (directory as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try files.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var names = try files.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".pem") }.sorted()
         var created: String?

@@ -113,7 +113,7 @@ public final class UploadStore: Sendable {
         let handle = Self.newHandle()
         let created = now()
         let expires = created.addingTimeInterval(lifetime.inSeconds)
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try Self.makePrivateFolder(directory)
         try client.transactionBlocking { connection in
             _ = try connection.query("SELECT pg_advisory_xact_lock($1::bigint)", Self.lockKey(sha256))
             try write(bytes, as: sha256)
@@ -174,7 +174,7 @@ public final class UploadStore: Sendable {
     public func file(of upload: Upload) throws -> URL {
         guard let path = path(of: upload.sha256) else { throw CocoaError(.fileReadInvalidFileName) }
         guard let bucket, !FileManager.default.fileExists(atPath: path.path) else { return path }
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try Self.makePrivateFolder(directory)
         let temporary = directory.appendingPathComponent(".incoming-\(Self.newHandle())", isDirectory: false)
         let descriptor = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: temporary.path]) }
@@ -320,6 +320,14 @@ public final class UploadStore: Sendable {
             return true
         }
         if due { try sweep() }
+    }
+
+    /// The folder, readable by this user alone; the folders above it that are missing are made with
+    /// the usual mode, since Foundation would give them the folder's 0700 and close the data folder
+    /// to the embedded PostgreSQL's user (`make run` as root after a run with DATABASE_URL).
+    static func makePrivateFolder(_ directory: URL) throws {
+        try FileManager.default.createDirectory(at: directory.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     }
 
     /// The advisory lock of a digest: its first 64 bits.

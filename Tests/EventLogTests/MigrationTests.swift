@@ -137,4 +137,19 @@ import Testing
         try await cluster.stop()
         #expect(head == 1)
     }
+
+    /// Bug: a run with DATABASE_URL as root made the data folder 0700 (Foundation gives the folders
+    /// above a private one that one's mode), and the embedded server's user could not reach its
+    /// folder inside it afterwards: `make run` failed until the folder was removed by hand.
+    @Test func theEmbeddedClusterStartsInADataFolderAnEarlierRunClosed() async throws {
+        let data = URL(fileURLWithPath: "/tmp/inbox-closed-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: data) }
+        try FileManager.default.createDirectory(at: data, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        let cluster = try EmbeddedPostgres(configuration: .init(directory: data.appendingPathComponent("postgres")))
+        try await cluster.start()
+        #expect(cluster.isRunning)
+        try await cluster.stop()
+        let mode = try #require(try FileManager.default.attributesOfItem(atPath: data.path)[.posixPermissions] as? Int)
+        #expect(mode == 0o711, "the folder's mode: \(String(mode, radix: 8))")
+    }
 }

@@ -134,6 +134,18 @@ import Testing
         #expect(throws: SigningKeys.Invalid.self) { try SigningKeys.load(directory: folder, signingKid: "missing") }
     }
 
+    /// The keys folder is private; the data folder made above it is not (it would close the
+    /// embedded PostgreSQL's folder inside it to that server's user).
+    @Test func aKeysFolderIsPrivateAndTheFolderMadeAboveItIsNot() throws {
+        let data = FileManager.default.temporaryDirectory.appendingPathComponent("data-\(UUID().uuidString.prefix(8))").path
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        _ = try SigningKeys.load(directory: data + "/identity-keys", signingKid: nil)
+        let mode = { (path: String) in try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int }
+        #expect(try mode(data + "/identity-keys") == 0o700)
+        let dataMode = try #require(try mode(data))
+        #expect(dataMode & 0o011 == 0o011, "\(String(dataMode, radix: 8))")
+    }
+
     @Test func anRSAKeyGoesToItsJWKFormAndBack() throws {
         let key = try RS256PrivateKey.generate()
         let (n, e) = try key.publicKey.components
