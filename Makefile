@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-APT_PACKAGES := libpq-dev libssl-dev libcurl4-openssl-dev libnghttp2-dev libmicrohttpd-dev libmagic-dev libvips-dev libjansson-dev libargon2-dev pkg-config postgresql
+APT_PACKAGES := libpq-dev libssl-dev libcurl4-openssl-dev libnghttp2-dev libmicrohttpd-dev libmagic-dev libvips-dev libjansson-dev libargon2-dev libsystemd-dev pkg-config postgresql
 # The push tests' peers: APNs and FCM mocks (python3-h2), nghttpd for the HTTP/2 client's tests, h2load for the benchmark;
 # the mail tests' SMTP server (python3-aiosmtpd); python3-venv for moto's S3 server (PyPI, scripts/test-s3.sh).
 TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server nghttp2-client python3-aiosmtpd python3-venv
@@ -48,10 +48,11 @@ run: build
 # costs a sign-in as long as a wrong password; a statement past the API's timeout is a 503 within
 # seconds; slow upload sources are refused at once past their slots; a lost session is opened
 # again within its backoff; a reader held back by an open transaction reads soon after it ends;
-# a projector reads a write after a quiet moment at once, and gathers the commits of a busy one)
+# a projector reads a write after a quiet moment at once, and gathers the commits of a busy one;
+# the systemd watchdog pings at half its interval)
 # run after the rest,
 # one at a time, so that they time the tier rather than a two-core machine busy with other suites.
-TIMED_SUITES := PromptShutdown|ConnectionFlood|HTTP2ClientPromptness|SignInTiming|RequestTimeoutTests|UploadRoutesTests|LeasedLoopTests|GapSafetyTests|ProjectorReadIntervalTests
+TIMED_SUITES := PromptShutdown|SystemdNotifyTests|ConnectionFlood|HTTP2ClientPromptness|SignInTiming|RequestTimeoutTests|UploadRoutesTests|LeasedLoopTests|GapSafetyTests|ProjectorReadIntervalTests
 
 # The database is stopped and removed whether the tests pass or fail; the exit code is the tests'.
 test: test-deps

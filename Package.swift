@@ -39,6 +39,10 @@ let package = Package(
         .systemLibrary(
             name: "CJansson", path: "Sources/CLibraries/CJansson", pkgConfig: "jansson",
             providers: [.apt(["libjansson-dev"])]),
+        // sd_notify: readiness, the watchdog and stopping, told to systemd (Type=notify units).
+        .systemLibrary(
+            name: "CSystemd", path: "Sources/CLibraries/CSystemd", pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]),
         .systemLibrary(
             name: "CArgon2", path: "Sources/CLibraries/CArgon2", pkgConfig: "libargon2",
             providers: [.apt(["libargon2-dev"])]),
@@ -167,6 +171,7 @@ let package = Package(
             dependencies: [
                 "EventLog", "Projections", "PostgresClient", "InboxDomain", "LinkedLibraries", "Lifecycle", "HTTPServer", "InboxAPI",
                 "Crypto", "Encodings", "Fanout", "HTTP2Client", "PushProtocol", "Uploads", "Schedule", "Mail", "Mailer", "JSONParsing", "Identity", "PasswordHashing",
+                "CSystemd",
             ],
             swiftSettings: swiftSettings),
 

@@ -1,4 +1,5 @@
 import EventLog
+import HTTP2Client
 import Foundation
 import Lifecycle
 import LinkedLibraries
@@ -23,7 +24,7 @@ struct Command: Sendable {
 }
 
 extension Command {
-    static let all: [Command] = [run, serve, identity, project, fanout, schedule, mail, migrate, replay, events, status, token, account, keys, version, help]
+    static let all: [Command] = [run, serve, identity, project, fanout, schedule, mail, migrate, replay, events, status, health, token, account, keys, version, help]
 
     static func named(_ name: String) -> Command? { all.first { $0.name == name } }
 
@@ -163,6 +164,36 @@ extension Command {
         summary: "Prints an access token signed with the development key (INBOX_DATA_DIR/dev-token-key.pem)."
     ) { arguments, configuration, _ in
         try TokenCommand.run(arguments, configuration: configuration)
+    }
+
+    static let health = Command(
+        name: "health", synopsis: "health",
+        summary: "Asks this node's operations listener (INBOX_OPS_PORT on INBOX_HTTP_HOST) whether it is ready (/readyz): exit 0 when it "
+            + "is, 1 with the reason when not. For a container's or a load balancer's health check."
+    ) { arguments, configuration, _ in
+        try expectNoArguments(arguments, command: "health")
+        guard let port = configuration.opsPort, port != 0 else {
+            throw UsageError(description: "inbox health asks the operations listener: set INBOX_OPS_PORT (and INBOX_HTTP_HOST) as the node has them.")
+        }
+        let host = configuration.httpHost == "0.0.0.0" ? "127.0.0.1" : configuration.httpHost
+        let url = "http://\(host):\(port)/readyz"
+        let client = try HTTP2Client(configuration: .init(connectTimeout: .seconds(2), maxResponseBytes: 64 << 10))
+        defer { client.shutdown() }
+        let response: HTTP2Response
+        do {
+            response = try await client.send(HTTP2Request(url: url, timeout: .seconds(5)))
+        } catch {
+            throw HealthFailure(description: "nothing answers at \(url): \(error)")
+        }
+        let body = String(decoding: response.body.prefix(500), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard response.status == 200 else {
+            throw HealthFailure(description: "not ready: \(url) answered \(response.status): \(body)")
+        }
+        print("ready: \(url) answered 200")
+    }
+
+    struct HealthFailure: Error, CustomStringConvertible {
+        var description: String
     }
 
     static let version = Command(

@@ -100,6 +100,19 @@ enum Roles {
 
     /// Runs `members` in a group that owns SIGINT and SIGTERM until they stop.
     static func run(_ members: [ServiceGroup.Member], database: Database, log: Logger) async throws {
+        var members = members
+        // Under systemd (`Type=notify`): ready once every server listens, then the watchdog's
+        // pings; the notifier goes last, so it is the first told to stop (`STOPPING=1`).
+        if SystemdNotifier.isExpected {
+            let servers = members.indices.filter { members[$0].service is APIService }
+            let readiness = Readiness(parts: servers.count)
+            for index in servers {
+                var server = members[index].service as! APIService
+                server.listening = readiness
+                members[index].service = server
+            }
+            members.append(.init("the systemd notifier", SystemdNotifier(readiness: readiness, roles: members.map(\.name), log: log), shutdownDeadline: .seconds(1)))
+        }
         let group = ServiceGroup(members, logger: log)
         database.signals.handOver()
         do {
@@ -125,6 +138,8 @@ struct APIService: Service {
     var gracePeriod: Duration = .seconds(10)
     /// What the start-up line calls the server.
     var name = "the API"
+    /// Told once the servers listen (`Roles.run` sets it when systemd waits for readiness).
+    var listening: Readiness?
 
     func run() async throws {
         let api = self.api
@@ -152,6 +167,7 @@ struct APIService: Service {
         }
         announce(name, port: server.port)
         if let operationsServer { announce("the operations listener", port: operationsServer.port) }
+        listening?.arrived()
         await waitUntilCancelled()
         log.info("\(name) takes no new connection; finishing the requests in flight", metadata: ["inFlight": String(server.requestsInFlight)])
         let grace = gracePeriod

@@ -4,7 +4,7 @@ import Testing
 /// `inbox COMMAND --help` (and `-h`) prints that command's usage and exits 0, touching no database,
 /// as every command-line tool does; `inbox help` lists every command with its usage.
 @Suite struct HelpTests {
-    @Test(arguments: ["run", "serve", "identity", "project", "fanout", "schedule", "migrate", "replay", "events", "status", "token", "account", "version", "help"])
+    @Test(arguments: ["run", "serve", "identity", "project", "fanout", "schedule", "migrate", "replay", "events", "status", "health", "token", "account", "version", "help"])
     func everyCommandPrintsItsUsageForHelpAndExitsZero(command: String) async throws {
         for flag in ["--help", "-h"] {
             // The database is unreachable: the usage must come before any connection.
