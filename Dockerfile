@@ -1,93 +1,39 @@
-# Wristler inbox tier: container image for the `inbox` executable.
+# The Wristler inbox tier as an image: the Debian package (`make deb`) installed on
+# debian:bookworm-slim. Not built on the development machines, which have no container engine;
+# the package inside it is built and tested there (`make test-deb`).
 #
-# A deployment starting point, untested on the development machines: they have
-# no Docker engine, so this file was written against the Dockerfile reference
-# and has never been built. Expect to adjust it on the first real build.
+#   docker build -t wristler/inbox .
+#   docker run --env-file inbox.env -p 8080:8080 -v inbox-data:/var/lib/inbox wristler/inbox
 #
-# Configuration is read from the environment at run time:
-#   DATABASE_URL            PostgreSQL connection URL. Set it in every container:
-#                           when it is unset, `inbox` starts its own embedded
-#                           PostgreSQL, which a container should not do (the
-#                           image has no PostgreSQL server anyway).
-#   INBOX_DB_POOL_SIZE      size of the connection pool.
-#   INBOX_MIGRATIONS_DIR    folder of SQL migrations (set below to the copy in the image).
-#   INBOX_POLL_INTERVAL_MS  poll interval, in milliseconds.
-#   INBOX_DATA_DIR          data folder (used by the embedded PostgreSQL mode).
-#   INBOX_LOG_FORMAT        log output format.
-# See docker-compose.yml for a PostgreSQL + migrate + run setup.
+# Settings come from the environment (README's table); secrets from files named by NAME_FILE
+# (docker-compose.yml mounts them as secrets). The data folder /var/lib/inbox is a volume.
 
-# ---------------------------------------------------------------------------
-# Build stage: Swift 6.0 toolchain on Debian 12 (bookworm).
-# ---------------------------------------------------------------------------
-FROM swift:6.0-bookworm AS build
-
-# Headers and pkg-config files for the system-library targets in Package.swift
-# (CLibPQ, COpenSSL, CCurl, CNGHTTP2, CMicroHTTPD, CMagic, CArgon2).
-RUN export DEBIAN_FRONTEND=noninteractive \
-    && apt-get -q update \
-    && apt-get -q install -y \
-        libpq-dev \
-        libssl-dev \
-        libcurl4-openssl-dev \
-        libnghttp2-dev \
-        libmicrohttpd-dev \
-        libmagic-dev \
-        libjansson-dev \
-        libargon2-dev \
-        pkg-config \
+# The toolchain CI builds with.
+FROM swift:6.3.1-bookworm AS build
+RUN export DEBIAN_FRONTEND=noninteractive && apt-get -q update && apt-get -q install -y --no-install-recommends \
+        libpq-dev libssl-dev libcurl4-openssl-dev libnghttp2-dev libmicrohttpd-dev libmagic-dev libvips-dev \
+        libjansson-dev libargon2-dev libsystemd-dev pkg-config dpkg-dev binutils git \
     && rm -rf /var/lib/apt/lists/*
-
 WORKDIR /build
+COPY . .
+ARG INBOX_DEB_VERSION=0.1.0+image
+RUN INBOX_DEB_VERSION="$INBOX_DEB_VERSION" scripts/build-deb.sh > /tmp/deb-path && cp "$(cat /tmp/deb-path)" /inbox.deb
 
-# Every folder a target in Package.swift points at must exist, even though only
-# the `inbox` product is built, so the test and benchmark folders are copied too.
-COPY Package.swift ./
-COPY Sources/ ./Sources/
-COPY Benchmarks/ ./Benchmarks/
-COPY Tests/ ./Tests/
-COPY sql/ ./sql/
+FROM debian:bookworm-slim
+COPY --from=build /inbox.deb /tmp/inbox.deb
+# apt resolves the package's Depends (the Debian libraries dpkg-shlibdeps named).
+RUN export DEBIAN_FRONTEND=noninteractive && apt-get -q update \
+    && apt-get -q install -y --no-install-recommends /tmp/inbox.deb ca-certificates \
+    && rm -rf /var/lib/apt/lists/* /tmp/inbox.deb
 
-RUN swift build -c release --product inbox \
-    && mkdir -p /staging \
-    && cp "$(swift build -c release --show-bin-path)/inbox" /staging/inbox
-
-# ---------------------------------------------------------------------------
-# Runtime stage: Swift runtime libraries (the binary links Foundation and the
-# Swift standard library dynamically) on Debian 12, plus the C libraries'
-# runtime packages only.
-# ---------------------------------------------------------------------------
-FROM swift:6.0-bookworm-slim
-
-RUN export DEBIAN_FRONTEND=noninteractive \
-    && apt-get -q update \
-    && apt-get -q install -y --no-install-recommends \
-        libpq5 \
-        libssl3 \
-        libcurl4 \
-        libnghttp2-14 \
-        libmicrohttpd12 \
-        libmagic1 \
-        libjansson4 \
-        libargon2-1 \
-        ca-certificates \
-    && rm -rf /var/lib/apt/lists/*
-
-# Unprivileged user; its home is the working directory, so anything the
-# executable writes relative to it lands somewhere writable.
-RUN useradd --system --user-group --create-home --home-dir /var/lib/inbox \
-        --shell /usr/sbin/nologin inbox
-
-COPY --from=build /staging/inbox /usr/local/bin/inbox
-COPY --from=build /build/sql/ /usr/share/inbox/sql/
-
-ENV INBOX_MIGRATIONS_DIR=/usr/share/inbox/sql
-# The API listens on every interface of the container (the default is loopback).
-ENV INBOX_HTTP_HOST=0.0.0.0
-EXPOSE 8080
-
-USER inbox
+ENV INBOX_DATA_DIR=/var/lib/inbox INBOX_LOG_FORMAT=json INBOX_HTTP_HOST=0.0.0.0 INBOX_HTTP_PORT=8080 INBOX_OPS_PORT=8081
+RUN install -d -o inbox -g inbox -m 0750 /var/lib/inbox
+VOLUME /var/lib/inbox
 WORKDIR /var/lib/inbox
-
-# `inbox migrate` applies the migrations and exits; `inbox run` is the long-running service.
+USER inbox
+EXPOSE 8080 8081
+# The operations listener's /readyz: the database answers and every migration is applied.
+HEALTHCHECK --interval=10s --timeout=6s --start-period=120s --retries=3 CMD ["inbox", "health"]
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["inbox"]
 CMD ["run"]

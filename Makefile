@@ -9,12 +9,14 @@ TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server ngh
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: help deps test-deps install-packages build run test test-ha bench bench-release bench-baseline fuzz clean
+.PHONY: help deps test-deps install-packages build run test test-ha deb test-deb bench bench-release bench-baseline fuzz clean
 
 help:
 	@echo "make run    build and run the tier on an embedded PostgreSQL in .inbox/postgres"
 	@echo "make test   start a throwaway PostgreSQL, build, run every test, stop it"
 	@echo "make test-ha  the tier on two nodes while a Patroni cluster loses its primary (about 3 minutes)"
+	@echo "make deb    the Debian package, in .build/packages (release build, Swift runtime linked in)"
+	@echo "make test-deb  builds the package, installs, runs, upgrades and purges it on this machine (root or sudo)"
 	@echo "make bench  run the benchmarks (figures in docs/benchmarks.md)"
 	@echo "make bench-release   every benchmark against Benchmarks/baseline.json: a verdict and a report"
 	@echo "make bench-baseline  the same, writing a new Benchmarks/baseline.json to commit with the release"
@@ -76,6 +78,19 @@ test-ha: test-deps
 	@$(MAKE) --no-print-directory install-packages PACKAGES="$(HA_PACKAGES)"
 	$(SWIFT) build --product inbox
 	/usr/bin/python3 Tests/Failover/failover.py --inbox .build/debug/inbox --report .build/failover-report.json
+
+# The Debian package (docs/operations.md, "Installing the package"): dpkg-shlibdeps names its
+# dependencies, dpkg-deb builds it.
+DEB_PACKAGES := dpkg-dev binutils adduser systemd
+deb: deps
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES)"
+	scripts/build-deb.sh
+
+# Installs the package on this machine with dpkg, runs it as the inbox user against a throwaway
+# PostgreSQL, upgrades it over itself, and removes and purges it (scripts/test-deb.sh).
+test-deb: deps
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES)"
+	scripts/test-deb.sh
 
 # wrk (the HTTP load generator of `inbox-bench http`), nghttpd and h2load (`inbox-bench fanout`)
 # only for the benchmarks.
