@@ -27,6 +27,13 @@ public struct TestDatabase: Sendable {
         return try PostgresConfiguration(url: url)
     }
 
+    /// A database that exists already (restored from a backup, say), as it is: not migrated, never dropped.
+    public static func attach(url: String, name: String, poolSize: Int = 4) throws -> TestDatabase {
+        let configuration = try PostgresConfiguration(url: url)
+        let client = try PostgresClient(configuration: .init(connection: configuration, maximumConnections: poolSize))
+        return TestDatabase(name: name, configuration: configuration, client: client, store: EventStore(client: client), url: url)
+    }
+
     /// Creates and migrates a new database.
     public static func make(migrated: Bool = true, poolSize: Int = 8) async throws -> TestDatabase {
         let admin = try adminConfiguration()
