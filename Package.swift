@@ -162,7 +162,7 @@ let package = Package(
         .target(
             name: "Identity", dependencies: [
                 "PasswordHashing", "Crypto", "Encodings", "EventLog", "HTTP2Client", "HTTPServer", "InboxAPI", "InboxDomain", "Lifecycle",
-                "PostgresClient", "Threads",
+                "Mail", "PostgresClient", "Threads",
             ],
             swiftSettings: swiftSettings),
 

@@ -14,6 +14,11 @@ public struct Account: Sendable, Hashable {
     public var blockedAt: Date?
     /// Whether a TOTP authenticator is set: the password step then asks for a code.
     public var hasSecondFactor: Bool
+    /// Where and when it was made: `app:ios`, `app:android`, `web`, `api` (or `service:<name>`),
+    /// and the app's version when an app made it.
+    public var origin: String = "api"
+    public var appVersion: String? = nil
+    public var createdAt: Date = Date(timeIntervalSince1970: 0)
 
     public var isBlocked: Bool { blockedAt != nil }
 }
@@ -27,11 +32,13 @@ public struct NewAccount: Sendable {
     public var givenName: String
     public var familyName: String
     public var origin: String
+    public var appVersion: String?
 
     public init(
         personId: String? = nil, email: String, emailVerified: Bool = false, passwordHash: String? = nil, givenName: String = "", familyName: String = "",
-        origin: String = "api"
+        origin: String = "api", appVersion: String? = nil
     ) {
+        self.appVersion = appVersion
         self.personId = personId
         self.email = email
         self.emailVerified = emailVerified
@@ -65,7 +72,7 @@ public enum AccountError: Error, Sendable, Equatable, CustomStringConvertible {
 /// caller's transaction when there is one.
 public enum Accounts {
     static let columns = """
-        a.person_id, a.email, a.email_verified, a.password_hash, a.given_name, a.family_name, a.blocked_at,
+        a.person_id, a.email, a.email_verified, a.password_hash, a.given_name, a.family_name, a.blocked_at, a.origin, a.app_version, a.created_at,
         EXISTS (SELECT 1 FROM identity_totp t WHERE t.person_id = a.person_id) AS has_second_factor
         """
 
@@ -74,7 +81,9 @@ public enum Accounts {
             personId: try row.decode(String.self, "person_id"), email: try row.decode(String.self, "email"),
             emailVerified: try row.decode(Bool.self, "email_verified"), passwordHash: try row.decode(String?.self, "password_hash"),
             givenName: try row.decode(String.self, "given_name"), familyName: try row.decode(String.self, "family_name"),
-            blockedAt: try row.decode(Date?.self, "blocked_at"), hasSecondFactor: try row.decode(Bool.self, "has_second_factor"))
+            blockedAt: try row.decode(Date?.self, "blocked_at"), hasSecondFactor: try row.decode(Bool.self, "has_second_factor"),
+            origin: try row.decode(String.self, "origin"), appVersion: try row.decode(String?.self, "app_version"),
+            createdAt: try row.decode(Date.self, "created_at"))
     }
 
     /// The address as accounts are keyed: without surrounding spaces, compared in any letter case.
@@ -109,10 +118,10 @@ public enum Accounts {
             return try connection.withSavepoint {
                 _ = try connection.query(
                     """
-                    INSERT INTO identity_accounts (person_id, email, email_verified, password_hash, given_name, family_name, origin)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7)
+                    INSERT INTO identity_accounts (person_id, email, email_verified, password_hash, given_name, family_name, origin, app_version)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                     """, personId, email, account.emailVerified, account.passwordHash, String(account.givenName.prefix(200)),
-                    String(account.familyName.prefix(200)), account.origin)
+                    String(account.familyName.prefix(200)), account.origin, account.appVersion.map { String($0.prefix(50)) })
                 guard let made = try find(personId: personId, on: connection) else { throw AccountError.notFound }
                 return made
             }

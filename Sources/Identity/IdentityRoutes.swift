@@ -20,6 +20,7 @@ public enum IdentityRoutes {
     public static let tokenPath = "/oauth/token"
     public static let appleReturnPath = "/oauth/apple/return"
     public static let keysPath = "/.well-known/jwks.json"
+    public static let revokePath = "/oauth/revoke"
 
     public static func routes(endpoint: TokenEndpoint, keys: SigningKeys, administration: AccountAdministration) throws -> [Route] {
         let jwks = JSONAPI.bytes(try keys.jwks)
@@ -27,6 +28,7 @@ public enum IdentityRoutes {
         return [
             Route(.post, tokenPath, describedAs: oauth) { context in endpoint.token(context.request) },
             Route(.post, appleReturnPath, describedAs: oauth) { context in endpoint.appleReturn(context.request) },
+            Route(.post, revokePath, describedAs: oauth) { context in endpoint.revoke(context.request) },
             Route(.get, keysPath, waits: false, describedAs: oauth) { _ in
                 // Public and rarely changing: caches may keep it a few minutes (a new key is added
                 // well before it signs, docs/tokens.md).
@@ -36,7 +38,7 @@ public enum IdentityRoutes {
     }
 
     /// The token endpoint's body limit, answered in OAuth's shape.
-    public static let bodyLimits: [HTTPServer.BodyLimit] = [tokenPath, appleReturnPath].map { path in
+    public static let bodyLimits: [HTTPServer.BodyLimit] = [tokenPath, appleReturnPath, revokePath].map { path in
         HTTPServer.BodyLimit(
             method: .post, path: path, maximumBytes: TokenEndpoint.maximumBodyBytes,
             tooLarge: OAuthError.invalidRequest("The body is larger than \(TokenEndpoint.maximumBodyBytes) bytes.").response.withStatus(413))

@@ -17,6 +17,8 @@ public struct OAuthError: Error, Sendable {
         public static let invalidClient = Code("invalid_client")
         public static let invalidGrant = Code("invalid_grant")
         public static let unsupportedGrantType = Code("unsupported_grant_type")
+        /// RFC 7009 §2.2.1: a token of a type this server does not revoke.
+        public static let unsupportedTokenType = Code("unsupported_token_type")
         public static let invalidScope = Code("invalid_scope")
         // RFC 6749 §4.1.2.1, used beyond the authorization endpoint by most servers.
         public static let serverError = Code("server_error")

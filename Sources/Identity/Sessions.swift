@@ -32,15 +32,16 @@ public enum Refresh: Sendable {
 /// (`lifetime`) after its last refresh, or when ended (reuse, a block, a password change).
 public enum Sessions {
     public static func start(
-        personId: String, clientId: String, scopes: [Scope], platform: String, device: String?, lifetime: TimeInterval, now: Date,
-        on connection: PostgresConnection
+        personId: String, clientId: String, scopes: [Scope], platform: String, device: String?, appVersion: String? = nil, method: String? = nil,
+        lifetime: TimeInterval, now: Date, on connection: PostgresConnection
     ) throws -> (SignInSession, OpaqueSecret) {
         let id = UUID()
         _ = try connection.query(
             """
-            INSERT INTO identity_sessions (id, person_id, client_id, scopes, platform, device, created_at, refreshed_at, expires_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)
-            """, id, personId, clientId, ScopeList.text(scopes), platform, device, now, now.addingTimeInterval(lifetime))
+            INSERT INTO identity_sessions (id, person_id, client_id, scopes, platform, device, app_version, method, created_at, refreshed_at, expires_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10)
+            """, id, personId, clientId, ScopeList.text(scopes), platform, device, appVersion.map { String($0.prefix(50)) }, method, now,
+            now.addingTimeInterval(lifetime))
         let token = OpaqueSecret.generate()
         _ = try connection.query(
             "INSERT INTO identity_refresh_tokens (digest, session_id, generation, issued_at) VALUES ($1, $2, 1, $3)", token.digest, id, now)
@@ -108,6 +109,20 @@ public enum Sessions {
     struct RefusedRefresh: Error {}
     struct ScopeNotGiven: Error {
         let scope: Scope
+    }
+
+    /// Ends the session a refresh token of `clientId` belongs to (any of its tokens, used or not);
+    /// false when the token is unknown, another client's, or its session is over already.
+    public static func revoke(_ token: String, clientId: String, now: Date, on connection: PostgresConnection) throws -> Bool {
+        guard OpaqueSecret.isWellFormed(token) else { return false }
+        return try connection.query(
+            """
+            UPDATE identity_sessions s SET ended_at = $3, end_reason = 'revoked'
+            FROM identity_refresh_tokens t
+            WHERE t.digest = $1 AND s.id = t.session_id AND s.client_id = $2 AND s.ended_at IS NULL
+            RETURNING 1
+            """, OpaqueSecret(text: token).digest, clientId, now
+        ).count == 1
     }
 
     public static func end(sessionId: UUID, reason: String, now: Date, on connection: PostgresConnection) throws {

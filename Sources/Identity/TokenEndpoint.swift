@@ -79,6 +79,24 @@ public final class TokenEndpoint: Sendable {
         }
     }
 
+    /// `POST /oauth/revoke` (RFC 7009): a refresh token of the calling client ends its session at
+    /// once (the app's "sign out" where it has no access token left); `200` with no body whether
+    /// or not the token was one (§2.2: an unknown token is no error, so nothing can be learned). An
+    /// access token cannot be revoked: it runs out within its hour (`unsupported_token_type`).
+    public func revoke(_ request: HTTPRequest) -> HTTPResponse {
+        answering(request) { () throws(OAuthError) -> HTTPResponse in
+            let (form, caller) = try read(request)
+            guard let token = form["token"] else { throw OAuthError.invalidRequest("token is missing.") }
+            if form["token_type_hint"] == "access_token" || token.split(separator: ".", omittingEmptySubsequences: false).count == 3 {
+                throw OAuthError(
+                    400, .unsupportedTokenType, "Access tokens are not revoked: they run out within the hour. Revoke the refresh token.")
+            }
+            try localLimits.take("refresh", address: caller.address, limit: configuration.refreshPerAddress, now: caller.now)
+            _ = try database { connection in try Sessions.revoke(token, clientId: caller.client.id, now: caller.now, on: connection) }
+            return HTTPResponse(status: 200, headers: [("Cache-Control", "no-store")])
+        }
+    }
+
     /// The request as a form and a caller: no query, the app identified and let through by
     /// version, a form body, a known client.
     func read(_ request: HTTPRequest) throws(OAuthError) -> (FormBody, Caller) {
@@ -181,7 +199,7 @@ public final class TokenEndpoint: Sendable {
                 401, .mfaRequired, nil,
                 members: ["challenge": .string(challenge.text), "challenge_expires_in": .integer(Int64(configuration.challengeLifetime))])
         }
-        return try signIn(account.personId, scopes: scopes, caller)
+        return try signIn(account.personId, scopes: scopes, method: "password", caller)
     }
 
     /// The code after `mfa_required`: the challenge stands for the right password.
@@ -223,7 +241,7 @@ public final class TokenEndpoint: Sendable {
         guard try database({ connection in try Challenges.destroy(challengeText, on: connection) }) else { throw expired }
         // What the password step asked for; only when it asked for nothing does this step's scope count.
         let scopes = challenge.scopes.isEmpty ? try allowed(form["scope"], for: caller.client) : challenge.scopes
-        return try signIn(account.personId, scopes: scopes, caller)
+        return try signIn(account.personId, scopes: scopes, method: "password", caller)
     }
 
     // MARK: Apple and Google
@@ -267,7 +285,7 @@ public final class TokenEndpoint: Sendable {
             throw OAuthError.invalidGrant("The token's nonce is not the one sent with it.")
         }
         let personId = try accountOf(claims, caller)
-        let response = try signIn(personId, scopes: scopes, caller)
+        let response = try signIn(personId, scopes: scopes, method: provider.rawValue, caller)
         if let code, let appleCodes {
             appleCodes.exchangeLater(code: code, clientId: claims.audience, subject: claims.subject, webFlow: idToken == nil)
         }
@@ -306,7 +324,9 @@ public final class TokenEndpoint: Sendable {
                         return .account(existing.personId)
                     }
                     let made = try Accounts.create(
-                        NewAccount(email: email, emailVerified: true, givenName: claims.givenName, familyName: claims.familyName, origin: origin),
+                        NewAccount(
+                            email: email, emailVerified: true, givenName: claims.givenName, familyName: claims.familyName, origin: origin,
+                            appVersion: caller.identity.metadata.appVersion),
                         on: connection)
                     try Accounts.link(provider: claims.provider, subject: claims.subject, personId: made.personId, now: caller.now, on: connection)
                     return .account(made.personId)
@@ -423,7 +443,7 @@ public final class TokenEndpoint: Sendable {
 
     /// A new session for the person, the `signed_in` event in the same transaction (so the bell
     /// and the push follow), and the tokens.
-    func signIn(_ personId: String, scopes: [Scope], _ caller: Caller) throws(OAuthError) -> HTTPResponse {
+    func signIn(_ personId: String, scopes: [Scope], method: String, _ caller: Caller) throws(OAuthError) -> HTTPResponse {
         let platform = caller.identity.metadata.origin.rawValue
         var metadata = caller.identity.metadata
         metadata.service = "identity"
@@ -432,7 +452,8 @@ public final class TokenEndpoint: Sendable {
             try connection.transaction { connection in
                 let (session, refresh) = try Sessions.start(
                     personId: personId, clientId: caller.client.id, scopes: scopes, platform: platform, device: caller.device,
-                    lifetime: configuration.refreshTokenLifetime, now: caller.now, on: connection)
+                    appVersion: caller.identity.metadata.appVersion, method: method, lifetime: configuration.refreshTokenLifetime, now: caller.now,
+                    on: connection)
                 let event = try NewEvent(
                     SignedIn(personId: personId, signInId: session.id.uuidString.lowercased(), platform: platform, device: caller.device),
                     metadata: metadata)

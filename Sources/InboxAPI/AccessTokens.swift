@@ -12,6 +12,8 @@ public struct AccessToken: Sendable, Hashable {
     public var issuedAt: Date
     public var expiresAt: Date
     public var id: String
+    /// The sign-in session it was issued for (the identity role's `sid`), nil for other issuers'.
+    public var sessionId: String? = nil
 }
 
 /// The identity tier's public keys, by `kid`.
@@ -149,6 +151,7 @@ public struct TokenVerifier: Sendable {
             let iat: Double?
             let jti: String?
             let guest: Bool?
+            let sid: String?
         }
         guard let claims = try? JSONDecoder().decode(Claims.self, from: Data(payloadBytes)) else {
             throw Self.unauthorized(.invalidToken, "The access token's claims are not what this tier needs (exp is required).")
@@ -162,7 +165,7 @@ public struct TokenVerifier: Sendable {
         return AccessToken(
             subject: claims.sub ?? "", scopes: Set((claims.scope ?? "").split(separator: " ").map { Scope(String($0)) }), isGuest: isGuest,
             issuedAt: Date(timeIntervalSince1970: claims.iat ?? current), expiresAt: Date(timeIntervalSince1970: claims.exp),
-            id: claims.jti ?? "")
+            id: claims.jti ?? "", sessionId: claims.sid.map { String($0.prefix(64)) })
     }
 
     static func unauthorized(_ code: APIError.Code, _ detail: String) -> APIError {

@@ -11,7 +11,7 @@ public enum InboxRoutes {
     public static func all(
         client: PostgresClient, store: EventStore, migrator: Migrator, metrics: RequestMetrics = RequestMetrics(), bellCache: BellCache? = nil,
         conversationCache: ConversationListCache? = nil, attachments: (any AttachmentValidator)? = nil, uploads: UploadSettings = .temporary,
-        unsubscribe: UnsubscribeLink? = nil, groupCommit: InlineGroupCommit = InlineGroupCommit()
+        unsubscribe: UnsubscribeLink? = nil, groupCommit: InlineGroupCommit = InlineGroupCommit(), more: [Route] = []
     ) -> [Route] {
         // One group commit for every route's inline appends: appends of one node that each had a
         // committer of its own were concurrent transactions, and an open one of another route
@@ -28,6 +28,8 @@ public enum InboxRoutes {
             + InternalEventRoutes.routes(store: store) + ContactRoutes.routes(client: client) + UploadRoutes.routes(client: client, settings: uploads)
             // Mail's one-click unsubscribe, where links are signed (INBOX_UNSUBSCRIBE_KEYS).
             + (unsubscribe.map { UnsubscribeRoutes.routes(client: client, links: $0, inline: inline) } ?? [])
+            // Routes of modules above this one (the person's account, `Identity.MeRoutes`), in the document too.
+            + more
         return served + [OpenAPI.route(describing: served)]
     }
 

@@ -59,6 +59,11 @@ public enum BellTexts {
                 "Two-step verification is off", "Tweestapsverificatie staat uit", "Zwei-Faktor-Anmeldung ist deaktiviert",
                 "La validation en deux étapes est désactivée",
             ]
+        case .signedOut:
+            [
+                "Other sessions of your account were signed out", "Andere sessies van je account zijn afgemeld",
+                "Andere Sitzungen deines Kontos wurden abgemeldet", "D'autres sessions de votre compte ont été déconnectées",
+            ]
         case .emailChanged:
             [
                 "Your e-mail address was changed", "Je e-mailadres is gewijzigd", "Deine E-Mail-Adresse wurde geändert",

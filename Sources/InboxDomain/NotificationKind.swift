@@ -19,6 +19,7 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
     case secondFactorEnabled
     case secondFactorDisabled
     case emailChanged
+    case signedOut
     // A shop's news, for each person who works at the shop: push and mail only, never the bell.
     case shopMessageReceived
     case shopOfferMade
@@ -53,6 +54,7 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
         case .secondFactorEnabled: "second_factor_enabled"
         case .secondFactorDisabled: "second_factor_disabled"
         case .emailChanged: "email_changed"
+        case .signedOut: "signed_out"
         case .shopUnanswered: "shop_unanswered"
         case .offerAccepted: "offer_accepted"
         case .offerReceived: "offer_received"
@@ -67,7 +69,7 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
         case .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded: .orders
         case .priceDropped, .watchSold: .savedWatches
         case .savedSearchMatched: .savedSearches
-        case .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged: .security
+        case .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut: .security
         case .shopMessageReceived, .shopOfferMade, .shopOrderPaid, .shopUnanswered: .shop
         }
     }

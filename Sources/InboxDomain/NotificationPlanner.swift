@@ -124,6 +124,8 @@ public enum NotificationPlanner {
             return [security(event.personId, .secondFactorDisabled)]
         case let event as EmailChanged:
             return [security(event.personId, .emailChanged)]
+        case let event as SignedOut:
+            return [security(event.personId, .signedOut)]
         default:
             return []
         }

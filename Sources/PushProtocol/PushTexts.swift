@@ -96,6 +96,11 @@ public enum PushTexts {
                 "If you didn't turn it off, contact us right away.", "Heb jij dit niet uitgezet? Neem dan meteen contact met ons op.",
                 "Warst du das nicht, melde dich sofort bei uns.", "Si ce n'était pas vous, contactez-nous immédiatement.",
             ]
+        case .signedOut:
+            [
+                "If it wasn't you, change your password right away.", "Was jij dit niet? Wijzig dan meteen je wachtwoord.",
+                "Warst du das nicht, ändere sofort dein Passwort.", "Si ce n'était pas vous, changez immédiatement votre mot de passe.",
+            ]
         case .emailChanged:
             [
                 "If you didn't change it, contact us right away.", "Heb jij dit niet gedaan? Neem dan meteen contact met ons op.",

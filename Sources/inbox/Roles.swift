@@ -59,7 +59,8 @@ enum Roles {
             let identity = withIdentity ? try Roles.identity(database: database, client: requestClient, gate: gate, configuration: configuration, log: log) : nil
             let routes = InboxRoutes.all(
                 client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, conversationCache: conversationCache, uploads: uploads,
-                unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) }) + (identity?.routes ?? [])
+                unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) }, more: MeRoutes.routes(client: requestClient, validator: database.store.validator))
+                + (identity?.routes ?? [])
             let logRequest = requestLogLines(to: log)
             let api = APIServer(
                 routes: routes, gate: gate, verifier: try DevelopmentKey.verifier(configuration, log: log, identityKeys: identity?.keys),

@@ -42,6 +42,20 @@ public struct SecondFactorDisabled: CatalogueEvent, Hashable {
     public init(personId: String) { self.personId = personId }
 }
 
+/// The person signed other sessions of their account out from the sign-in list (`DELETE
+/// /v1/me/sessions`): their refresh tokens are refused from then on.
+public struct SignedOut: CatalogueEvent, Hashable {
+    public static let eventType = "signed_out"
+    public var personId: String
+    /// The sign-ins ended (each a `signed_in` event's `signInId`).
+    public var signInIds: [String]
+    public var streamId: String { Streams.security(personId) }
+    public init(personId: String, signInIds: [String]) {
+        self.personId = personId
+        self.signInIds = signInIds
+    }
+}
+
 /// The account's e-mail address changed. The addresses themselves stay in the identity tier: the
 /// log cannot forget, and an address is personal data.
 public struct EmailChanged: CatalogueEvent, Hashable {

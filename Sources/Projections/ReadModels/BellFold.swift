@@ -263,6 +263,7 @@ extension BellFold {
         notifies(SecondFactorEnabled.self) { $0.personId }
         notifies(SecondFactorDisabled.self) { $0.personId }
         notifies(EmailChanged.self) { $0.personId }
+        notifies(SignedOut.self) { $0.personId }
         notifies(OrderShipped.self) { $0.buyerId }
         notifies(OrderDelivered.self) { $0.buyerId }
         notifies(OrderCancelled.self) { $0.buyerId }

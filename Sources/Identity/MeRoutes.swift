@@ -1,0 +1,251 @@
+import EventLog
+import Foundation
+import HTTPServer
+import InboxAPI
+import InboxDomain
+import Mail
+import PostgresClient
+
+/// The person's own account over the JSON:API (app guide, Scopes): `GET /v1/me` needs only a
+/// signed-in token, `PATCH /v1/me` `account:write`, the sign-in list and signing out
+/// `account-security:write`. Served by every API node (they read and write only PostgreSQL).
+///
+/// ```
+/// GET /v1/me
+/// {"data": {"type": "people", "id": "p1", "attributes": {"email": "anna@example.com", "emailVerified": true,
+///   "givenName": "Anna", "familyName": "Jansen", "hasPassword": true, "secondFactor": false, "providers": ["apple"],
+///   "language": "nl", "createdAt": "…", "createdWith": {"origin": "app:ios", "appVersion": "2.4.0"}}}}
+/// ```
+public enum MeRoutes {
+    static let type = "people"
+    static let sessionType = "sessions"
+    /// The mail languages (`Contacts`).
+    static let languages = ["en", "nl", "de", "fr"]
+
+    /// `validator`: the catalogue's, for the `signed_out` event signing others out appends.
+    public static func routes(
+        client: PostgresClient, validator: EventValidator? = EventValidator(registry: InboxCatalogue.registry),
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) -> [Route] {
+        let attributes: [String: JSONValue] = [
+            "givenName": Self.nameSchema, "familyName": Self.nameSchema, "language": Schema.choice(languages),
+        ]
+        return [
+            Route(
+                .get, "/v1/me", access: .signedIn(scope: nil),
+                describedAs: RouteDescription("The signed-in person's account: names, address, how they sign in, where it was made.")
+            ) { context in
+                let personId = context.token?.subject ?? ""
+                let (account, providers, language) = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
+                    (try Accounts.find(personId: personId, on: connection), try Self.providers(personId, on: connection),
+                     try Self.language(personId, on: connection))
+                }
+                guard let account else { throw Self.noAccount }
+                return JSONAPI.response(.object(["data": Self.resource(account, providers: providers, language: language)]))
+            },
+            Route(
+                .patch, "/v1/me", access: .signedIn(scope: .accountWrite),
+                describedAs: RouteDescription(
+                    "Changes the names and the language mail is written in.",
+                    body: Schema.resourceDocument(type: type, attributes: attributes, required: [], id: false))
+            ) { context in
+                let personId = context.token?.subject ?? ""
+                let data = try context.resourceDocument()
+                guard data["type"]?.stringValue == type else {
+                    throw APIError(status: 409, code: .typeMismatch, detail: "The resource's type must be \(type).", source: .pointer("/data/type"))
+                }
+                if let id = data["id"]?.stringValue, id != personId {
+                    throw APIError(status: 409, code: .idMismatch, detail: "The document's id is not yours.", source: .pointer("/data/id"))
+                }
+                let fields = try AccountRoutes.Fields(data, allowed: ["givenName", "familyName", "language"])
+                let given = try Self.name(fields, "givenName")
+                let family = try Self.name(fields, "familyName")
+                let language = try fields.string("language")
+                if let language, !languages.contains(language) {
+                    throw APIError(
+                        status: 422, code: .invalidField, detail: "language is one of \(languages.joined(separator: ", ")).",
+                        source: .pointer("/data/attributes/language"))
+                }
+                let (account, providers, stored) = try client.withConnectionBlocking { connection in
+                    try connection.transaction { connection in
+                        guard let account = try Accounts.find(personId: personId, on: connection) else { throw Self.noAccount }
+                        if given != nil || family != nil {
+                            _ = try connection.query(
+                                """
+                                UPDATE identity_accounts SET given_name = coalesce($2, given_name), family_name = coalesce($3, family_name), updated_at = $4
+                                WHERE person_id = $1
+                                """, personId, given, family, now())
+                        }
+                        if let language, let language = Language(rawValue: language) {
+                            // Mail goes on to the contact's address; without one, to the account's.
+                            let contact = try Contacts.get(personId: personId, on: connection)
+                            guard let address = contact?.address ?? (try? MailAddress(account.email)) else {
+                                throw APIError(
+                                    status: 422, code: .invalidField, detail: "The account's address cannot be mailed, so it has no mail language.",
+                                    source: .pointer("/data/attributes/language"))
+                            }
+                            try Contacts.set(personId: personId, address: address, language: language, on: connection)
+                        }
+                        return (
+                            try Accounts.find(personId: personId, on: connection) ?? account, try Self.providers(personId, on: connection),
+                            try Self.language(personId, on: connection)
+                        )
+                    }
+                }
+                return JSONAPI.response(.object(["data": Self.resource(account, providers: providers, language: stored)]))
+            },
+            Route(
+                .get, "/v1/me/sessions", access: .signedIn(scope: .accountSecurityWrite),
+                describedAs: RouteDescription("The sign-ins still open, newest first, never paged; `current` marks this one.")
+            ) { context in
+                let token = context.token
+                let sessions = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
+                    try Self.openSessions(token?.subject ?? "", now: now(), on: connection)
+                }
+                return JSONAPI.response(.object(["data": .array(sessions.map { Self.resource($0, current: token?.sessionId) })]))
+            },
+            Route(
+                .delete, "/v1/me/sessions/{id}", access: .signedIn(scope: .accountSecurityWrite),
+                describedAs: .noContent("Signs one session out (this one too): its refresh token is refused from now on.")
+            ) { context in
+                let personId = context.token?.subject ?? ""
+                guard let id = UUID(uuidString: context.parameters["id"] ?? "") else { throw Self.noSession }
+                let current = context.token?.sessionId.flatMap(UUID.init(uuidString:))
+                let ended = try client.withConnectionBlocking { connection in
+                    try connection.transaction { connection in
+                        let ended = try connection.query(
+                            """
+                            UPDATE identity_sessions SET ended_at = $3, end_reason = 'signed_out' WHERE id = $1 AND person_id = $2 AND ended_at IS NULL
+                            RETURNING id
+                            """, id, personId, now()
+                        ).map { try $0.decode(UUID.self, "id") }
+                        // Signing this session out is the app's own sign-out: nothing to tell.
+                        try Self.tell(personId, ended.filter { $0 != current }, context, validator, on: connection)
+                        return ended.count
+                    }
+                }
+                guard ended == 1 else { throw Self.noSession }
+                return HTTPResponse(status: 204)
+            },
+            Route(
+                .delete, "/v1/me/sessions", access: .signedIn(scope: .accountSecurityWrite),
+                describedAs: .noContent("Signs out every session but this one: their refresh tokens are refused from now on.")
+            ) { context in
+                let personId = context.token?.subject ?? ""
+                let current = context.token?.sessionId.flatMap(UUID.init(uuidString:))
+                try client.withConnectionBlocking { connection in
+                    try connection.transaction { connection in
+                        let ended = try connection.query(
+                            """
+                            UPDATE identity_sessions SET ended_at = $3, end_reason = 'signed_out_elsewhere'
+                            WHERE person_id = $1 AND ended_at IS NULL AND ($2::uuid IS NULL OR id <> $2::uuid)
+                            RETURNING id
+                            """, personId, current, now()
+                        ).map { try $0.decode(UUID.self, "id") }
+                        try Self.tell(personId, ended, context, validator, on: connection)
+                    }
+                }
+                return HTTPResponse(status: 204)
+            },
+        ]
+    }
+
+    /// At most 200 characters, none of them a control character (what `name` refuses).
+    static let nameSchema = Schema.string(maximumLength: 200, pattern: "^[^\\u0000-\\u001F\\u007F-\\u009F]*$")
+
+    /// `signed_out` in the same transaction as the sessions it ended, so the bell and the push
+    /// (security: locked on) follow: somebody signed out of their other devices is told on them.
+    static func tell(
+        _ personId: String, _ ended: [UUID], _ context: RequestContext, _ validator: EventValidator?, on connection: PostgresConnection
+    ) throws {
+        guard !ended.isEmpty else { return }
+        var metadata = context.identity.metadata
+        metadata.service = "identity"
+        metadata.actor = personId
+        let event = try NewEvent(SignedOut(personId: personId, signInIds: ended.map { $0.uuidString.lowercased() }.sorted()), metadata: metadata)
+        _ = try EventStore.append([event], validator: validator, on: connection)
+    }
+
+    static let noAccount = APIError(status: 404, code: .notFound, detail: "There is no account for this person.")
+    static let noSession = APIError(status: 404, code: .notFound, detail: "There is no open session of yours with this id.")
+
+    /// A name from the document: at most 200 characters (code points, as JSON Schema and PostgreSQL
+    /// count them), no control characters; nil when absent.
+    static func name(_ fields: AccountRoutes.Fields, _ key: String) throws(APIError) -> String? {
+        guard let value = try fields.string(key) else { return nil }
+        guard value.unicodeScalars.count <= 200, !value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw APIError(
+                status: 422, code: .invalidField, detail: "\(key) is at most 200 characters, without control characters.",
+                source: .pointer("/data/attributes/\(key)"))
+        }
+        return value.trimmingCharacters(in: .whitespaces)
+    }
+
+    /// ISO 8601 in UTC with microseconds, as every date of the API.
+    static func timestamp(_ date: Date) -> String { date.postgresText ?? "" }
+
+    static func providers(_ personId: String, on connection: PostgresConnection) throws -> [String] {
+        try connection.query("SELECT DISTINCT provider FROM identity_social_links WHERE person_id = $1 ORDER BY 1", personId).map {
+            try $0.decode(String.self, "provider")
+        }
+    }
+
+    static func language(_ personId: String, on connection: PostgresConnection) throws -> String? {
+        try Contacts.get(personId: personId, on: connection)?.language.rawValue
+    }
+
+    static func resource(_ account: Account, providers: [String], language: String?) -> JSONValue {
+        var createdWith: [String: JSONValue] = ["origin": .string(account.origin)]
+        createdWith["appVersion"] = account.appVersion.map(JSONValue.string) ?? .null
+        return .object([
+            "type": .string(type), "id": .string(account.personId),
+            "attributes": .object([
+                "email": .string(account.email), "emailVerified": .bool(account.emailVerified), "givenName": .string(account.givenName),
+                "familyName": .string(account.familyName), "hasPassword": .bool(account.passwordHash != nil),
+                "secondFactor": .bool(account.hasSecondFactor), "providers": .array(providers.map(JSONValue.string)),
+                "language": language.map(JSONValue.string) ?? .null, "createdAt": .string(Self.timestamp(account.createdAt)),
+                "createdWith": .object(createdWith),
+            ]),
+            "links": .object(["self": .string("/v1/me")]),
+        ])
+    }
+
+    /// An open sign-in as the list shows it.
+    struct OpenSession {
+        var id: UUID
+        var createdAt: Date
+        var lastUsedAt: Date
+        var platform: String
+        var appVersion: String?
+        var method: String?
+        var device: String?
+    }
+
+    static func openSessions(_ personId: String, now: Date, on connection: PostgresConnection) throws -> [OpenSession] {
+        try connection.query(
+            """
+            SELECT id, created_at, refreshed_at, platform, app_version, method, device FROM identity_sessions
+            WHERE person_id = $1 AND ended_at IS NULL AND expires_at > $2 ORDER BY created_at DESC, id
+            """, personId, now
+        ).map { row in
+            OpenSession(
+                id: try row.decode(UUID.self, "id"), createdAt: try row.decode(Date.self, "created_at"),
+                lastUsedAt: try row.decode(Date.self, "refreshed_at"), platform: try row.decode(String.self, "platform"),
+                appVersion: try row.decode(String?.self, "app_version"), method: try row.decode(String?.self, "method"),
+                device: try row.decode(String?.self, "device"))
+        }
+    }
+
+    static func resource(_ session: OpenSession, current: String?) -> JSONValue {
+        let id = session.id.uuidString.lowercased()
+        return .object([
+            "type": .string(sessionType), "id": .string(id),
+            "attributes": .object([
+                "signedInAt": .string(Self.timestamp(session.createdAt)), "lastUsedAt": .string(Self.timestamp(session.lastUsedAt)),
+                "platform": .string(session.platform), "appVersion": session.appVersion.map(JSONValue.string) ?? .null,
+                "method": session.method.map(JSONValue.string) ?? .null, "device": session.device.map(JSONValue.string) ?? .null,
+                "current": .bool(current?.lowercased() == id),
+            ]),
+        ])
+    }
+}
