@@ -251,7 +251,7 @@ let package = Package(
             name: "IdentityTests",
             dependencies: [
                 "Identity", "PasswordHashing", "InboxAPI", "HTTPServer", "HTTPTesting", "InboxTesting", "EventLog", "PostgresClient", "Crypto",
-                "Projections", "InboxDomain", "Encodings", "Threads", "Lifecycle",
+                "Projections", "InboxDomain", "Encodings", "Threads", "Lifecycle", "Mail",
             ],
             swiftSettings: swiftSettings),
         .testTarget(

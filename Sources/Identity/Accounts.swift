@@ -182,6 +182,12 @@ public enum Accounts {
             INSERT INTO identity_totp (person_id, secret, sealed, enabled_at) VALUES ($1, $2, $3, $4)
             ON CONFLICT (person_id) DO UPDATE SET secret = excluded.secret, sealed = excluded.sealed, last_step = 0, enabled_at = excluded.enabled_at
             """, personId, Data(stored), secrets != nil, now)
+        return try replaceRecoveryCodes(personId: personId, on: connection)
+    }
+
+    /// Ten new recovery codes for an account with a second factor, the old ones deleted; answered
+    /// this once (only digests are kept).
+    public static func replaceRecoveryCodes(personId: String, on connection: PostgresConnection) throws -> [String] {
         _ = try connection.query("DELETE FROM identity_recovery_codes WHERE person_id = $1", personId)
         let codes = (0..<RecoveryCode.count).map { _ in RecoveryCode.generate() }
         for code in codes {

@@ -59,7 +59,11 @@ enum Roles {
             let identity = withIdentity ? try Roles.identity(database: database, client: requestClient, gate: gate, configuration: configuration, log: log) : nil
             let routes = InboxRoutes.all(
                 client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, conversationCache: conversationCache, uploads: uploads,
-                unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) }, more: MeRoutes.routes(client: requestClient, validator: database.store.validator))
+                unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) }, more: MeRoutes.routes(client: requestClient, validator: database.store.validator)
+                    + SecondFactorRoutes.routes(
+                        client: requestClient, secrets: try configuration.secretsKey(), validator: database.store.validator,
+                        codeLimit: configuration.identityValues["INBOX_SIGN_IN_ACCOUNT_LIMIT"].flatMap { AttemptLimit(text: $0) }
+                            ?? IdentityConfiguration().signInPerAccount))
                 + (identity?.routes ?? [])
             let logRequest = requestLogLines(to: log)
             let api = APIServer(

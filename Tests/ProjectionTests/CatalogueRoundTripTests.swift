@@ -14,8 +14,11 @@ import Testing
         var simulation = MarketplaceSimulation(configuration: .init(people: 300, shops: 20, watches: 200, seed: 7))
         let registry = InboxCatalogue.registry
         var seen = Set<String>()
-        // The simulation writes every type but these two.
-        let written = try [NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2"))]
+        // The simulation writes every type but these.
+        let written = try [
+            NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
+            NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])),
+        ]
         for event in simulation.events(40_000) + written {
             let typed = try #require(event.typedPayload)
             #expect(registry.isCurrent(typed, as: event.type, schemaVersion: event.schemaVersion))
@@ -37,7 +40,10 @@ import Testing
     @Test func libjanssonsTreeGivesJSONDecodersValueForEveryCatalogueType() throws {
         var simulation = MarketplaceSimulation(configuration: .init(people: 300, shops: 20, watches: 200, seed: 7))
         let registry = InboxCatalogue.registry
-        let written = try [NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2"))]
+        let written = try [
+            NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
+            NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])),
+        ]
         var seen = Set<String>()
         var variantsTried = 0, variantsRead = 0, variantsLeft = 0
         var shapes = Set<String>()
