@@ -7,7 +7,8 @@
 #   scripts/test-deb.sh [BINARY]   package BINARY instead of building a release
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+# dpkg -i, the inbox user's folder and running as that user need root: as anybody else, again with sudo.
+[ "$(id -u)" = 0 ] || exec sudo -E "$0" "$@"
 export DEBIAN_FRONTEND=noninteractive
 
 step() { echo "test-deb: $*"; }
@@ -17,7 +18,7 @@ cleanup() {
   [ -n "$tier" ] && kill -9 "$tier" 2>/dev/null || true
   [ -n "$pg" ] && scripts/test-postgres.sh stop "$pg"
   [ -n "$units" ] && rm -rf "$units"
-  $SUDO dpkg -P inbox >/dev/null 2>&1 || true
+  dpkg -P inbox >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -26,7 +27,7 @@ deb=$(scripts/build-deb.sh "${1:-}")
 step "built $deb ($(du -h "$deb" | cut -f1)); Depends: $(dpkg-deb -f "$deb" Depends)"
 
 step "install"
-$SUDO dpkg -i "$deb" >/dev/null
+dpkg -i "$deb" >/dev/null
 [ -x /usr/bin/inbox ] || fail "/usr/bin/inbox is missing"
 getent passwd inbox >/dev/null || fail "no inbox system user"
 [ "$(stat -c %U:%G:%a /etc/inbox/inbox.env)" = root:inbox:640 ] || fail "/etc/inbox/inbox.env is $(stat -c %U:%G:%a /etc/inbox/inbox.env), not root:inbox:640"
@@ -71,15 +72,15 @@ rm -f "$log"
 
 step "upgrade over itself, keeping a changed settings file"
 echo "# changed by the operator" >>/etc/inbox/inbox.env
-$SUDO dpkg -i --force-confold "$deb" >/dev/null
+dpkg -i --force-confold "$deb" >/dev/null
 grep -q "changed by the operator" /etc/inbox/inbox.env || fail "the upgrade replaced the operator's settings"
 /usr/bin/inbox version >/dev/null || fail "inbox version after the upgrade"
 
 step "remove, then purge"
-$SUDO dpkg -r inbox >/dev/null
+dpkg -r inbox >/dev/null
 [ ! -e /usr/bin/inbox ] || fail "/usr/bin/inbox is still there after remove"
 [ -e /etc/inbox/inbox.env ] || fail "remove took the settings file (a conffile stays until purge)"
-$SUDO dpkg -P inbox >/dev/null
+dpkg -P inbox >/dev/null
 for path in /usr/bin/inbox /usr/share/inbox /usr/share/doc/inbox /lib/systemd/system/inbox@.service /etc/inbox /var/lib/inbox; do
   [ ! -e "$path" ] || fail "$path is left after purge"
 done
