@@ -30,7 +30,8 @@ public enum SecondFactorRoutes {
     ) -> [Route] {
         let limits = RateLimits()
         let codeBody = Schema.resourceDocument(
-            type: type, attributes: ["code": Schema.string(maximumLength: 64)], required: ["code"], id: false)
+            type: type, attributes: ["code": Schema.string(maximumLength: 64, pattern: "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")], required: ["code"],
+            id: false)
         /// The code of the document, one attempt of the account's code limit taken.
         @Sendable func code(_ context: RequestContext, _ personId: String) throws -> String {
             let data = try context.resourceDocument()
@@ -51,6 +52,24 @@ public enum SecondFactorRoutes {
             metadata.service = "identity"
             metadata.actor = personId
             _ = try EventStore.append([try NewEvent(event, metadata: metadata)], validator: validator, on: connection)
+        }
+        /// `body` in one transaction once the document's code is the account's current TOTP code
+        /// or an unused recovery code (spent then); `409` when no second factor is on.
+        @Sendable func withCurrentCode<T>(_ context: RequestContext, _ body: (String, PostgresConnection) throws -> T) throws -> T {
+            let personId = context.token?.subject ?? ""
+            let given = try code(context, personId)
+            return try client.withConnectionBlocking { connection in
+                try connection.transaction { connection in
+                    guard let account = try Accounts.find(personId: personId, on: connection) else { throw MeRoutes.noAccount }
+                    guard account.hasSecondFactor else {
+                        throw APIError(status: 409, code: APIError.Code("second_factor_off"), detail: "No second factor is on.")
+                    }
+                    guard try Accounts.acceptSecondFactor(personId: personId, otp: given, secrets: secrets, now: now(), on: connection) else {
+                        throw Self.wrongCode
+                    }
+                    return try body(personId, connection)
+                }
+            }
         }
         return [
             Route(
@@ -133,20 +152,9 @@ public enum SecondFactorRoutes {
                 .post, "/v1/me/second-factor/removal", access: .signedIn(scope: .accountSecurityWrite),
                 describedAs: RouteDescription("Turns the second factor off, with the authenticator's current code or a recovery code.", body: codeBody)
             ) { context in
-                let personId = context.token?.subject ?? ""
-                let given = try code(context, personId)
-                try client.withConnectionBlocking { connection in
-                    try connection.transaction { connection in
-                        guard let account = try Accounts.find(personId: personId, on: connection) else { throw MeRoutes.noAccount }
-                        guard account.hasSecondFactor else {
-                            throw APIError(status: 409, code: APIError.Code("second_factor_off"), detail: "No second factor is on.")
-                        }
-                        guard try Accounts.acceptSecondFactor(personId: personId, otp: given, secrets: secrets, now: now(), on: connection) else {
-                            throw Self.wrongCode
-                        }
-                        _ = try Accounts.disableSecondFactor(personId: personId, on: connection)
-                        try events(context, personId, SecondFactorDisabled(personId: personId), on: connection)
-                    }
+                try withCurrentCode(context) { personId, connection in
+                    _ = try Accounts.disableSecondFactor(personId: personId, on: connection)
+                    try events(context, personId, SecondFactorDisabled(personId: personId), on: connection)
                 }
                 return JSONAPI.response(.object(["data": Self.resource(enabled: false, recoveryCodes: nil)]))
             },
@@ -154,19 +162,7 @@ public enum SecondFactorRoutes {
                 .post, "/v1/me/recovery-codes", access: .signedIn(scope: .accountSecurityWrite),
                 describedAs: RouteDescription("Ten new recovery codes, shown once; the old ones stop working. Needs a current code.", body: codeBody)
             ) { context in
-                let personId = context.token?.subject ?? ""
-                let given = try code(context, personId)
-                let codes = try client.withConnectionBlocking { connection in
-                    try connection.transaction { connection -> [String] in
-                        guard let account = try Accounts.find(personId: personId, on: connection), account.hasSecondFactor else {
-                            throw APIError(status: 409, code: APIError.Code("second_factor_off"), detail: "Recovery codes belong to a second factor, and none is on.")
-                        }
-                        guard try Accounts.acceptSecondFactor(personId: personId, otp: given, secrets: secrets, now: now(), on: connection) else {
-                            throw Self.wrongCode
-                        }
-                        return try Accounts.replaceRecoveryCodes(personId: personId, on: connection)
-                    }
-                }
+                let codes = try withCurrentCode(context) { personId, connection in try Accounts.replaceRecoveryCodes(personId: personId, on: connection) }
                 return JSONAPI.response(.object(["data": Self.resource(enabled: true, recoveryCodes: codes)]))
             },
         ]

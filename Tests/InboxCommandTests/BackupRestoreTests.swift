@@ -12,18 +12,12 @@ import Testing
 @Suite(.serialized) struct BackupRestoreTests {
     /// `count md5` of every base table of the schema `public`, by name.
     static func everyTable(_ db: TestDatabase) async throws -> [String: String] {
-        try await db.client.withConnection { connection in
-            let tables = try connection.query(
+        let tables = try await db.client.withConnection { connection in
+            try connection.query(
                 "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE' ORDER BY 1"
             ).map { try $0.decode(String.self, at: 0) }
-            var result: [String: String] = [:]
-            for table in tables {
-                result[table] = try connection.query(
-                    "SELECT count(*)::text || ' ' || md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM public.\"\(table)\" t"
-                ).scalar(String.self)
-            }
-            return result
         }
+        return try await ProjectCommandTests.fingerprint(db, tables: tables)
     }
 
     static func tool(_ name: String, _ arguments: [String]) throws -> (status: Int32, output: String) {

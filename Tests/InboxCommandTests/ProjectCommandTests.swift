@@ -124,12 +124,16 @@ import Testing
 
     /// A fingerprint of every live read-model table and of the checkpoints, to tell whether any changed.
     static func liveFingerprint(_ db: TestDatabase) async throws -> [String: String] {
-        let tables = InboxProjections.all.flatMap(\.tableNames) + ["projection_checkpoints", "projection_dead_letters"]
-        return try await db.client.withConnection { connection in
+        try await fingerprint(db, tables: InboxProjections.all.flatMap(\.tableNames) + ["projection_checkpoints", "projection_dead_letters"])
+    }
+
+    /// `count md5` of each table of `public`, every row in a stable order.
+    static func fingerprint(_ db: TestDatabase, tables: [String]) async throws -> [String: String] {
+        try await db.client.withConnection { connection in
             var result: [String: String] = [:]
             for table in tables {
                 result[table] = try connection.query(
-                    "SELECT count(*)::text || ' ' || md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM public.\(table) t"
+                    "SELECT count(*)::text || ' ' || md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM public.\"\(table)\" t"
                 ).scalar(String.self)
             }
             return result
