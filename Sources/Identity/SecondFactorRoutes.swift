@@ -39,7 +39,7 @@ public enum SecondFactorRoutes {
                 throw APIError(status: 409, code: .typeMismatch, detail: "The resource's type must be \(type).", source: .pointer("/data/type"))
             }
             let fields = try AccountRoutes.Fields(data, allowed: ["code"])
-            guard let code = try fields.string("code"), !code.isEmpty, code.utf8.count <= 64 else {
+            guard let code = try fields.string("code"), !code.isEmpty, code.unicodeScalars.count <= 64 else {
                 throw APIError(
                     status: 422, code: .missingField, detail: "code is required: the authenticator's six digits or a recovery code.",
                     source: .pointer("/data/attributes/code"))
