@@ -59,6 +59,18 @@ public enum BellTexts {
                 "Two-step verification is off", "Tweestapsverificatie staat uit", "Zwei-Faktor-Anmeldung ist deaktiviert",
                 "La validation en deux étapes est désactivée",
             ]
+        case .signInLinked:
+            [
+                "A sign-in with Apple or Google was linked to your account", "Er is een aanmelding met Apple of Google aan je account gekoppeld",
+                "Eine Anmeldung mit Apple oder Google wurde mit deinem Konto verknüpft",
+                "Une connexion avec Apple ou Google a été associée à votre compte",
+            ]
+        case .signInUnlinked:
+            [
+                "A sign-in with Apple or Google was removed from your account", "Een aanmelding met Apple of Google is van je account losgekoppeld",
+                "Eine Anmeldung mit Apple oder Google wurde von deinem Konto entfernt",
+                "Une connexion avec Apple ou Google a été retirée de votre compte",
+            ]
         case .signedOut:
             [
                 "Other sessions of your account were signed out", "Andere sessies van je account zijn afgemeld",

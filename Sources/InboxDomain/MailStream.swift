@@ -54,7 +54,7 @@ public enum MailStream: Sendable, Hashable, CustomStringConvertible {
         case .shopUnanswered, .offerAccepted, .offerReceived, .offerRefused:
             nil
         case .messageReceived, .offerMade, .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded, .priceDropped,
-            .watchSold, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut:
+            .watchSold, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked:
             .notifications
         }
     }

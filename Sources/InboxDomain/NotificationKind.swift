@@ -20,6 +20,8 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
     case secondFactorDisabled
     case emailChanged
     case signedOut
+    case signInLinked
+    case signInUnlinked
     // A shop's news, for each person who works at the shop: push and mail only, never the bell.
     case shopMessageReceived
     case shopOfferMade
@@ -55,6 +57,8 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
         case .secondFactorDisabled: "second_factor_disabled"
         case .emailChanged: "email_changed"
         case .signedOut: "signed_out"
+        case .signInLinked: "sign_in_linked"
+        case .signInUnlinked: "sign_in_unlinked"
         case .shopUnanswered: "shop_unanswered"
         case .offerAccepted: "offer_accepted"
         case .offerReceived: "offer_received"
@@ -69,7 +73,7 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
         case .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded: .orders
         case .priceDropped, .watchSold: .savedWatches
         case .savedSearchMatched: .savedSearches
-        case .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut: .security
+        case .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked: .security
         case .shopMessageReceived, .shopOfferMade, .shopOrderPaid, .shopUnanswered: .shop
         }
     }

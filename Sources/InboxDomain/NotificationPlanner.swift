@@ -126,6 +126,10 @@ public enum NotificationPlanner {
             return [security(event.personId, .emailChanged)]
         case let event as SignedOut:
             return [security(event.personId, .signedOut)]
+        case let event as SignInLinked:
+            return [security(event.personId, .signInLinked)]
+        case let event as SignInUnlinked:
+            return [security(event.personId, .signInUnlinked)]
         default:
             return []
         }

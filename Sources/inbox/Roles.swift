@@ -59,11 +59,8 @@ enum Roles {
             let identity = withIdentity ? try Roles.identity(database: database, client: requestClient, gate: gate, configuration: configuration, log: log) : nil
             let routes = InboxRoutes.all(
                 client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, conversationCache: conversationCache, uploads: uploads,
-                unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) }, more: MeRoutes.routes(client: requestClient, validator: database.store.validator)
-                    + SecondFactorRoutes.routes(
-                        client: requestClient, secrets: try configuration.secretsKey(), validator: database.store.validator,
-                        codeLimit: configuration.identityValues["INBOX_SIGN_IN_ACCOUNT_LIMIT"].flatMap { AttemptLimit(text: $0) }
-                            ?? IdentityConfiguration().signInPerAccount))
+                unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) },
+                more: try Self.accountRoutes(client: requestClient, validator: database.store.validator, configuration: configuration))
                 + (identity?.routes ?? [])
             let logRequest = requestLogLines(to: log)
             let api = APIServer(
@@ -101,6 +98,17 @@ enum Roles {
             requestClient.close()
             throw error
         }
+    }
+
+    /// The person's own account (`/v1/me` and below, Identity): served by every API node, since
+    /// they need only PostgreSQL, the key-encryption key and Apple's and Google's keys.
+    static func accountRoutes(client: PostgresClient, validator: EventValidator?, configuration: InboxConfiguration) throws -> [Route] {
+        let (settings, secrets) = try configuration.identitySetup()
+        let providers = [settings.apple, settings.google].compactMap { $0 }
+        let social = providers.isEmpty ? nil : try SocialTokenVerifier(providers: providers, caFile: settings.caFile)
+        return MeRoutes.routes(client: client, validator: validator)
+            + SecondFactorRoutes.routes(client: client, secrets: secrets, validator: validator, codeLimit: settings.signInPerAccount)
+            + LinkedSignInRoutes.routes(client: client, social: social, validator: validator, limit: settings.signInPerAccount)
     }
 
     /// Runs `members` in a group that owns SIGINT and SIGTERM until they stop.

@@ -63,7 +63,8 @@ struct IdentityHarness: Sendable {
     /// Runs `body` with a fresh database and identity role; `providers`: local Apple and Google.
     static func with(
         providers withProviders: Bool = false, configure: (inout IdentityConfiguration) -> Void = { _ in },
-        extraRoutes: @Sendable (PostgresClient) -> [Route] = { _ in [] }, _ body: (IdentityHarness) async throws -> Void
+        extraRoutes: @Sendable (PostgresClient) -> [Route] = { _ in [] },
+        socialRoutes: @Sendable (PostgresClient, SocialTokenVerifier?) -> [Route] = { _, _ in [] }, _ body: (IdentityHarness) async throws -> Void
     ) async throws {
         try await withTestDatabase { db in
             let providers = withProviders ? try ProviderServer() : nil
@@ -89,8 +90,11 @@ struct IdentityHarness: Sendable {
             let role = try IdentityRole.make(
                 configuration: configuration, keysDirectory: folder, signingKid: nil, client: pool, gate: gate,
                 validator: EventValidator(registry: InboxCatalogue.registry), log: log, now: { clock.now() })
+            // Apple's and Google's keys as an API node reads them (the local providers' when set).
+            let providerSettings = [configuration.apple, configuration.google].compactMap { $0 }
+            let social = providerSettings.isEmpty ? nil : try SocialTokenVerifier(providers: providerSettings, caFile: configuration.caFile)
             let api = APIServer(
-                routes: role.routes + extraRoutes(pool), gate: gate, verifier: TokenVerifier(keys: role.keys.tokenKeys),
+                routes: role.routes + extraRoutes(pool) + socialRoutes(pool, social), gate: gate, verifier: TokenVerifier(keys: role.keys.tokenKeys),
                 services: ServiceCredentials(secrets: ["website": website]))
             let server = try HTTPServer(
                 configuration: .init(port: 0, threads: 2, blockingThreads: 16, bodyLimits: IdentityRoutes.bodyLimits), replying: { api.reply($0) })

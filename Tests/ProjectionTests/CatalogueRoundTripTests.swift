@@ -17,7 +17,8 @@ import Testing
         // The simulation writes every type but these.
         let written = try [
             NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
-            NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])),
+            NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
+            NewEvent(SignInUnlinked(personId: "p1", provider: "google")),
         ]
         for event in simulation.events(40_000) + written {
             let typed = try #require(event.typedPayload)
@@ -42,7 +43,8 @@ import Testing
         let registry = InboxCatalogue.registry
         let written = try [
             NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
-            NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])),
+            NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
+            NewEvent(SignInUnlinked(personId: "p1", provider: "google")),
         ]
         var seen = Set<String>()
         var variantsTried = 0, variantsRead = 0, variantsLeft = 0

@@ -33,7 +33,9 @@ import Testing
             }
         }
         // What the simulation never writes, by hand.
-        for payload: any CatalogueEvent in [ShopMemberRemoved(shopId: "s1", personId: "p1"), SignedOut(personId: "p1", signInIds: ["s-1"])] {
+        for payload: any CatalogueEvent in [ShopMemberRemoved(shopId: "s1", personId: "p1"), SignedOut(personId: "p1", signInIds: ["s-1"]),
+            SignInLinked(personId: "p1", provider: "apple"), SignInUnlinked(personId: "p1", provider: "apple"),
+        ] {
             let record = RecordedEvent(
                 position: 40_001, transactionId: 1, streamId: payload.streamId, streamVersion: 1, type: type(of: payload).eventType,
                 schemaVersion: 1, payloadJSON: "{}", metadataJSON: "{}", idempotencyKey: nil, recordedAt: Date())

@@ -50,7 +50,7 @@ public enum InboxCatalogue {
         // saved searches
         SavedSearchCreated.self, SavedSearchChanged.self, SavedSearchDeleted.self, SavedSearchMatched.self,
         // security
-        SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self, SignedOut.self,
+        SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self, SignedOut.self, SignInLinked.self, SignInUnlinked.self,
         AccountBlocked.self,
         // preferences
         NotificationPreferenceChanged.self,

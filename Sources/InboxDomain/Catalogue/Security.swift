@@ -56,6 +56,31 @@ public struct SignedOut: CatalogueEvent, Hashable {
     }
 }
 
+/// The person linked a sign-in with Apple or Google to their account (`POST /v1/me/linked-sign-ins`).
+public struct SignInLinked: CatalogueEvent, Hashable {
+    public static let eventType = "sign_in_linked"
+    public var personId: String
+    /// `apple` or `google`.
+    public var provider: String
+    public var streamId: String { Streams.security(personId) }
+    public init(personId: String, provider: String) {
+        self.personId = personId
+        self.provider = provider
+    }
+}
+
+/// The person removed a linked sign-in with Apple or Google (`DELETE /v1/me/linked-sign-ins/{provider}`).
+public struct SignInUnlinked: CatalogueEvent, Hashable {
+    public static let eventType = "sign_in_unlinked"
+    public var personId: String
+    public var provider: String
+    public var streamId: String { Streams.security(personId) }
+    public init(personId: String, provider: String) {
+        self.personId = personId
+        self.provider = provider
+    }
+}
+
 /// The account's e-mail address changed. The addresses themselves stay in the identity tier: the
 /// log cannot forget, and an address is personal data.
 public struct EmailChanged: CatalogueEvent, Hashable {

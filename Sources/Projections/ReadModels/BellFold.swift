@@ -264,6 +264,8 @@ extension BellFold {
         notifies(SecondFactorDisabled.self) { $0.personId }
         notifies(EmailChanged.self) { $0.personId }
         notifies(SignedOut.self) { $0.personId }
+        notifies(SignInLinked.self) { $0.personId }
+        notifies(SignInUnlinked.self) { $0.personId }
         notifies(OrderShipped.self) { $0.buyerId }
         notifies(OrderDelivered.self) { $0.buyerId }
         notifies(OrderCancelled.self) { $0.buyerId }

@@ -179,6 +179,8 @@ struct BellReplayFold: ReplayFold {
         case let e as SecondFactorDisabled: .slice(router.person(e.personId))
         case let e as EmailChanged: .slice(router.person(e.personId))
         case let e as SignedOut: .slice(router.person(e.personId))
+        case let e as SignInLinked: .slice(router.person(e.personId))
+        case let e as SignInUnlinked: .slice(router.person(e.personId))
         case let e as LegacyNotificationImported: .slice(router.person(e.personId))
         case let e as NotificationRead: .slice(router.person(e.personId))
         case let e as NotificationDeleted: .slice(router.person(e.personId))
