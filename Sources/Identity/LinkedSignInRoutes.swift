@@ -96,6 +96,8 @@ public enum LinkedSignInRoutes {
                 let link = try client.withConnectionBlocking { connection in
                     try connection.transaction { connection -> Link in
                         guard try Accounts.find(personId: personId, on: connection) != nil else { throw MeRoutes.noAccount }
+                        // The account's row, locked: two links of one person at once are taken one after the other.
+                        _ = try connection.query("SELECT 1 FROM identity_accounts WHERE person_id = $1 FOR UPDATE", personId)
                         if let owner = try Accounts.linked(provider: provider, subject: claims.subject, on: connection) {
                             guard owner.personId != personId else {
                                 throw APIError(status: 409, code: APIError.Code("already_linked"), detail: "This \(provider.rawValue) sign-in is linked to your account already.")
@@ -110,8 +112,14 @@ public enum LinkedSignInRoutes {
                                 detail: "Another \(provider.rawValue) sign-in is linked to your account: unlink it first.")
                         }
                         try Accounts.link(provider: provider, subject: claims.subject, personId: personId, now: now(), on: connection)
+                        // Another account linking the same subject at the same moment wins the row: this link did nothing.
+                        guard let link = try Self.links(personId, on: connection).first(where: { $0.provider == provider.rawValue }) else {
+                            throw APIError(
+                                status: 409, code: APIError.Code("linked_elsewhere"), detail: "This \(provider.rawValue) sign-in belongs to another account.",
+                                source: .pointer("/data/attributes/idToken"))
+                        }
                         try tell(context, SignInLinked(personId: personId, provider: provider.rawValue), personId, on: connection)
-                        return try Self.links(personId, on: connection).first { $0.provider == provider.rawValue }!
+                        return link
                     }
                 }
                 return JSONAPI.response(status: 201, .object(["data": Self.resource(link)]))
