@@ -25,6 +25,7 @@ public enum InboxRoutes {
             + ConversationRoutes.routes(
                 client: client, inline: ConversationRoutes.inlineProjections(groupCommit: groupCommit),
                 attachments: attachments ?? uploads.store(client: client), cache: conversationCache)
+            + QuickReplyRoutes.routes(client: client)
             + InternalEventRoutes.routes(store: store) + ContactRoutes.routes(client: client) + UploadRoutes.routes(client: client, settings: uploads)
             // Mail's one-click unsubscribe, where links are signed (INBOX_UNSUBSCRIBE_KEYS).
             + (unsubscribe.map { UnsubscribeRoutes.routes(client: client, links: $0, inline: inline) } ?? [])
