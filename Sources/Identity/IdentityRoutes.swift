@@ -142,9 +142,10 @@ enum AccountRoutes {
         ])
     }
 
-    static func requireType(_ data: [String: JSONValue]) throws(APIError) {
-        guard data["type"]?.stringValue == type else {
-            throw APIError(status: 409, code: .typeMismatch, detail: "The resource's type must be \(type).", source: .pointer("/data/type"))
+    /// `data.type` is `expected` (the accounts' by default), else `409` at `/data/type`.
+    static func requireType(_ data: [String: JSONValue], _ expected: String = type) throws(APIError) {
+        guard data["type"]?.stringValue == expected else {
+            throw APIError(status: 409, code: .typeMismatch, detail: "The resource's type must be \(expected).", source: .pointer("/data/type"))
         }
     }
 

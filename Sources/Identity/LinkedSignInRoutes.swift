@@ -29,12 +29,6 @@ public enum LinkedSignInRoutes {
                 try client.withConnectionBlocking { connection in try limits.take("link", .account(personId), limit: limit, now: now(), on: connection) }
             }
         }
-        @Sendable func tell(_ context: RequestContext, _ event: some CatalogueEvent, _ personId: String, on connection: PostgresConnection) throws {
-            var metadata = context.identity.metadata
-            metadata.service = "identity"
-            metadata.actor = personId
-            _ = try EventStore.append([try NewEvent(event, metadata: metadata)], validator: validator, on: connection)
-        }
         let body = Schema.resourceDocument(
             type: type,
             attributes: [
@@ -56,9 +50,7 @@ public enum LinkedSignInRoutes {
             ) { context in
                 let personId = context.token?.subject ?? ""
                 let data = try context.resourceDocument()
-                guard data["type"]?.stringValue == type else {
-                    throw APIError(status: 409, code: .typeMismatch, detail: "The resource's type must be \(type).", source: .pointer("/data/type"))
-                }
+                try AccountRoutes.requireType(data, type)
                 let fields = try AccountRoutes.Fields(data, allowed: ["provider", "idToken", "nonce"])
                 func required(_ name: String) throws -> String {
                     guard let value = try fields.string(name), !value.isEmpty else {
@@ -118,7 +110,7 @@ public enum LinkedSignInRoutes {
                                 status: 409, code: APIError.Code("linked_elsewhere"), detail: "This \(provider.rawValue) sign-in belongs to another account.",
                                 source: .pointer("/data/attributes/idToken"))
                         }
-                        try tell(context, SignInLinked(personId: personId, provider: provider.rawValue), personId, on: connection)
+                        try MeRoutes.append(SignInLinked(personId: personId, provider: provider.rawValue), by: personId, context, validator, on: connection)
                         return link
                     }
                 }
@@ -145,7 +137,7 @@ public enum LinkedSignInRoutes {
                         }
                         _ = try connection.query(
                             "DELETE FROM identity_social_links WHERE person_id = $1 AND provider = $2", personId, provider.rawValue)
-                        try tell(context, SignInUnlinked(personId: personId, provider: provider.rawValue), personId, on: connection)
+                        try MeRoutes.append(SignInUnlinked(personId: personId, provider: provider.rawValue), by: personId, context, validator, on: connection)
                     }
                 }
                 return HTTPResponse(status: 204)

@@ -51,9 +51,7 @@ public enum MeRoutes {
             ) { context in
                 let personId = context.token?.subject ?? ""
                 let data = try context.resourceDocument()
-                guard data["type"]?.stringValue == type else {
-                    throw APIError(status: 409, code: .typeMismatch, detail: "The resource's type must be \(type).", source: .pointer("/data/type"))
-                }
+                try AccountRoutes.requireType(data, type)
                 if let id = data["id"]?.stringValue, id != personId {
                     throw APIError(status: 409, code: .idMismatch, detail: "The document's id is not yours.", source: .pointer("/data/id"))
                 }
@@ -159,11 +157,18 @@ public enum MeRoutes {
         _ personId: String, _ ended: [UUID], _ context: RequestContext, _ validator: EventValidator?, on connection: PostgresConnection
     ) throws {
         guard !ended.isEmpty else { return }
+        try append(SignedOut(personId: personId, signInIds: ended.map { $0.uuidString.lowercased() }.sorted()), by: personId, context, validator, on: connection)
+    }
+
+    /// A security event the person caused through the API, in the caller's transaction: from the
+    /// app that asked (`origin`, `appVersion`), by the person, through the identity role.
+    static func append(
+        _ event: some CatalogueEvent, by personId: String, _ context: RequestContext, _ validator: EventValidator?, on connection: PostgresConnection
+    ) throws {
         var metadata = context.identity.metadata
         metadata.service = "identity"
         metadata.actor = personId
-        let event = try NewEvent(SignedOut(personId: personId, signInIds: ended.map { $0.uuidString.lowercased() }.sorted()), metadata: metadata)
-        _ = try EventStore.append([event], validator: validator, on: connection)
+        _ = try EventStore.append([try NewEvent(event, metadata: metadata)], validator: validator, on: connection)
     }
 
     static let noAccount = APIError(status: 404, code: .notFound, detail: "There is no account for this person.")

@@ -35,9 +35,7 @@ public enum SecondFactorRoutes {
         /// The code of the document, one attempt of the account's code limit taken.
         @Sendable func code(_ context: RequestContext, _ personId: String) throws -> String {
             let data = try context.resourceDocument()
-            guard data["type"]?.stringValue == type else {
-                throw APIError(status: 409, code: .typeMismatch, detail: "The resource's type must be \(type).", source: .pointer("/data/type"))
-            }
+            try AccountRoutes.requireType(data, type)
             let fields = try AccountRoutes.Fields(data, allowed: ["code"])
             guard let code = try fields.string("code"), !code.isEmpty, code.unicodeScalars.count <= 64 else {
                 throw APIError(
@@ -46,12 +44,6 @@ public enum SecondFactorRoutes {
             }
             try limited { try client.withConnectionBlocking { connection in try limits.take("code", .account(personId), limit: codeLimit, now: now(), on: connection) } }
             return code
-        }
-        @Sendable func events(_ context: RequestContext, _ personId: String, _ event: some CatalogueEvent, on connection: PostgresConnection) throws {
-            var metadata = context.identity.metadata
-            metadata.service = "identity"
-            metadata.actor = personId
-            _ = try EventStore.append([try NewEvent(event, metadata: metadata)], validator: validator, on: connection)
         }
         /// `body` in one transaction once the document's code is the account's current TOTP code
         /// or an unused recovery code (spent then); `409` when no second factor is on.
@@ -141,7 +133,7 @@ public enum SecondFactorRoutes {
                         }
                         _ = try connection.query("DELETE FROM identity_totp_pending WHERE person_id = $1", personId)
                         let codes = try Accounts.enableSecondFactor(personId: personId, secret: secret, secrets: secrets, now: now(), on: connection)
-                        try events(context, personId, SecondFactorEnabled(personId: personId), on: connection)
+                        try MeRoutes.append(SecondFactorEnabled(personId: personId), by: personId, context, validator, on: connection)
                         return .success(codes)
                     }
                 }
@@ -154,7 +146,7 @@ public enum SecondFactorRoutes {
             ) { context in
                 try withCurrentCode(context) { personId, connection in
                     _ = try Accounts.disableSecondFactor(personId: personId, on: connection)
-                    try events(context, personId, SecondFactorDisabled(personId: personId), on: connection)
+                    try MeRoutes.append(SecondFactorDisabled(personId: personId), by: personId, context, validator, on: connection)
                 }
                 return JSONAPI.response(.object(["data": Self.resource(enabled: false, recoveryCodes: nil)]))
             },
