@@ -63,6 +63,9 @@ public enum LinkedSignInRoutes {
                 }
                 let idToken = try required("idToken")
                 let nonce = try required("nonce")
+                for (name, value, limit) in [("idToken", idToken, 8192), ("nonce", nonce, 512)] where value.unicodeScalars.count > limit {
+                    throw APIError(status: 422, code: .invalidField, detail: "\(name) is at most \(limit) characters.", source: .pointer("/data/attributes/\(name)"))
+                }
                 guard let social, social.isConfigured(provider) else {
                     throw APIError(
                         status: 422, code: .invalidField, detail: "Sign in with \(provider.rawValue) is not configured on this server.",

@@ -226,12 +226,16 @@ public enum MeRoutes {
         var device: String?
     }
 
+    /// The sign-in list shows at most this many, the newest: a person who signed in more often
+    /// than that in 90 days ends the rest with `DELETE /v1/me/sessions`.
+    static let maximumListed = 100
+
     static func openSessions(_ personId: String, now: Date, on connection: PostgresConnection) throws -> [OpenSession] {
         try connection.query(
             """
             SELECT id, created_at, refreshed_at, platform, app_version, method, device FROM identity_sessions
-            WHERE person_id = $1 AND ended_at IS NULL AND expires_at > $2 ORDER BY created_at DESC, id
-            """, personId, now
+            WHERE person_id = $1 AND ended_at IS NULL AND expires_at > $2 ORDER BY created_at DESC, id LIMIT $3
+            """, personId, now, maximumListed
         ).map { row in
             OpenSession(
                 id: try row.decode(UUID.self, "id"), createdAt: try row.decode(Date.self, "created_at"),

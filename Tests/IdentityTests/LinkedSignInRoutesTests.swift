@@ -43,6 +43,7 @@ import Testing
                 ("another nonce", try providers.idToken(.apple, subject: "000123.hanna", nonce: "n-1"), "n-2"),
                 ("expired", try providers.idToken(.apple, subject: "000123.hanna", nonce: "n-1", expiresIn: -600), "n-1"),
                 ("another audience", try providers.idToken(.apple, subject: "000123.hanna", audience: "com.example.other", nonce: "n-1"), "n-1"),
+                ("a token past 8,192 characters", String(repeating: "a", count: 9000), "n-1"),
             ]
             for (what, idToken, nonce) in refusals {
                 let reply = try await identity.send("POST", "/v1/me/linked-sign-ins", headers: headers, body: Self.link("apple", idToken, nonce: nonce))
