@@ -179,6 +179,15 @@ public final class SigningKeys: Sendable {
         // The folders above it with the usual mode: Foundation would give them this one's 0700.
         try files.createDirectory(atPath: (directory as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try files.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // Two processes started at once on one empty folder make one key, not one each: the
+        // second waits on the folder's lock and finds the first one's key.
+        return try FileLock.exclusive((directory as NSString).appendingPathComponent(".lock")) {
+            try loadLocked(directory: directory, signingKid: signingKid, now: now)
+        }
+    }
+
+    private static func loadLocked(directory: String, signingKid: String?, now: Date) throws -> (keys: SigningKeys, created: String?) {
+        let files = FileManager.default
         var names = try files.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".pem") }.sorted()
         var created: String?
         if names.isEmpty {

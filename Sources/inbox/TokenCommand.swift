@@ -11,15 +11,19 @@ enum DevelopmentKey {
 
     static func load(dataDirectory: String) throws -> ES256PrivateKey {
         let path = URL(fileURLWithPath: dataDirectory).appendingPathComponent("dev-token-key.pem").path
-        if FileManager.default.fileExists(atPath: path) {
-            return try ES256PrivateKey(pem: String(contentsOfFile: path, encoding: .utf8))
-        }
         try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
-        let key = try ES256PrivateKey.generate()
-        guard FileManager.default.createFile(atPath: path, contents: Data(key.pem.utf8), attributes: [.posixPermissions: 0o600]) else {
-            throw CryptoError("Cannot write the development key to \(path).")
+        // Made once under the folder's lock, so that `inbox run` and `inbox token` started at once
+        // sign and verify with the same key.
+        return try FileLock.exclusive(path + ".lock") {
+            if FileManager.default.fileExists(atPath: path) {
+                return try ES256PrivateKey(pem: String(contentsOfFile: path, encoding: .utf8))
+            }
+            let key = try ES256PrivateKey.generate()
+            guard FileManager.default.createFile(atPath: path, contents: Data(key.pem.utf8), attributes: [.posixPermissions: 0o600]) else {
+                throw CryptoError("Cannot write the development key to \(path).")
+            }
+            return key
         }
-        return key
     }
 
     /// The verifier `serve` uses: the identity tier's keys (`INBOX_TOKEN_KEYS`), or the development

@@ -4,6 +4,7 @@ import Foundation
 import Identity
 import InboxAPI
 import PasswordHashing
+import PostgresClient
 import Testing
 
 /// The identity role's parts that need no database: TOTP against RFC 6238's own vectors, Argon2id,
@@ -108,6 +109,21 @@ import Testing
         #expect(RecoveryCode.digest(code.uppercased().replacingOccurrences(of: "-", with: " ")) == RecoveryCode.digest(code))
         #expect(RecoveryCode.normalized("k7qm-2xpa-93vd-hh4t") == nil, "9 is not base32")
         #expect(RecoveryCode.normalized("ééééééééééééééé") == nil)
+    }
+
+    /// Two nodes started at once on one empty folder (as `make run` and `inbox token` may be):
+    /// every one of them signs with the same single key.
+    @Test func loadsOfOneEmptyFolderAtOnceMakeOneKey() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("keys-\(UUID().uuidString.prefix(8))").path
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let kids = try await withThrowingTaskGroup(of: String.self) { group in
+            for _ in 0..<8 {
+                group.addTask { try await BlockingThread.run { try SigningKeys.load(directory: folder, signingKid: nil).keys.signingKid } }
+            }
+            return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+        }
+        #expect(kids.count == 1, "\(kids)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasSuffix(".pem") }.count == 1)
     }
 
     @Test func aKeysFolderGetsOneKeyAndWithSeveralTheSigningOneMustBeNamed() throws {
