@@ -17,15 +17,15 @@ public enum InboxRoutes {
         // committer of its own were concurrent transactions, and an open one of another route
         // made a writer leave its projections to the projectors (not next in the log).
         let inline = InlineProjections(groupCommit: groupCommit)
+        let threadsInline = ConversationRoutes.inlineProjections(groupCommit: groupCommit)
         let served = OperationsRoutes.routes(client: client, migrator: migrator)
             + MetricsRoutes.routes(
                 metrics: metrics, client: client, bellCache: bellCache, conversationCache: conversationCache, groupCommit: groupCommit)
             + BellRoutes.routes(client: client, inline: inline, cache: bellCache) + DeviceRoutes.routes(client: client)
             + PreferenceRoutes.routes(client: client, inline: inline) + SavedSearchRoutes.routes(client: client, inline: inline)
             + ConversationRoutes.routes(
-                client: client, inline: ConversationRoutes.inlineProjections(groupCommit: groupCommit),
-                attachments: attachments ?? uploads.store(client: client), cache: conversationCache)
-            + QuickReplyRoutes.routes(client: client)
+                client: client, inline: threadsInline, attachments: attachments ?? uploads.store(client: client), cache: conversationCache)
+            + QuickReplyRoutes.routes(client: client) + BlockRoutes.routes(client: client, inline: threadsInline)
             + InternalEventRoutes.routes(store: store) + ContactRoutes.routes(client: client) + UploadRoutes.routes(client: client, settings: uploads)
             // Mail's one-click unsubscribe, where links are signed (INBOX_UNSUBSCRIBE_KEYS).
             + (unsubscribe.map { UnsubscribeRoutes.routes(client: client, links: $0, inline: inline) } ?? [])

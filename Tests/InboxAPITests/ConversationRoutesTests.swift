@@ -44,7 +44,8 @@ struct ConversationAPI {
         while let cache, !cache.isListening { try await Task.sleep(for: .milliseconds(10)) }
         let api = APIServer(
             routes: ConversationRoutes.routes(client: pool, attachments: uploads.store(client: pool), cache: cache) + BellRoutes.routes(client: pool)
-                + UploadRoutes.routes(client: pool, settings: uploads),
+                + UploadRoutes.routes(client: pool, settings: uploads)
+                + BlockRoutes.routes(client: pool, inline: ConversationRoutes.inlineProjections()),
             gate: AppVersionGate(client: db.client, refreshInterval: .zero), verifier: AccessTokenTests.verifier)
         let server = try HTTPServer(configuration: .init(port: 0, threads: threads), replying: { api.reply($0) })
         defer { server.shutdown() }
@@ -380,9 +381,9 @@ extension APITestServer.Reply {
             try await api.expectBadges(after: "11", alice: 1, sam: 0, sue: 0, bell: 5)
 
             // 12. A block closes the thread: it can be read, not written to; a buyer Wristler blocked likewise.
-            try await api.db.append(
-                PersonBlocked(blockerId: "alice", blockedId: "sam"), ConversationClosedByBlock(conversationId: c, blockerId: "alice", blockedId: "sam"),
-                AccountBlocked(personId: "bob", reason: "fraud"))
+            let block = try await api.send("alice", "POST", "/v1/me/blocks", #"{"data":{"type":"blocks","relationships":{"blocked":{"data":{"type":"people","id":"sam"}}}}}"#)
+            #expect(block.status == 201, "\(block.text)")
+            try await api.db.append(AccountBlocked(personId: "bob", reason: "fraud"))
             try await api.db.withProjectors { try await api.db.waitUntilProjected() }
             for person in ["alice", "sam", "sue"] {
                 let closed = try await api.send(person, "POST", "/v1/conversations/\(c)/messages", ConversationAPI.message("Hello?"))
@@ -406,7 +407,7 @@ extension APITestServer.Reply {
 
             // Every write is an event with the app's origin.
             let origins = try await api.db.client.query(
-                "SELECT DISTINCT metadata->>'origin' AS origin, metadata->>'appVersion' AS version FROM events WHERE stream_id = $1 AND type <> 'conversation_closed_by_block'",
+                "SELECT DISTINCT metadata->>'origin' AS origin, metadata->>'appVersion' AS version FROM events WHERE stream_id = $1",
                 binds: [PostgresBind("conversation-\(c)")]
             ) { "\(try $0.decode(String.self, "origin")) \(try $0.decode(String.self, "version"))" }
             #expect(origins == ["app:ios 2.4.0"])

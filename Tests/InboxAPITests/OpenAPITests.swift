@@ -113,8 +113,8 @@ import Testing
             // The probes find what they look for: every reader is used, and the routes with a body do refuse bad JSON.
             #expect(everyRead == Set(Self.queryNames))
             #expect(
-                bodies == 14,
-                "POST and PATCH of devices, saved searches and quick replies, PATCH of a notification and of the preferences, the events, POST and PATCH of a conversation, POST of a message, POST of an upload, PUT of a contact"
+                bodies == 15,
+                "POST and PATCH of devices, saved searches and quick replies, POST of a block, PATCH of a notification and of the preferences, the events, POST and PATCH of a conversation, POST of a message, POST of an upload, PUT of a contact"
             )
         }
     }

@@ -18,7 +18,9 @@ import Testing
         let written = try [
             NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
             NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
-            NewEvent(SignInUnlinked(personId: "p1", provider: "google")),
+            NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")),
+            NewEvent(ConversationReopened(conversationId: "c1", personId: "p1")), NewEvent(ShopBlocked(blockerId: "p1", shopId: "s1")),
+            NewEvent(ShopUnblocked(blockerId: "p1", shopId: "s1")),
         ]
         for event in simulation.events(40_000) + written {
             let typed = try #require(event.typedPayload)
@@ -44,7 +46,9 @@ import Testing
         let written = try [
             NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
             NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
-            NewEvent(SignInUnlinked(personId: "p1", provider: "google")),
+            NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")),
+            NewEvent(ConversationReopened(conversationId: "c1", personId: "p1")), NewEvent(ShopBlocked(blockerId: "p1", shopId: "s1")),
+            NewEvent(ShopUnblocked(blockerId: "p1", shopId: "s1")),
         ]
         var seen = Set<String>()
         var variantsTried = 0, variantsRead = 0, variantsLeft = 0

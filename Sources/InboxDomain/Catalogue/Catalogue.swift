@@ -42,7 +42,7 @@ public enum InboxCatalogue {
     public static let eventTypes: [any CatalogueEvent.Type] = [
         // conversations
         ConversationStarted.self, MessageSent.self, ConversationRead.self, ConversationArchived.self,
-        ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self, ConversationClosedByBlock.self,
+        ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self, ConversationClosedByBlock.self, ConversationReopened.self,
         // orders
         OrderPaid.self, OrderShipped.self, OrderDelivered.self, OrderCancelled.self, OrderRefunded.self,
         // watches and favourites
@@ -51,14 +51,14 @@ public enum InboxCatalogue {
         SavedSearchCreated.self, SavedSearchChanged.self, SavedSearchDeleted.self, SavedSearchMatched.self,
         // security
         SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self, SignedOut.self, SignInLinked.self, SignInUnlinked.self,
-        AccountBlocked.self,
+        AccountBlocked.self, AccountClosed.self,
         // preferences
         NotificationPreferenceChanged.self,
         // the bell
         NotificationRead.self, AllNotificationsRead.self, NotificationDeleted.self, AllNotificationsDeleted.self,
         LegacyNotificationImported.self,
         // shops and blocks
-        ShopMemberAdded.self, ShopMemberRemoved.self, PersonBlocked.self, PersonUnblocked.self,
+        ShopMemberAdded.self, ShopMemberRemoved.self, PersonBlocked.self, PersonUnblocked.self, ShopBlocked.self, ShopUnblocked.self,
     ]
 
     /// A registry that knows every type of the catalogue (and the upcasters of their old shapes).

@@ -168,3 +168,17 @@ public struct ConversationClosedByBlock: CatalogueEvent, Hashable {
         self.blockedId = blockedId
     }
 }
+
+/// The last block that closed the conversation was lifted (`DELETE /v1/me/blocks/{id}`): both sides
+/// can write again, and its messages notify again. `personId` lifted it.
+public struct ConversationReopened: CatalogueEvent, Hashable {
+    public static let eventType = "conversation_reopened"
+    public var conversationId: String
+    public var personId: String
+    public var streamId: String { Streams.conversation(conversationId) }
+
+    public init(conversationId: String, personId: String) {
+        self.conversationId = conversationId
+        self.personId = personId
+    }
+}

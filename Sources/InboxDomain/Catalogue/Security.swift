@@ -103,3 +103,15 @@ public struct AccountBlocked: CatalogueEvent, Hashable {
         self.reason = reason
     }
 }
+
+/// The person closed their account (`DELETE /v1/me`): every session ended, their devices and mail
+/// contact deleted. Tells the other tiers; it makes no notification (nobody is left to tell).
+public struct AccountClosed: CatalogueEvent, Hashable {
+    public static let eventType = "account_closed"
+    public var personId: String
+    public var streamId: String { Streams.security(personId) }
+
+    public init(personId: String) {
+        self.personId = personId
+    }
+}

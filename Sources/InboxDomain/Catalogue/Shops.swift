@@ -48,3 +48,29 @@ public struct PersonUnblocked: CatalogueEvent, Hashable {
         self.blockedId = blockedId
     }
 }
+
+/// A person blocked a shop (as a buyer: nobody who works there can write to them). The tier that
+/// records it closes their conversations with the shop (`conversation_closed_by_block`).
+public struct ShopBlocked: CatalogueEvent, Hashable {
+    public static let eventType = "shop_blocked"
+    public var blockerId: String
+    public var shopId: String
+    public var streamId: String { Streams.blocks(blockerId) }
+
+    public init(blockerId: String, shopId: String) {
+        self.blockerId = blockerId
+        self.shopId = shopId
+    }
+}
+
+public struct ShopUnblocked: CatalogueEvent, Hashable {
+    public static let eventType = "shop_unblocked"
+    public var blockerId: String
+    public var shopId: String
+    public var streamId: String { Streams.blocks(blockerId) }
+
+    public init(blockerId: String, shopId: String) {
+        self.blockerId = blockerId
+        self.shopId = shopId
+    }
+}

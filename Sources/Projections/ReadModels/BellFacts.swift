@@ -45,9 +45,13 @@ extension BellFold {
             if recordsChanges { changedConversations.insert(e.conversationId) }
         }
 
-        mutating func close(_ id: String) {
-            guard var conversation = conversations[id], !conversation.isClosed else { return }
-            conversation.isClosed = true
+        mutating func close(_ id: String) { setClosed(true, id) }
+
+        mutating func reopen(_ id: String) { setClosed(false, id) }
+
+        private mutating func setClosed(_ closed: Bool, _ id: String) {
+            guard var conversation = conversations[id], conversation.isClosed != closed else { return }
+            conversation.isClosed = closed
             conversations[id] = conversation
             if recordsChanges { changedConversations.insert(id) }
         }

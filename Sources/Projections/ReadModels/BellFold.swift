@@ -243,7 +243,7 @@ extension BellFold {
         // which is the fact a message's notification reads.
         var rules = Rules(ignoring: [
             ConversationRead.self, ConversationArchived.self, ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self,
-            PersonBlocked.self, PersonUnblocked.self,
+            PersonBlocked.self, PersonUnblocked.self, ShopBlocked.self, ShopUnblocked.self, AccountClosed.self,
         ])
         addConversationAndWatchRules(to: &rules)
         addSavedSearchRules(to: &rules)
@@ -289,6 +289,9 @@ extension BellFold {
         ) { fold, e, _ in fold.facts.start(e) }
         rules.on(ConversationClosedByBlock.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) { fold, e, _ in
             fold.facts.close(e.conversationId)
+        }
+        rules.on(ConversationReopened.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) { fold, e, _ in
+            fold.facts.reopen(e.conversationId)
         }
         rules.on(MessageSent.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) { fold, e, event in
             fold.notify(event, NotificationPlanner.Facts(conversation: fold.facts.conversations[e.conversationId]))

@@ -20,7 +20,8 @@ struct PeopleFold {
     static let rules: FoldRules<Void, PeopleFold> = {
         var rules = FoldRules<Void, PeopleFold>(ignoring: [
             ConversationStarted.self, MessageSent.self, ConversationRead.self, ConversationArchived.self,
-            ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self, ConversationClosedByBlock.self,
+            ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self, ConversationClosedByBlock.self, ConversationReopened.self,
+            AccountClosed.self, ShopBlocked.self, ShopUnblocked.self,
             OrderPaid.self, OrderShipped.self, OrderDelivered.self, OrderCancelled.self, OrderRefunded.self,
             WatchStatusChanged.self, WatchPriceChanged.self, FavouriteAdded.self, FavouriteRemoved.self,
             SavedSearchCreated.self, SavedSearchChanged.self, SavedSearchDeleted.self, SavedSearchMatched.self,

@@ -40,15 +40,15 @@ struct PreferencesFold {
     static let rules: FoldRules<Keys, PreferencesFold> = {
         var rules = FoldRules<Keys, PreferencesFold>(ignoring: [
             ConversationStarted.self, MessageSent.self, ConversationRead.self, ConversationArchived.self,
-            ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self, ConversationClosedByBlock.self,
+            ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self, ConversationClosedByBlock.self, ConversationReopened.self,
             OrderPaid.self, OrderShipped.self, OrderDelivered.self, OrderCancelled.self, OrderRefunded.self,
             WatchStatusChanged.self, WatchPriceChanged.self, FavouriteAdded.self, FavouriteRemoved.self,
             SavedSearchMatched.self,
             SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self, SignedOut.self, SignInLinked.self, SignInUnlinked.self,
-            AccountBlocked.self,
+            AccountBlocked.self, AccountClosed.self,
             NotificationRead.self, AllNotificationsRead.self, NotificationDeleted.self, AllNotificationsDeleted.self,
             LegacyNotificationImported.self,
-            ShopMemberAdded.self, ShopMemberRemoved.self, PersonBlocked.self, PersonUnblocked.self,
+            ShopMemberAdded.self, ShopMemberRemoved.self, PersonBlocked.self, PersonUnblocked.self, ShopBlocked.self, ShopUnblocked.self,
         ])
         rules.on(NotificationPreferenceChanged.self) { fold, e, event in
             let key = SwitchKey(person: e.personId, category: e.category.rawValue, channel: e.channel.rawValue)

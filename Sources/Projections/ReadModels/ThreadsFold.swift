@@ -172,10 +172,10 @@ extension ThreadsFold {
             WatchPriceChanged.self, FavouriteAdded.self, FavouriteRemoved.self,
             SavedSearchCreated.self, SavedSearchChanged.self, SavedSearchDeleted.self, SavedSearchMatched.self,
             SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self, SignedOut.self, SignInLinked.self, SignInUnlinked.self,
-            AccountBlocked.self, NotificationPreferenceChanged.self,
+            AccountBlocked.self, AccountClosed.self, NotificationPreferenceChanged.self,
             NotificationRead.self, AllNotificationsRead.self, NotificationDeleted.self, AllNotificationsDeleted.self,
             LegacyNotificationImported.self,
-            ShopMemberAdded.self, ShopMemberRemoved.self, PersonBlocked.self, PersonUnblocked.self,
+            ShopMemberAdded.self, ShopMemberRemoved.self, PersonBlocked.self, PersonUnblocked.self, ShopBlocked.self, ShopUnblocked.self,
         ])
         rules.on(ConversationStarted.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) { $0.start($1, event: $2) }
         rules.on(MessageSent.self, load: { keys, e, _ in keys.add(e.conversationId, message: e.messageId) }) { try $0.send($1, event: $2) }
@@ -193,6 +193,9 @@ extension ThreadsFold {
         }
         rules.on(ConversationClosedByBlock.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) {
             try $0.change($1.conversationId, event: $2) { $0.closedByBlock = true }
+        }
+        rules.on(ConversationReopened.self, load: { keys, e, _ in keys.conversations.insert(e.conversationId) }) {
+            try $0.change($1.conversationId, event: $2) { $0.closedByBlock = false }
         }
         rules.on(OrderPaid.self, load: { keys, e, _ in if let id = e.conversationId { keys.conversations.insert(id) } }) {
             fold, e, _ in fold.markLedToOrder(e.conversationId)

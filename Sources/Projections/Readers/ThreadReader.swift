@@ -268,16 +268,22 @@ public enum ThreadReader {
         let row = try connection.query(
             """
             SELECT EXISTS (SELECT 1 FROM shop_members WHERE shop_id = $1 AND person_id = $2) AS works_at_shop,
-                EXISTS (SELECT 1 FROM blocked_accounts WHERE person_id = $3) AS buyer_blocked
+                EXISTS (SELECT 1 FROM blocked_accounts WHERE person_id = $3) AS buyer_blocked,
+                \(parties.kind == .watch ? blockedBetween(buyer: "$3", shop: "$1") : "false") AS blocked_between
             """, parties.shopId, person, parties.buyerId
         ).first
         return ThreadAccess(
-            buyerId: parties.buyerId, shopId: parties.shopId, kind: parties.kind, closedByBlock: false,
+            buyerId: parties.buyerId, shopId: parties.shopId, kind: parties.kind,
+            closedByBlock: try row?.decode(Bool.self, "blocked_between") ?? false,
             buyerBlocked: try row?.decode(Bool.self, "buyer_blocked") ?? false, personWorksAtShop: try row?.decode(Bool.self, "works_at_shop") ?? false)
     }
 
+    /// A thread about a watch is closed while its buyer and its shop block each other, whether
+    /// or not its `conversation_closed_by_block` is projected yet (a thread started while the
+    /// block was written has none): the blocks people set are read live (`account_blocks`).
     static let accessSQL = """
-        SELECT c.buyer_id, c.shop_id, c.kind, c.closed_by_block,
+        SELECT c.buyer_id, c.shop_id, c.kind,
+            c.closed_by_block OR (c.kind = 'watch' AND \(blockedBetween(buyer: "c.buyer_id", shop: "c.shop_id"))) AS closed_by_block,
             EXISTS (SELECT 1 FROM blocked_accounts b WHERE b.person_id = c.buyer_id) AS buyer_blocked,
             EXISTS (SELECT 1 FROM shop_members m WHERE m.shop_id = c.shop_id AND m.person_id = $2) AS works_at_shop
         FROM conversations c WHERE c.conversation_id = $1
@@ -319,16 +325,22 @@ public enum ThreadReader {
         try connection.query("SELECT EXISTS (SELECT 1 FROM blocked_accounts WHERE person_id = $1)", person).scalar(Bool.self)
     }
 
-    /// Whether `person` and anybody who works at `shop` blocked each other (`person_blocks`).
+    /// Whether `person` and `shop` block each other (`account_blocks`, the blocks people set
+    /// through `/v1/me/blocks`): the person blocked the shop, or somebody who works there, or
+    /// somebody who works there blocked the person.
     public static func isBlockedBetween(_ person: String, shop: String, on connection: PostgresConnection) throws -> Bool {
-        try connection.query(
-            """
-            SELECT EXISTS (
-                    SELECT 1 FROM person_blocks b JOIN shop_members m ON m.person_id = b.blocked_id WHERE b.blocker_id = $1 AND m.shop_id = $2)
-                OR EXISTS (
-                    SELECT 1 FROM person_blocks b JOIN shop_members m ON m.person_id = b.blocker_id WHERE b.blocked_id = $1 AND m.shop_id = $2)
-            """, person, shop
-        ).scalar(Bool.self)
+        try connection.query("SELECT \(blockedBetween(buyer: "$1", shop: "$2"))", person, shop).scalar(Bool.self)
+    }
+
+    /// The SQL of `isBlockedBetween` for a buyer and a shop given as SQL expressions.
+    public static func blockedBetween(buyer: String, shop: String) -> String {
+        """
+        (EXISTS (SELECT 1 FROM account_blocks WHERE blocker_id = \(buyer) AND blocked_type = 'shops' AND blocked_id = \(shop))
+            OR EXISTS (SELECT 1 FROM account_blocks a JOIN shop_members m ON m.person_id = a.blocked_id
+                WHERE a.blocker_id = \(buyer) AND a.blocked_type = 'people' AND m.shop_id = \(shop))
+            OR EXISTS (SELECT 1 FROM account_blocks a JOIN shop_members m ON m.person_id = a.blocker_id
+                WHERE a.blocked_type = 'people' AND a.blocked_id = \(buyer) AND m.shop_id = \(shop)))
+        """
     }
 
     /// One message of a conversation, nil when it has no such message.

@@ -160,6 +160,7 @@ struct BellReplayFold: ReplayFold {
         switch event.payload {
         case let e as ConversationStarted: .slice(router.conversation(e.conversationId))
         case let e as ConversationClosedByBlock: .slice(router.conversation(e.conversationId))
+        case let e as ConversationReopened: .slice(router.conversation(e.conversationId))
         case let e as MessageSent: .slice(router.conversation(e.conversationId))
         case let e as FavouriteAdded: .slice(router.person(e.personId))
         case let e as FavouriteRemoved: .slice(router.person(e.personId))
@@ -282,6 +283,7 @@ struct ThreadsReplayFold: ReplayFold {
         case let e as ConversationUnarchived: .slice(router.conversation(e.conversationId))
         case let e as ConversationMarkedNoReplyNeeded: .slice(router.conversation(e.conversationId))
         case let e as ConversationClosedByBlock: .slice(router.conversation(e.conversationId))
+        case let e as ConversationReopened: .slice(router.conversation(e.conversationId))
         // An order about no thread is nothing to threads.
         case let e as OrderPaid: e.conversationId.map { .slice(router.conversation($0)) } ?? .nowhere
         case let e as WatchStatusChanged: .slice(router.key(e.watchId))
