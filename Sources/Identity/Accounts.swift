@@ -116,6 +116,10 @@ public enum Accounts {
         do {
             // A savepoint: a refused insert leaves the caller's transaction usable.
             return try connection.withSavepoint {
+                // A closed account's id is never given again: the log still names it.
+                if try connection.query("SELECT 1 FROM identity_closed_accounts WHERE person_id = $1", personId).count > 0 {
+                    throw AccountError.personIdTaken
+                }
                 _ = try connection.query(
                     """
                     INSERT INTO identity_accounts (person_id, email, email_verified, password_hash, given_name, family_name, origin, app_version)
@@ -281,9 +285,11 @@ public enum Accounts {
     }
 
     /// Keeps Apple's refresh token of a linked sign-in, to revoke at the account's deletion.
-    public static func setAppleRefreshToken(subject: String, token: String, on connection: PostgresConnection) throws {
+    /// `clientId`: the client the code was made for, the one Apple revokes the token for.
+    public static func setAppleRefreshToken(subject: String, token: String, clientId: String, on connection: PostgresConnection) throws {
         _ = try connection.query(
-            "UPDATE identity_social_links SET apple_refresh_token = $2 WHERE provider = 'apple' AND subject = $1", subject, String(token.prefix(2048)))
+            "UPDATE identity_social_links SET apple_refresh_token = $2, apple_client_id = $3 WHERE provider = 'apple' AND subject = $1", subject,
+            String(token.prefix(2048)), String(clientId.prefix(255)))
     }
 }
 

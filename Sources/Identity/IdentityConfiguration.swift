@@ -111,14 +111,20 @@ public enum SocialProvider: String, Sendable, Hashable, CaseIterable {
 /// is deleted: our team's Sign in with Apple key signs the client secret (an ES256 JWT).
 public struct AppleCodeExchange: Sendable {
     public var tokenURL: String
+    /// Apple's revoke endpoint, where a closed account's refresh tokens are revoked.
+    public var revokeURL: String
     public var teamId: String
     public var keyId: String
     public var keyPEM: String
     /// The `redirect_uri` of the web flow (`<public URL>/oauth/apple/return`), sent with its codes.
     public var redirectURI: String?
 
-    public init(tokenURL: String = "https://appleid.apple.com/auth/token", teamId: String, keyId: String, keyPEM: String, redirectURI: String?) {
+    public init(
+        tokenURL: String = "https://appleid.apple.com/auth/token", revokeURL: String = "https://appleid.apple.com/auth/revoke", teamId: String,
+        keyId: String, keyPEM: String, redirectURI: String?
+    ) {
         self.tokenURL = tokenURL
+        self.revokeURL = revokeURL
         self.teamId = teamId
         self.keyId = keyId
         self.keyPEM = keyPEM

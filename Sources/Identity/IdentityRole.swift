@@ -14,6 +14,8 @@ public struct IdentityRole: Sendable {
     public let administration: AccountAdministration
     public let routes: [Route]
     public let maintenance: IdentityMaintenance
+    /// Revokes closed accounts' Apple refresh tokens; nil without the Sign in with Apple key.
+    public let appleRevocations: AppleRevocations?
     /// Reads PostgreSQL's signing keys again now and then; nil for a folder's.
     public let keysReload: SigningKeysReload?
 
@@ -54,6 +56,7 @@ public struct IdentityRole: Sendable {
             keys: keys, endpoint: endpoint, administration: administration,
             routes: try IdentityRoutes.routes(endpoint: endpoint, keys: keys, administration: administration),
             maintenance: IdentityMaintenance(client: client, log: log, now: now),
+            appleRevocations: appleCodes.map { AppleRevocations(exchanger: $0, log: log) },
             keysReload: keys.reloads ? SigningKeysReload(keys: keys, log: log) : nil)
     }
 }

@@ -52,42 +52,8 @@ public enum LinkedSignInRoutes {
                 let data = try context.resourceDocument()
                 try AccountRoutes.requireType(data, type)
                 let fields = try AccountRoutes.Fields(data, allowed: ["provider", "idToken", "nonce"])
-                func required(_ name: String) throws -> String {
-                    guard let value = try fields.string(name), !value.isEmpty else {
-                        throw APIError(status: 422, code: .missingField, detail: "\(name) is required.", source: .pointer("/data/attributes/\(name)"))
-                    }
-                    return value
-                }
-                guard let provider = SocialProvider(rawValue: try required("provider")) else {
-                    throw APIError(status: 422, code: .invalidField, detail: "provider is apple or google.", source: .pointer("/data/attributes/provider"))
-                }
-                let idToken = try required("idToken")
-                let nonce = try required("nonce")
-                for (name, value, limit) in [("idToken", idToken, 8192), ("nonce", nonce, 512)] where value.unicodeScalars.count > limit {
-                    throw APIError(status: 422, code: .invalidField, detail: "\(name) is at most \(limit) characters.", source: .pointer("/data/attributes/\(name)"))
-                }
-                guard let social, social.isConfigured(provider) else {
-                    throw APIError(
-                        status: 422, code: .invalidField, detail: "Sign in with \(provider.rawValue) is not configured on this server.",
-                        source: .pointer("/data/attributes/provider"))
-                }
-                try take(personId)
-                let claims: SocialClaims
-                do {
-                    claims = try social.verify(idToken, provider: provider, now: now())
-                } catch let error as OAuthError {
-                    if error.status == 503 {
-                        throw APIError(
-                            status: 503, code: APIError.Code("provider_unavailable"), detail: "The provider's keys cannot be had now; try again.",
-                            headers: [("Retry-After", "5")])
-                    }
-                    throw APIError(
-                        status: 422, code: .invalidField, detail: "The ID token is refused: \(error.description ?? "not valid").",
-                        source: .pointer("/data/attributes/idToken"))
-                }
-                guard let tokenNonce = claims.nonce, tokenNonce.utf8.elementsEqual(nonce.utf8) else {
-                    throw APIError(status: 422, code: .invalidField, detail: "The token's nonce is not the one sent with it.", source: .pointer("/data/attributes/nonce"))
-                }
+                let claims = try Self.verifiedClaims(fields, social: social, now: now()) { try take(personId) }
+                let provider = claims.provider
                 let link = try client.withConnectionBlocking { connection in
                     try connection.transaction { connection -> Link in
                         guard try Accounts.find(personId: personId, on: connection) != nil else { throw MeRoutes.noAccount }
@@ -153,6 +119,50 @@ public enum LinkedSignInRoutes {
     struct Link {
         var provider: String
         var linkedAt: Date
+    }
+
+    /// The document's `provider`, `idToken` and `nonce`, the token checked as the social grant
+    /// checks it (signature, issuer, audience, expiry, the nonce exactly as sent); `take` runs
+    /// (an attempt of a limit) once the fields are well formed. Each refusal is a `422` at its field.
+    static func verifiedClaims(
+        _ fields: AccountRoutes.Fields, social: SocialTokenVerifier?, now: Date, take: () throws -> Void
+    ) throws -> SocialClaims {
+        func required(_ name: String) throws -> String {
+            guard let value = try fields.string(name), !value.isEmpty else {
+                throw APIError(status: 422, code: .missingField, detail: "\(name) is required.", source: .pointer("/data/attributes/\(name)"))
+            }
+            return value
+        }
+        guard let provider = SocialProvider(rawValue: try required("provider")) else {
+            throw APIError(status: 422, code: .invalidField, detail: "provider is apple or google.", source: .pointer("/data/attributes/provider"))
+        }
+        let idToken = try required("idToken")
+        let nonce = try required("nonce")
+        for (name, value, limit) in [("idToken", idToken, 8192), ("nonce", nonce, 512)] where value.unicodeScalars.count > limit {
+            throw APIError(status: 422, code: .invalidField, detail: "\(name) is at most \(limit) characters.", source: .pointer("/data/attributes/\(name)"))
+        }
+        guard let social, social.isConfigured(provider) else {
+            throw APIError(
+                status: 422, code: .invalidField, detail: "Sign in with \(provider.rawValue) is not configured on this server.",
+                source: .pointer("/data/attributes/provider"))
+        }
+        try take()
+        let verified = Result { () throws(OAuthError) -> SocialClaims in try social.verify(idToken, provider: provider, now: now) }
+        guard case .success(let claims) = verified else {
+            if case .failure(let error) = verified, error.status == 503 {
+                throw APIError(
+                    status: 503, code: APIError.Code("provider_unavailable"), detail: "The provider's keys cannot be had now; try again.",
+                    headers: [("Retry-After", "5")])
+            }
+            let reason = if case .failure(let error) = verified { error.description } else { nil as String? }
+            throw APIError(
+                status: 422, code: .invalidField, detail: "The ID token is refused: \(reason ?? "not valid").",
+                source: .pointer("/data/attributes/idToken"))
+        }
+        guard let tokenNonce = claims.nonce, tokenNonce.utf8.elementsEqual(nonce.utf8) else {
+            throw APIError(status: 422, code: .invalidField, detail: "The token's nonce is not the one sent with it.", source: .pointer("/data/attributes/nonce"))
+        }
+        return claims
     }
 
     static func links(_ personId: String, on connection: PostgresConnection) throws -> [Link] {

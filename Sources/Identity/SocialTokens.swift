@@ -19,10 +19,12 @@ public struct SocialClaims: Sendable, Hashable {
     /// Google puts the names in the token; Apple never does (the app passes them on).
     public var givenName: String
     public var familyName: String
+    /// When the provider issued it (`iat`), if it says: how fresh a sign-in it proves.
+    public var issuedAt: Date?
 
     public init(
         provider: SocialProvider, subject: String, audience: String, email: String?, emailVerified: Bool, nonce: String?, givenName: String = "",
-        familyName: String = ""
+        familyName: String = "", issuedAt: Date? = nil
     ) {
         self.provider = provider
         self.subject = subject
@@ -32,6 +34,7 @@ public struct SocialClaims: Sendable, Hashable {
         self.nonce = nonce
         self.givenName = givenName
         self.familyName = familyName
+        self.issuedAt = issuedAt
     }
 }
 
@@ -125,7 +128,8 @@ public final class SocialTokenVerifier: Sendable {
             }
         return SocialClaims(
             provider: provider, subject: subject, audience: audience, email: email, emailVerified: verified, nonce: claims["nonce"]?.stringValue,
-            givenName: claims["given_name"]?.stringValue ?? "", familyName: claims["family_name"]?.stringValue ?? "")
+            givenName: claims["given_name"]?.stringValue ?? "", familyName: claims["family_name"]?.stringValue ?? "",
+            issuedAt: claims["iat"]?.doubleValue.map(Date.init(timeIntervalSince1970:)))
     }
 
     /// The provider's key `kid`: from the cache while it is fresh and has it, else fetched.

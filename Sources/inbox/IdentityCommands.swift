@@ -49,7 +49,8 @@ extension Roles {
                 routes: identity.routes + OperationsRoutes.routes(client: requestClient, migrator: database.migrator), gate: nil, services: services,
                 metrics: metrics, log: logRequest)
             return (
-                (identity.keysReload.map { [ServiceGroup.Member("the signing keys' reading", $0, shutdownDeadline: .seconds(5))] } ?? []) + [
+                (identity.keysReload.map { [ServiceGroup.Member("the signing keys' reading", $0, shutdownDeadline: .seconds(5))] } ?? [])
+                    + (identity.appleRevocations.map { [ServiceGroup.Member("the Apple revocations", $0, shutdownDeadline: .seconds(20))] } ?? []) + [
                     ServiceGroup.Member("the identity role's housekeeping", identity.maintenance, shutdownDeadline: .seconds(5)),
                     ServiceGroup.Member(
                         "the identity role",

@@ -87,6 +87,12 @@ extension InboxConfiguration {
             try requireURL($0, "INBOX_APPLE_TOKEN_URL", "--apple-token-url")
         },
         identity(
+            "INBOX_APPLE_REVOKE_URL", "--apple-revoke-url", default: "https://appleid.apple.com/auth/revoke",
+            meaning: "Apple's revoke endpoint: a closed account's Apple refresh tokens are revoked there"
+        ) {
+            try requireURL($0, "INBOX_APPLE_REVOKE_URL", "--apple-revoke-url")
+        },
+        identity(
             "INBOX_GOOGLE_CLIENT_IDS", "--google-client-ids", default: "(unset: no Sign in with Google)",
             meaning: "our OAuth client ids at Google, comma-separated (iOS, Android, web): an ID token's aud"
         ) { _ in },
@@ -186,7 +192,8 @@ extension InboxConfiguration {
                 throw Invalid(description: "INBOX_APPLE_KEY_FILE (--apple-key-file): cannot read \(file): \(error.localizedDescription)")
             }
             identity.appleCodeExchange = AppleCodeExchange(
-                tokenURL: values["INBOX_APPLE_TOKEN_URL"] ?? "https://appleid.apple.com/auth/token", teamId: team, keyId: kid, keyPEM: pem,
+                tokenURL: values["INBOX_APPLE_TOKEN_URL"] ?? "https://appleid.apple.com/auth/token",
+                revokeURL: values["INBOX_APPLE_REVOKE_URL"] ?? "https://appleid.apple.com/auth/revoke", teamId: team, keyId: kid, keyPEM: pem,
                 redirectURI: publicURL.map { $0 + "/oauth/apple/return" })
         }
         return identity

@@ -82,6 +82,9 @@ enum Roles {
             }
             if let identity {
                 members.append(ServiceGroup.Member("the identity role's housekeeping", identity.maintenance, shutdownDeadline: .seconds(5)))
+                if let revocations = identity.appleRevocations {
+                    members.append(ServiceGroup.Member("the Apple revocations", revocations, shutdownDeadline: .seconds(20)))
+                }
                 if let reload = identity.keysReload {
                     members.append(ServiceGroup.Member("the signing keys' reading", reload, shutdownDeadline: .seconds(5)))
                 }
@@ -109,6 +112,9 @@ enum Roles {
         return MeRoutes.routes(client: client, validator: validator)
             + SecondFactorRoutes.routes(client: client, secrets: secrets, validator: validator, codeLimit: settings.signInPerAccount)
             + LinkedSignInRoutes.routes(client: client, social: social, validator: validator, limit: settings.signInPerAccount)
+            + AccountClosureRoutes.routes(
+                client: client, hasher: try PasswordHasher(cost: settings.passwordCost, concurrency: settings.hashConcurrency), social: social,
+                secrets: secrets, validator: validator, limit: settings.signInPerAccount, appleClientId: settings.apple?.audiences.sorted().first)
     }
 
     /// Runs `members` in a group that owns SIGINT and SIGTERM until they stop.

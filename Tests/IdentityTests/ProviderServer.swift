@@ -29,6 +29,9 @@ final class ProviderServer: Sendable {
     struct State {
         var keyFetches: [String: Int] = [:]
         var exchanges: [[String: String]] = []
+        /// The revocations Apple took (`/apple/revoke`), and how many to refuse with a 503 first.
+        var revocations: [[String: String]] = []
+        var revocationsToRefuse = 0
         /// Keys published besides the signing one, by provider (a rotation).
         var extraKeys: [String: [(kid: String, key: RS256PrivateKey)]] = [:]
     }
@@ -74,6 +77,22 @@ final class ProviderServer: Sendable {
                         return Self.json(400, ["error": .string("invalid_grant")])
                     }
                     return Self.json(200, ["access_token": .string("a"), "refresh_token": .string("apple-refresh-for-\(code)"), "token_type": .string("Bearer")])
+                case (.post, "/apple/revoke"):
+                    // Apple's revoke endpoint: the client secret as for the token endpoint; 200 with no body.
+                    let form = try FormBody(request.body, limits: ["client_secret": 2048, "token": 2048])
+                    guard let secret = form["client_secret"], let clientId = form["client_id"],
+                        Self.clientSecretIsValid(secret, clientId: clientId, key: clientKey)
+                    else { return Self.json(400, ["error": .string("invalid_client")]) }
+                    guard form["token"] != nil else { return Self.json(400, ["error": .string("invalid_request")]) }
+                    let refused = state.withLock { state -> Bool in
+                        if state.revocationsToRefuse > 0 {
+                            state.revocationsToRefuse -= 1
+                            return true
+                        }
+                        state.revocations.append(form.fields)
+                        return false
+                    }
+                    return refused ? HTTPResponse(status: 503) : HTTPResponse(status: 200)
                 default:
                     return HTTPResponse(status: 404)
                 }
@@ -89,6 +108,10 @@ final class ProviderServer: Sendable {
 
     var keyFetches: [String: Int] { state.withLock { $0.keyFetches } }
     var exchanges: [[String: String]] { state.withLock { $0.exchanges } }
+    var revocations: [[String: String]] { state.withLock { $0.revocations } }
+
+    /// Apple answers the next `count` revocations with a 503.
+    func refuseRevocations(_ count: Int) { state.withLock { $0.revocationsToRefuse = count } }
 
     /// Publishes `key` as `kid` of `provider` besides its signing key (a rotation in progress).
     func publish(_ key: RS256PrivateKey, kid: String, for provider: String) {

@@ -75,7 +75,7 @@ struct IdentityHarness: Sendable {
                 configuration.google = .google(audiences: [ProviderServer.googleClient], keysURL: providers.url("/google/keys"))
                 configuration.appleReturnURL = "https://wristler.eu/app/apple-sign-in"
                 configuration.appleCodeExchange = AppleCodeExchange(
-                    tokenURL: providers.url("/apple/token"), teamId: ProviderServer.teamId, keyId: ProviderServer.appleKeyId,
+                    tokenURL: providers.url("/apple/token"), revokeURL: providers.url("/apple/revoke"), teamId: ProviderServer.teamId, keyId: ProviderServer.appleKeyId,
                     keyPEM: providers.appleClientKey.pem, redirectURI: "https://api.wristler.test/oauth/apple/return")
             }
             configure(&configuration)
