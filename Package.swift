@@ -162,7 +162,7 @@ let package = Package(
         .target(
             name: "Identity", dependencies: [
                 "PasswordHashing", "Crypto", "Encodings", "EventLog", "HTTP2Client", "HTTPServer", "InboxAPI", "InboxDomain", "Lifecycle",
-                "Mail", "PostgresClient", "Threads",
+                "Mail", "Mailer", "PostgresClient", "Threads",
             ],
             swiftSettings: swiftSettings),
 
@@ -251,7 +251,7 @@ let package = Package(
             name: "IdentityTests",
             dependencies: [
                 "Identity", "PasswordHashing", "InboxAPI", "HTTPServer", "HTTPTesting", "InboxTesting", "EventLog", "PostgresClient", "Crypto",
-                "Projections", "InboxDomain", "Encodings", "Threads", "Lifecycle", "Mail",
+                "Projections", "InboxDomain", "Encodings", "Threads", "Lifecycle", "Mail", "Mailer", "MailTesting",
             ],
             swiftSettings: swiftSettings),
         .testTarget(

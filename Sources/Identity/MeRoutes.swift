@@ -23,30 +23,32 @@ public enum MeRoutes {
     static let languages = ["en", "nl", "de", "fr"]
 
     /// `validator`: the catalogue's, for the `signed_out` event signing others out appends.
+    /// `verification`: how a change of address is verified; without it `email` is not taken.
     public static func routes(
-        client: PostgresClient, validator: EventValidator? = EventValidator(registry: InboxCatalogue.registry),
+        client: PostgresClient, validator: EventValidator? = EventValidator(registry: InboxCatalogue.registry), verification: EmailVerification? = nil,
         now: @escaping @Sendable () -> Date = { Date() }
     ) -> [Route] {
-        let attributes: [String: JSONValue] = [
+        var attributes: [String: JSONValue] = [
             "givenName": Self.nameSchema, "familyName": Self.nameSchema, "language": Schema.choice(languages),
         ]
+        if verification != nil { attributes["email"] = Schema.string(maximumLength: 254) }
         return [
             Route(
                 .get, "/v1/me", access: .signedIn(scope: nil),
                 describedAs: RouteDescription("The signed-in person's account: names, address, how they sign in, where it was made.")
             ) { context in
                 let personId = context.token?.subject ?? ""
-                let (account, providers, language) = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
+                let (account, providers, language, pending) = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
                     (try Accounts.find(personId: personId, on: connection), try Self.providers(personId, on: connection),
-                     try Self.language(personId, on: connection))
+                     try Self.language(personId, on: connection), try EmailVerification.pending(personId, now: now(), on: connection))
                 }
                 guard let account else { throw Self.noAccount }
-                return JSONAPI.response(.object(["data": Self.resource(account, providers: providers, language: language)]))
+                return JSONAPI.response(.object(["data": Self.resource(account, providers: providers, language: language, pending: pending)]))
             },
             Route(
                 .patch, "/v1/me", access: .signedIn(scope: .accountWrite),
                 describedAs: RouteDescription(
-                    "Changes the names and the language mail is written in.",
+                    "Changes the names and the language mail is written in; a new email starts its verification (the address changes when its link is followed).",
                     body: Schema.resourceDocument(type: type, attributes: attributes, required: [], id: false))
             ) { context in
                 let personId = context.token?.subject ?? ""
@@ -55,18 +57,41 @@ public enum MeRoutes {
                 if let id = data["id"]?.stringValue, id != personId {
                     throw APIError(status: 409, code: .idMismatch, detail: "The document's id is not yours.", source: .pointer("/data/id"))
                 }
-                let fields = try AccountRoutes.Fields(data, allowed: ["givenName", "familyName", "language"])
+                let fields = try AccountRoutes.Fields(data, allowed: verification == nil ? ["givenName", "familyName", "language"] : ["givenName", "familyName", "language", "email"])
                 let given = try Self.name(fields, "givenName")
                 let family = try Self.name(fields, "familyName")
                 let language = try fields.string("language")
+                let email = try fields.string("email").map(Accounts.normalized)
+                if let email, !Accounts.isPlausibleEmail(email) {
+                    throw APIError(
+                        status: 422, code: .invalidField, detail: "email is not an address (name@example.com, at most 254 bytes).",
+                        source: .pointer("/data/attributes/email"))
+                }
                 if let language, !languages.contains(language) {
                     throw APIError(
                         status: 422, code: .invalidField, detail: "language is one of \(languages.joined(separator: ", ")).",
                         source: .pointer("/data/attributes/language"))
                 }
-                let (account, providers, stored) = try client.withConnectionBlocking { connection in
+                // A change of address costs one of the account's verification mails (429 past them).
+                var changesEmail = false
+                if let email, let verification {
+                    let current = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try Accounts.find(personId: personId, on: connection) }
+                    guard let current else { throw Self.noAccount }
+                    changesEmail = current.email.lowercased() != email.lowercased()
+                    if changesEmail { try verification.take(personId, now: now(), client: client) }
+                }
+                let (account, providers, stored, pending) = try client.withConnectionBlocking { connection in
                     try connection.transaction { connection in
                         guard let account = try Accounts.find(personId: personId, on: connection) else { throw Self.noAccount }
+                        if changesEmail, let email, let verification {
+                            if let owner = try Accounts.find(email: email, on: connection), owner.personId != personId {
+                                throw APIError(
+                                    status: 409, code: APIError.Code("email_taken"), detail: "An account with this e-mail address exists.",
+                                    source: .pointer("/data/attributes/email"))
+                            }
+                            try verification.start(
+                                personId, email: email, language: try EmailVerification.language(personId, context, on: connection), now: now(), on: connection)
+                        }
                         if given != nil || family != nil {
                             _ = try connection.query(
                                 """
@@ -86,11 +111,11 @@ public enum MeRoutes {
                         }
                         return (
                             try Accounts.find(personId: personId, on: connection) ?? account, try Self.providers(personId, on: connection),
-                            try Self.language(personId, on: connection)
+                            try Self.language(personId, on: connection), try EmailVerification.pending(personId, now: now(), on: connection)
                         )
                     }
                 }
-                return JSONAPI.response(.object(["data": Self.resource(account, providers: providers, language: stored)]))
+                return JSONAPI.response(.object(["data": Self.resource(account, providers: providers, language: stored, pending: pending)]))
             },
             Route(
                 .get, "/v1/me/sessions", access: .signedIn(scope: .accountSecurityWrite),
@@ -199,7 +224,8 @@ public enum MeRoutes {
         try Contacts.get(personId: personId, on: connection)?.language.rawValue
     }
 
-    static func resource(_ account: Account, providers: [String], language: String?) -> JSONValue {
+    /// `pending`: a change of address waiting for its link (`emailChange`, null without).
+    static func resource(_ account: Account, providers: [String], language: String?, pending: (email: String, expiresAt: Date)? = nil) -> JSONValue {
         var createdWith: [String: JSONValue] = ["origin": .string(account.origin)]
         createdWith["appVersion"] = account.appVersion.map(JSONValue.string) ?? .null
         return .object([
@@ -210,6 +236,7 @@ public enum MeRoutes {
                 "secondFactor": .bool(account.hasSecondFactor), "providers": .array(providers.map(JSONValue.string)),
                 "language": language.map(JSONValue.string) ?? .null, "createdAt": .string(Self.timestamp(account.createdAt)),
                 "createdWith": .object(createdWith),
+                "emailChange": pending.map { .object(["email": .string($0.email), "expiresAt": .string(Self.timestamp($0.expiresAt))]) } ?? .null,
             ]),
             "links": .object(["self": .string("/v1/me")]),
         ])

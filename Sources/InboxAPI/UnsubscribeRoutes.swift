@@ -24,7 +24,7 @@ import Projections
 public enum UnsubscribeRoutes {
     static let path = "/mail/unsubscribe"
     /// The pages' media type, for the OpenAPI document.
-    static let html = SuccessResponse.other(mediaType: "text/html", schema: .object(["type": .string("string")]))
+    public static let html = SuccessResponse.other(mediaType: "text/html", schema: .object(["type": .string("string")]))
 
     public static func routes(client: PostgresClient, links: UnsubscribeLink, inline: InlineProjections = InlineProjections()) -> [Route] {
         let query = [QueryParameter("token", Schema.string(maximumLength: UnsubscribeLink.maximumTokenLength), "The link's signed token.")]
@@ -127,7 +127,8 @@ public enum UnsubscribeRoutes {
         page(language, status: 400, heading: Texts.words(Texts.invalid, language), body: "")
     }
 
-    static func page(_ language: Language, status: Int, heading: String, body: String) -> HTTPResponse {
+    /// A small HTML page in `language`, never cached: what the mail's links open.
+    public static func page(_ language: Language, status: Int, heading: String, body: String) -> HTTPResponse {
         let html = """
             <!doctype html>
             <html lang="\(language.rawValue)"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">

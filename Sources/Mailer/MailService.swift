@@ -71,6 +71,8 @@ public struct MailSender: Sendable {
         public var outcomes: [String: MailOutboxStore.Recorded]
         /// Mails claimed: a full batch means there may be more.
         public var claimed: Int
+        /// The transactional mails of the round (`TransactionalMail`).
+        public var transactional = TransactionalMail.Sent()
 
         /// A mail's key in `outcomes`: the person id for the gathered notifications, the person id
         /// and the stream (`p1 search:s1`, `p1 sold`) for the others.
@@ -101,10 +103,12 @@ public struct MailSender: Sendable {
     /// Decides up to `limit` entries, then claims up to `limit` people and mails each, on
     /// `connection` (a blocking call: the transport blocks too).
     public func round(limit: Int, on connection: PostgresConnection) throws -> Round {
+        // The verification mails first: somebody is waiting for theirs.
+        let transactional = try sendTransactional(limit: limit, on: connection)
         let decided = try store.decide(limit: limit, now: now(), on: connection)
         let claimed = try store.claim(now: now(), limit: limit, on: connection)
         var outcomes: [String: MailOutboxStore.Recorded] = [:]
-        if claimed.isEmpty { return Round(decided: decided, outcomes: outcomes, claimed: 0) }
+        if claimed.isEmpty { return Round(decided: decided, outcomes: outcomes, claimed: 0, transactional: transactional) }
         let contacts = try Contacts.contacts(for: claimed.map(\.personId), on: connection)
         // The claims end together, and the mails go one after the other: a slow relay must not
         // keep sending after the claims ran out (another mailer could take the same people and
@@ -122,7 +126,7 @@ public struct MailSender: Sendable {
             log(person, contact: contacts[person.personId], resolution, recorded)
             outcomes[Round.key(person.personId, person.stream)] = recorded
         }
-        return Round(decided: decided, outcomes: outcomes, claimed: claimed.count)
+        return Round(decided: decided, outcomes: outcomes, claimed: claimed.count, transactional: transactional)
     }
 
     func mail(_ person: MailOutboxStore.Claimed, contact: Contact?) -> MailOutboxStore.Resolution {
@@ -180,6 +184,7 @@ struct MailWork: LoopWork {
         let sender = sender
         let batchSize = batchSize
         let round = try await session.run { connection in try sender.round(limit: batchSize, on: connection) }
-        return round.decided.entries >= batchSize || round.claimed >= batchSize ? .more : .wait(nil)
+        let transactional = round.transactional.sent + round.transactional.retried + round.transactional.dropped
+        return round.decided.entries >= batchSize || round.claimed >= batchSize || transactional >= batchSize ? .more : .wait(nil)
     }
 }

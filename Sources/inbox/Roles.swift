@@ -109,7 +109,10 @@ enum Roles {
         let (settings, secrets) = try configuration.identitySetup()
         let providers = [settings.apple, settings.google].compactMap { $0 }
         let social = providers.isEmpty ? nil : try SocialTokenVerifier(providers: providers, caFile: settings.caFile)
-        return MeRoutes.routes(client: client, validator: validator)
+        // The verification mail's link: the public address, or this node's own for a tier run on one machine.
+        let verification = EmailVerification(publicURL: configuration.publicURL ?? "http://\(configuration.httpHost):\(configuration.httpPort)")
+        return MeRoutes.routes(client: client, validator: validator, verification: verification)
+            + verification.routes(client: client, validator: validator)
             + SecondFactorRoutes.routes(client: client, secrets: secrets, validator: validator, codeLimit: settings.signInPerAccount)
             + LinkedSignInRoutes.routes(client: client, social: social, validator: validator, limit: settings.signInPerAccount)
             + AccountClosureRoutes.routes(
