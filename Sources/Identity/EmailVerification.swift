@@ -101,7 +101,7 @@ public struct EmailVerification: Sendable {
                 .get, Self.path, access: .open,
                 describedAs: RouteDescription(
                     "A page asking to confirm the address of a verification mail (changes nothing: link checkers open links).", query: query,
-                    responses: [200: UnsubscribeRoutes.html])
+                    responses: [200: UnsubscribeRoutes.html, 400: UnsubscribeRoutes.html])
             ) { context in
                 let language = Language.negotiate(context.request.header("Accept-Language"))
                 guard let (_, email) = try Self.find(context, now: now(), client: client) else { return Self.invalid(language) }
@@ -114,7 +114,7 @@ public struct EmailVerification: Sendable {
                 .post, Self.path, access: .open,
                 describedAs: RouteDescription(
                     "Verifies the address of a verification mail's link: a change of address takes effect (email_changed).", query: query,
-                    responses: [200: UnsubscribeRoutes.html])
+                    responses: [200: UnsubscribeRoutes.html, 400: UnsubscribeRoutes.html, 409: UnsubscribeRoutes.html])
             ) { context in
                 let language = Language.negotiate(context.request.header("Accept-Language"))
                 guard let token = context.query("token"), let digest = Self.digest(token) else { return Self.invalid(language) }

@@ -154,7 +154,11 @@ public enum SecondFactorRoutes {
                 .post, "/v1/me/recovery-codes", access: .signedIn(scope: .accountSecurityWrite),
                 describedAs: RouteDescription("Ten new recovery codes, shown once; the old ones stop working. Needs a current code.", body: codeBody)
             ) { context in
-                let codes = try withCurrentCode(context) { personId, connection in try Accounts.replaceRecoveryCodes(personId: personId, on: connection) }
+                let codes = try withCurrentCode(context) { personId, connection in
+                    let codes = try Accounts.replaceRecoveryCodes(personId: personId, on: connection)
+                    try MeRoutes.append(RecoveryCodesRenewed(personId: personId), by: personId, context, validator, on: connection)
+                    return codes
+                }
                 return JSONAPI.response(.object(["data": Self.resource(enabled: true, recoveryCodes: codes)]))
             },
         ]

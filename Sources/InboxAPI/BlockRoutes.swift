@@ -57,7 +57,7 @@ public enum BlockRoutes {
                 .post, "/v1/me/blocks", access: .signedIn(scope: .accountWrite),
                 describedAs: RouteDescription(
                     "Blocks a person or a shop: the threads between you close at once. Blocking again answers the block (200).", body: body,
-                    responses: [201: .document(Schema.document)])
+                    responses: [200: .document(Schema.document), 201: .document(Schema.document)])
             ) { context in
                 let (blockedType, blockedId) = try Self.target(context)
                 let person = context.person

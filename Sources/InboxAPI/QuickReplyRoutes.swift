@@ -12,8 +12,10 @@ public enum QuickReplyRoutes {
     static let type = "quick-replies"
     static let maximumPerShop = 100
     /// What `body` reads: no control character but a line break (U+000A) or a tab, not blank.
+    /// (The one character that is not blank is not a control character either: `\S` alone would let one through.)
     static let bodySchema = Schema.string(
-        maximumLength: 1000, pattern: "^[^\\u0000-\\u0008\\u000B-\\u001F\\u007F-\\u009F]*\\S[^\\u0000-\\u0008\\u000B-\\u001F\\u007F-\\u009F]*$")
+        maximumLength: 1000,
+        pattern: "^[^\\u0000-\\u0008\\u000B-\\u001F\\u007F-\\u009F]*[^\\s\\u0000-\\u0008\\u000B-\\u001F\\u007F-\\u009F][^\\u0000-\\u0008\\u000B-\\u001F\\u007F-\\u009F]*$")
 
     public static func routes(client: PostgresClient) -> [Route] {
         let write = Schema.resourceDocument(type: type, attributes: ["body": bodySchema], required: ["body"], id: false)

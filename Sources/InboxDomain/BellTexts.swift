@@ -71,6 +71,11 @@ public enum BellTexts {
                 "Eine Anmeldung mit Apple oder Google wurde von deinem Konto entfernt",
                 "Une connexion avec Apple ou Google a été retirée de votre compte",
             ]
+        case .recoveryCodesRenewed:
+            [
+                "New recovery codes were made for your account", "Er zijn nieuwe herstelcodes voor je account gemaakt",
+                "Für dein Konto wurden neue Wiederherstellungscodes erstellt", "De nouveaux codes de récupération ont été créés pour votre compte",
+            ]
         case .signedOut:
             [
                 "Other sessions of your account were signed out", "Andere sessies van je account zijn afgemeld",

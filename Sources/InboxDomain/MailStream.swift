@@ -54,7 +54,8 @@ public enum MailStream: Sendable, Hashable, CustomStringConvertible {
         case .shopUnanswered, .offerAccepted, .offerReceived, .offerRefused:
             nil
         case .messageReceived, .offerMade, .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded, .priceDropped,
-            .watchSold, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked:
+            .watchSold, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked,
+            .recoveryCodesRenewed:
             .notifications
         }
     }

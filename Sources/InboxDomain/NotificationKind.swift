@@ -22,6 +22,7 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
     case signedOut
     case signInLinked
     case signInUnlinked
+    case recoveryCodesRenewed
     // A shop's news, for each person who works at the shop: push and mail only, never the bell.
     case shopMessageReceived
     case shopOfferMade
@@ -59,6 +60,7 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
         case .signedOut: "signed_out"
         case .signInLinked: "sign_in_linked"
         case .signInUnlinked: "sign_in_unlinked"
+        case .recoveryCodesRenewed: "recovery_codes_renewed"
         case .shopUnanswered: "shop_unanswered"
         case .offerAccepted: "offer_accepted"
         case .offerReceived: "offer_received"
@@ -73,7 +75,7 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
         case .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded: .orders
         case .priceDropped, .watchSold: .savedWatches
         case .savedSearchMatched: .savedSearches
-        case .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked: .security
+        case .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked, .recoveryCodesRenewed: .security
         case .shopMessageReceived, .shopOfferMade, .shopOrderPaid, .shopUnanswered: .shop
         }
     }

@@ -130,6 +130,8 @@ public enum NotificationPlanner {
             return [security(event.personId, .signInLinked)]
         case let event as SignInUnlinked:
             return [security(event.personId, .signInUnlinked)]
+        case let event as RecoveryCodesRenewed:
+            return [security(event.personId, .recoveryCodesRenewed)]
         default:
             return []
         }

@@ -290,7 +290,7 @@ public enum MailRenderer {
         case .shopMessageReceived: BellTexts.title(.messageReceived, language)
         case .shopOfferMade: BellTexts.title(.offerMade, language)
         case .messageReceived, .offerMade, .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded, .priceDropped, .watchSold,
-            .savedSearchMatched, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked, .shopOrderPaid,
+            .savedSearchMatched, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked, .recoveryCodesRenewed, .shopOrderPaid,
             .shopUnanswered, .offerAccepted, .offerReceived, .offerRefused:
             BellTexts.title(kind, language)
         }

@@ -96,7 +96,7 @@ public enum PushTexts {
                 "If you didn't turn it off, contact us right away.", "Heb jij dit niet uitgezet? Neem dan meteen contact met ons op.",
                 "Warst du das nicht, melde dich sofort bei uns.", "Si ce n'était pas vous, contactez-nous immédiatement.",
             ]
-        case .signInLinked, .signInUnlinked:
+        case .signInLinked, .signInUnlinked, .recoveryCodesRenewed:
             [
                 "If it wasn't you, contact us right away.", "Was jij dit niet? Neem dan meteen contact met ons op.",
                 "Warst du das nicht, melde dich sofort bei uns.", "Si ce n'était pas vous, contactez-nous immédiatement.",

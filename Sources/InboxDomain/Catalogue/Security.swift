@@ -81,6 +81,14 @@ public struct SignInUnlinked: CatalogueEvent, Hashable {
     }
 }
 
+/// New recovery codes were issued (`POST /v1/me/recovery-codes`): the old ones no longer work.
+public struct RecoveryCodesRenewed: CatalogueEvent, Hashable {
+    public static let eventType = "recovery_codes_renewed"
+    public var personId: String
+    public var streamId: String { Streams.security(personId) }
+    public init(personId: String) { self.personId = personId }
+}
+
 /// The account's e-mail address changed. The addresses themselves stay in the identity tier: the
 /// log cannot forget, and an address is personal data.
 public struct EmailChanged: CatalogueEvent, Hashable {

@@ -266,6 +266,7 @@ extension BellFold {
         notifies(SignedOut.self) { $0.personId }
         notifies(SignInLinked.self) { $0.personId }
         notifies(SignInUnlinked.self) { $0.personId }
+        notifies(RecoveryCodesRenewed.self) { $0.personId }
         notifies(OrderShipped.self) { $0.buyerId }
         notifies(OrderDelivered.self) { $0.buyerId }
         notifies(OrderCancelled.self) { $0.buyerId }
