@@ -24,9 +24,11 @@ public enum OpenAPI {
                         "description": .string("A JSON:API document."), "content": .object([JSONAPI.mediaType: .object(["schema": schema])]),
                     ])
                 case .other(let mediaType, let schema):
-                    responses[String(status)] = .object([
-                        "description": .string(mediaType), "content": .object([mediaType: .object(["schema": schema])]),
-                    ])
+                    // A refusal of another type (a link's HTML page) may also be the server's own
+                    // JSON:API error, for what it refuses before the route runs (a NUL in the query).
+                    var content: [String: JSONValue] = [mediaType: .object(["schema": schema])]
+                    if status >= 400 { content[JSONAPI.mediaType] = .object(["schema": Schema.errors]) }
+                    responses[String(status)] = .object(["description": .string(mediaType), "content": .object(content)])
                 }
             }
             var operation: [String: JSONValue] = [
