@@ -245,7 +245,7 @@ public enum ConversationRoutes {
                 let person = context.person
                 let metadata = context.eventMetadata
                 let checked = try client.withConnectionBlocking { connection -> (ConversationSide, ThreadAccess)? in
-                    guard Self.isPlausible(id), let access = try ThreadReader.access(to: id, person: person, on: connection),
+                    guard Self.isPlausible(id), let access = try ThreadReader.access(to: id, person: person, writing: true, on: connection),
                         let side = access.side(of: person)
                     else { return nil }
                     try requireOpen(access)
@@ -338,7 +338,7 @@ public enum ConversationRoutes {
         attachments: any AttachmentValidator, on connection: PostgresConnection
     ) throws -> (ThreadSummary, (ThreadMessage, repeated: Bool), created: Bool) {
         if let existing = try ThreadReader.conversation(buyer: person, watch: watchId, on: connection) {
-            if let access = try ThreadReader.access(to: existing, person: person, on: connection) { try requireOpen(access) }
+            if let access = try ThreadReader.access(to: existing, person: person, writing: true, on: connection) { try requireOpen(access) }
             let message = try send(input, in: existing, side: .buyer, person: person, metadata: metadata, inline: inline, attachments: attachments, on: connection)
             return (try thread(existing, on: connection) ?? summary(existing, watch: watchId, person: person, shop: nil, message.0), message, false)
         }

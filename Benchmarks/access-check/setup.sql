@@ -1,0 +1,11 @@
+CREATE TABLE conversations (conversation_id text PRIMARY KEY, kind text NOT NULL, buyer_id text NOT NULL, shop_id text, closed_by_block boolean NOT NULL DEFAULT false);
+CREATE TABLE shop_members (shop_id text, person_id text, PRIMARY KEY (shop_id, person_id));
+CREATE INDEX shop_members_person ON shop_members (person_id);
+CREATE TABLE blocked_accounts (person_id text PRIMARY KEY, reason text, blocked_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE account_blocks (blocker_id text NOT NULL, blocked_type text NOT NULL, blocked_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp(), origin text NOT NULL, app_version text, PRIMARY KEY (blocker_id, blocked_type, blocked_id));
+CREATE INDEX account_blocks_blocked ON account_blocks (blocked_type, blocked_id);
+INSERT INTO conversations SELECT 'c' || i, 'watch', 'p' || (i % 20000), 's' || (i % 500), false FROM generate_series(1, 200000) i;
+INSERT INTO shop_members SELECT 's' || (i % 500), 'm' || i FROM generate_series(1, 1500) i;
+INSERT INTO blocked_accounts (person_id) SELECT 'p' || i FROM generate_series(1, 200) i;
+INSERT INTO account_blocks (blocker_id, blocked_type, blocked_id, origin) SELECT 'p' || i, CASE WHEN i % 2 = 0 THEN 'people' ELSE 'shops' END, CASE WHEN i % 2 = 0 THEN 'm' || i ELSE 's' || i END, 'api' FROM generate_series(1, 5000) i;
+ANALYZE;
