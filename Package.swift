@@ -189,7 +189,7 @@ let package = Package(
 
         // Tests run against a real PostgreSQL (see Makefile and Tests/README).
         .target(
-            name: "InboxTesting", dependencies: ["PostgresClient", "EventLog", "Projections", "InboxDomain"],
+            name: "InboxTesting", dependencies: ["PostgresClient", "EventLog", "Projections", "InboxDomain", "Crypto"],
             path: "Tests/InboxTesting", swiftSettings: swiftSettings),
         // The SMTP relay mock and the mail reader of the mail tests.
         .target(name: "MailTesting", dependencies: ["Mail", "EventLog"], path: "Tests/MailTesting", swiftSettings: swiftSettings),

@@ -34,6 +34,9 @@ public struct SecretsKey: Sendable {
         try AES256GCM.seal(plaintext, key: bytes, associatedData: Array(purpose.utf8))
     }
 
+    /// SHA-256 of the key, in hex: which key it is, without the key.
+    public var fingerprint: String { Hex.encode(SHA256.digest(bytes)) }
+
     public func open(_ sealed: [UInt8], for purpose: String) throws -> [UInt8] {
         try AES256GCM.open(sealed, key: bytes, associatedData: Array(purpose.utf8))
     }

@@ -47,6 +47,14 @@ public struct NewEvent: Sendable, Hashable {
     }()
 }
 
+/// The keys attached to a recorded event: not part of its identity.
+struct AttachedKeys: Sendable, Hashable {
+    let ring: KeyRing?
+
+    static func == (lhs: AttachedKeys, rhs: AttachedKeys) -> Bool { true }
+    func hash(into hasher: inout Hasher) {}
+}
+
 /// The typed payload a `NewEvent` was made from. It is not part of the event's identity: two
 /// events with the same text are equal whether or not either remembers its value.
 struct RememberedPayload: Sendable, Hashable {
@@ -73,6 +81,13 @@ public struct RecordedEvent: Sendable, Hashable {
     public var metadataJSON: String
     public var idempotencyKey: String?
     public var recordedAt: Date
+    /// The data keys of the people whose sealed fields the payload holds, read with it
+    /// (`PersonalDataKeys.attachKeys`); not part of the event's identity.
+    public var keyRing: KeyRing? {
+        get { attached.ring }
+        set { attached = AttachedKeys(ring: newValue) }
+    }
+    private var attached = AttachedKeys(ring: nil)
 
     public init(
         position: Int64, transactionId: UInt64, streamId: String, streamVersion: Int64, type: String, schemaVersion: Int, payloadJSON: String,
@@ -99,21 +114,25 @@ public struct RecordedEvent: Sendable, Hashable {
 
     /// The payload as a typed event, brought to the current schema version by the registry's upcasters.
     public func decode<P: EventPayload>(_ type: P.Type, using registry: EventTypeRegistry) throws -> P {
-        if registry.currentReader(type: P.eventType, schemaVersion: schemaVersion) != nil, let value = JanssonDecoding.decode(P.self, from: payloadJSON) {
-            return value
+        try openingPersonalData {
+            if registry.currentReader(type: P.eventType, schemaVersion: schemaVersion) != nil, let value = JanssonDecoding.decode(P.self, from: payloadJSON) {
+                return value
+            }
+            return try registry.decode(P.self, schemaVersion: schemaVersion, payload: Data(payloadJSON.utf8))
         }
-        return try registry.decode(P.self, schemaVersion: schemaVersion, payload: Data(payloadJSON.utf8))
     }
 
     /// The payload as whatever type the registry knows for `type`: read from libjansson's tree when
     /// it is of the current shape (`JanssonDecoding`, the values `JSONDecoder` gives, a tenth of its
     /// cost), else, and for every error, by the registry (upcasters and `JSONDecoder`).
     public func decode(using registry: EventTypeRegistry) throws -> any EventPayload {
-        if let reader = registry.currentReader(type: type, schemaVersion: schemaVersion) {
-            var text = payloadJSON
-            if let value = text.withUTF8({ JanssonDecoding.decode(from: UnsafeRawBufferPointer($0), reader) }) { return value }
+        try openingPersonalData {
+            if let reader = registry.currentReader(type: type, schemaVersion: schemaVersion) {
+                var text = payloadJSON
+                if let value = text.withUTF8({ JanssonDecoding.decode(from: UnsafeRawBufferPointer($0), reader) }) { return value }
+            }
+            return try registry.decode(type: type, schemaVersion: schemaVersion, payload: Data(payloadJSON.utf8))
         }
-        return try registry.decode(type: type, schemaVersion: schemaVersion, payload: Data(payloadJSON.utf8))
     }
 }
 

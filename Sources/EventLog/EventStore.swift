@@ -105,9 +105,11 @@ public final class EventStore: Sendable {
         try await client.withConnection { connection in try Self.read(after: checkpoint, limit: limit, on: connection) }
     }
 
-    public static func read(after checkpoint: Checkpoint, limit: Int, on connection: PostgresConnection) throws -> [RecordedEvent] {
+    /// The events come with the data keys of their sealed fields (`PersonalDataKeys.attachKeys`,
+    /// into `ring` when given), read in a second statement only when one holds any.
+    public static func read(after checkpoint: Checkpoint, limit: Int, ring: KeyRing? = nil, on connection: PostgresConnection) throws -> [RecordedEvent] {
         let statement = readStatement(after: checkpoint, limit: limit)
-        return try recordedEvents(try connection.query(statement.sql, binds: statement.binds))
+        return try PersonalDataKeys.attachKeys(to: try recordedEvents(try connection.query(statement.sql, binds: statement.binds)), on: connection, ring: ring)
     }
 
     /// `read(after:limit:on:)`'s statement, for a caller that sends it with others.
@@ -135,7 +137,9 @@ public final class EventStore: Sendable {
     /// The event at `position`, if there is one.
     public func event(at position: Int64) async throws -> RecordedEvent? {
         try await client.withConnection { connection in
-            try connection.query("SELECT * FROM events WHERE position = $1", position).first.map(RecordedEvent.init(row:))
+            try PersonalDataKeys.attachKeys(
+                to: try connection.query("SELECT * FROM events WHERE position = $1", position).map(RecordedEvent.init(row:)), on: connection
+            ).first
         }
     }
 
@@ -227,6 +231,8 @@ struct AppendRequest: Sendable {
     let metadataTexts: [String]
     /// No expected versions and no idempotency key twice: `append_new_events` can take it.
     let fitsFastPath: Bool
+    /// Whether an event holds personal fields, sealed at `run` when keys are installed.
+    let holdsPersonalData: Bool
 
     /// How often an append is retried after losing a race on a stream version or an idempotency key.
     /// Each lost race means another append to the same stream committed, so the retries make
@@ -235,38 +241,12 @@ struct AppendRequest: Sendable {
 
     init(events: [NewEvent], expectedVersions: [String: ExpectedVersion], validator: EventValidator? = nil) throws {
         self.events = events
-        var text = JSONText(capacity: events.count * 256 + 16)
-        var metadataTexts: [String] = []
-        metadataTexts.reserveCapacity(events.count)
-        text.raw(UInt8(ascii: "["))
         for (index, event) in events.enumerated() {
             try Self.validate(event, index: index)
             try validator?.check(event, index: index)
-            if index > 0 { text.raw(UInt8(ascii: ",")) }
-            var first = true
-            text.raw(UInt8(ascii: "{"))
-            text.key("stream", first: &first)
-            text.string(event.streamId)
-            text.key("type", first: &first)
-            text.string(event.type)
-            text.key("schemaVersion", first: &first)
-            text.raw(String(event.schemaVersion))
-            text.key("payload", first: &first)
-            text.raw(event.payloadJSON)
-            text.key("metadata", first: &first)
-            var metadata = JSONText(capacity: 160)
-            Self.write(event.metadata, to: &metadata)
-            text.raw(metadata.bytes)
-            metadataTexts.append(metadata.string)
-            if let key = event.idempotencyKey {
-                text.key("idempotencyKey", first: &first)
-                text.string(key)
-            }
-            text.raw(UInt8(ascii: "}"))
         }
-        text.raw(UInt8(ascii: "]"))
-        eventsJSON = text.string
-        self.metadataTexts = metadataTexts
+        (eventsJSON, metadataTexts) = Self.json(events, payloads: nil)
+        holdsPersonalData = events.contains { PersonalDataKeys.personalTypes.contains($0.type) }
 
         var expected = JSONText()
         var first = true
@@ -283,6 +263,40 @@ struct AppendRequest: Sendable {
         let keysAreDistinct = events.allSatisfy { event in event.idempotencyKey.map { keys.insert($0).inserted } ?? true }
         let holdsVersions = expectedVersions.values.contains { $0.required != nil }
         fitsFastPath = !holdsVersions && keysAreDistinct
+    }
+
+    /// The batch as `append_events` takes it, and each event's metadata as written; `payloads`
+    /// replaces the payloads given (sealed ones) where it holds one.
+    static func json(_ events: [NewEvent], payloads: [String?]?) -> (String, [String]) {
+        var text = JSONText(capacity: events.count * 256 + 16)
+        var metadataTexts: [String] = []
+        metadataTexts.reserveCapacity(events.count)
+        text.raw(UInt8(ascii: "["))
+        for (index, event) in events.enumerated() {
+            if index > 0 { text.raw(UInt8(ascii: ",")) }
+            var first = true
+            text.raw(UInt8(ascii: "{"))
+            text.key("stream", first: &first)
+            text.string(event.streamId)
+            text.key("type", first: &first)
+            text.string(event.type)
+            text.key("schemaVersion", first: &first)
+            text.raw(String(event.schemaVersion))
+            text.key("payload", first: &first)
+            text.raw(payloads?[index] ?? event.payloadJSON)
+            text.key("metadata", first: &first)
+            var metadata = JSONText(capacity: 160)
+            Self.write(event.metadata, to: &metadata)
+            text.raw(metadata.bytes)
+            metadataTexts.append(metadata.string)
+            if let key = event.idempotencyKey {
+                text.key("idempotencyKey", first: &first)
+                text.string(key)
+            }
+            text.raw(UInt8(ascii: "}"))
+        }
+        text.raw(UInt8(ascii: "]"))
+        return (text.string, metadataTexts)
     }
 
     static func validate(_ event: NewEvent, index: Int) throws {
@@ -307,6 +321,24 @@ struct AppendRequest: Sendable {
         // PostgreSQL's text and jsonb cannot hold U+0000: refused here, it is the client's fault
         // (a 422), not a failed statement that another tier would retry forever.
         if let field = fieldHoldingNUL(event) { throw refuse(field, "holds the character U+0000, which cannot be stored") }
+        if holdsReservedName(event.payloadJSON) {
+            throw refuse("payload", "holds a member named $seal or $sealed, which only the log itself writes (sealed personal data)")
+        }
+    }
+
+    /// Whether a payload names `$seal` or `$sealed` anywhere: parsed only when its text holds
+    /// `$seal` or an escaped character that could spell it.
+    static func holdsReservedName(_ payload: String) -> Bool {
+        guard payload.contains("$seal") || payload.contains("\\u") else { return false }
+        guard let value = try? JSONDecoder().decode(JSONValue.self, from: Data(payload.utf8)) else { return false }
+        func holds(_ value: JSONValue) -> Bool {
+            switch value {
+            case .object(let members): members.contains { $0.key == "$seal" || $0.key == "$sealed" || holds($0.value) }
+            case .array(let items): items.contains(where: holds)
+            default: false
+            }
+        }
+        return holds(value)
     }
 
     /// The first field of `event` with U+0000 in it (`metadata.actor`, `payload.offer.note`). The
@@ -369,6 +401,10 @@ struct AppendRequest: Sendable {
 
     func run(on connection: PostgresConnection) throws -> [AppendedEvent] {
         if events.isEmpty { return [] }
+        var eventsJSON = self.eventsJSON
+        if holdsPersonalData, let keys = PersonalDataKeys.current {
+            eventsJSON = Self.json(events, payloads: try events.map { try keys.sealed($0, on: connection) }).0
+        }
         // Inside the caller's transaction a failed statement would abort it: retry behind a savepoint.
         let savepoint = connection.isInTransaction
         var fastPath = fitsFastPath
@@ -386,6 +422,12 @@ struct AppendRequest: Sendable {
                             PostgresRawJSON(expectedJSON)))
                 }
                 if savepoint { connection.executeWithNext("RELEASE SAVEPOINT inbox_append") }
+                // Originals found by their idempotency key are read from the log: their sealed
+                // fields open with their keys, read now.
+                if appended.contains(where: { !$0.wasAppended }) {
+                    let opened = try PersonalDataKeys.attachKeys(to: appended.map(\.event), on: connection)
+                    return zip(appended, opened).map { AppendedEvent(event: $1, wasAppended: $0.wasAppended) }
+                }
                 return appended
             } catch let error as PostgresError {
                 if savepoint, connection.isOpen { _ = try? connection.execute("ROLLBACK TO SAVEPOINT inbox_append") }
@@ -437,6 +479,7 @@ struct AppendRequest: Sendable {
         try rows.map { row in
             let ordinal = Int(try row.decode(Int32.self, "ordinal")) - 1
             guard try row.decode(Bool.self, "appended") else {
+                // The original: the keys of its sealed fields are attached by `run`.
                 return AppendedEvent(event: try RecordedEvent(row: row), wasAppended: false)
             }
             let version = try row.decode(Int64.self, "stream_version")

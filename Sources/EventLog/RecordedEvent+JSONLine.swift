@@ -3,7 +3,9 @@ import PostgresClient
 
 extension RecordedEvent {
     /// The event as one line of JSON, as `inbox events tail` prints it. The payload and metadata are
-    /// embedded as stored; the transaction id is a string (it can exceed what JSON numbers hold exactly).
+    /// embedded as stored, but sealed personal fields, which are shown opened where their keys
+    /// exist and `{"$erased": true}` where they do not (`openedPayloadJSON`); the transaction id is
+    /// a string (it can exceed what JSON numbers hold exactly).
     public func jsonLine(extra: [(String, Bool)] = []) -> String {
         var text = JSONText(capacity: payloadJSON.utf8.count + metadataJSON.utf8.count + 256)
         var first = true
@@ -21,7 +23,7 @@ extension RecordedEvent {
         text.key("schemaVersion", first: &first)
         text.raw(String(schemaVersion))
         text.key("payload", first: &first)
-        text.raw(payloadJSON)
+        text.raw(openedPayloadJSON)
         text.key("metadata", first: &first)
         text.raw(metadataJSON)
         text.key("idempotencyKey", first: &first)

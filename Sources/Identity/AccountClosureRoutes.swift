@@ -34,6 +34,7 @@ public enum AccountClosureRoutes {
             attributes: [
                 "password": Schema.string(maximumLength: 1024), "code": Schema.string(maximumLength: 64),
                 "provider": Schema.choice(["apple", "google"]), "idToken": Schema.string(maximumLength: 8192), "nonce": Schema.string(maximumLength: 512),
+                "erase": Schema.boolean,
             ], required: [], id: false)
         return [
             Route(
@@ -45,7 +46,14 @@ public enum AccountClosureRoutes {
                 let personId = context.token?.subject ?? ""
                 let data = try context.resourceDocument()
                 try AccountRoutes.requireType(data, type)
-                let fields = try AccountRoutes.Fields(data, allowed: ["password", "code", "provider", "idToken", "nonce"])
+                let fields = try AccountRoutes.Fields(data, allowed: ["password", "code", "provider", "idToken", "nonce", "erase"])
+                // With `erase`, the person's data is erased too (`PersonErasure`): their key goes.
+                let erase = try fields.bool("erase") ?? false
+                if erase && PersonalDataKeys.current == nil {
+                    throw APIError(
+                        status: 422, code: .invalidField, detail: "This server seals no personal data, so it cannot erase it: close without erase.",
+                        source: .pointer("/data/attributes/erase"))
+                }
                 let take = {
                     try SecondFactorRoutes.limited {
                         try client.withConnectionBlocking { connection in try limits.take("code", .account(personId), limit: limit, now: now(), on: connection) }
@@ -87,8 +95,15 @@ public enum AccountClosureRoutes {
                                     source: .pointer("/data/attributes/idToken"))
                             }
                         }
-                        try Self.close(personId, appleClientId: appleClientId, on: connection)
-                        try MeRoutes.append(AccountClosed(personId: personId), by: personId, context, validator, on: connection)
+                        if erase {
+                            var metadata = context.identity.metadata
+                            metadata.service = "identity"
+                            metadata.actor = personId
+                            _ = try PersonErasure.erase(personId, metadata: metadata, appleClientId: appleClientId, validator: validator, on: connection)
+                        } else {
+                            try Self.close(personId, appleClientId: appleClientId, on: connection)
+                            try MeRoutes.append(AccountClosed(personId: personId), by: personId, context, validator, on: connection)
+                        }
                     }
                 }
                 return HTTPResponse(status: 204)

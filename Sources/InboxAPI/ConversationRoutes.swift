@@ -486,7 +486,9 @@ public enum ConversationRoutes {
                 if let id = thread.lastMessageId {
                     attributes.object("lastMessage", &text) { message, text in
                         message.string("authorSide", thread.lastMessageSide ?? "", &text)
-                        message.string("body", thread.lastMessageBody ?? "", &text)
+                        // An erased message (its author's key is gone): body null, erased true.
+                        message.string("body", thread.lastMessageBody, &text)
+                        if thread.lastMessageBody == nil { message.bool("erased", true, &text) }
                         message.string("id", id, &text)
                         message.string("sentAt", thread.lastMessageAt.map(Documents.timestampText), &text)
                     }
@@ -531,6 +533,8 @@ public enum ConversationRoutes {
                 attributes.string("sentAt", Documents.timestampText(message.sentAt), &text)
             }
             resource.string("id", message.id, &text)
+            // An erased message keeps its place in the thread: body null, meta.erased true.
+            if message.body == nil { resource.object("meta", &text) { meta, text in meta.bool("erased", true, &text) } }
             resource.string("type", messageType, &text)
         }
     }
@@ -657,7 +661,7 @@ struct MessageInput: Sendable {
     /// The message as it was stored: its number in the thread is its stream version.
     func message(_ event: MessageSent, recorded: RecordedEvent) -> ThreadMessage {
         ThreadMessage(
-            id: event.messageId, seq: recorded.streamVersion, authorSide: event.authorSide.rawValue, authorId: event.authorId, body: event.body,
+            id: event.messageId, seq: recorded.streamVersion, authorSide: event.authorSide.rawValue, authorId: event.authorId, body: event.body.text,
             attachmentHandles: event.attachmentHandles, offer: event.offer, sentAt: recorded.recordedAt)
     }
 }

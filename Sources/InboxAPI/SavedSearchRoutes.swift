@@ -89,7 +89,7 @@ public enum SavedSearchRoutes {
                     guard var search = try Self.find(id: id, person: person, on: connection) else { return nil }
                     let recorded = try inline.append([try NewEvent(change, metadata: metadata)], on: connection)[0].event.recordedAt
                     // What this request set, also when the projection takes it a moment later.
-                    if let name = change.name { search.name = name }
+                    if let name = change.name { search.name = name.text }
                     if let query = change.query { search.query = query }
                     if let interval = change.interval { search.interval = interval.rawValue }
                     if let push = change.push { search.push = push }
@@ -145,14 +145,15 @@ public enum SavedSearchRoutes {
 
 struct SavedSearch: Sendable {
     var id: String
-    var name: String
+    /// Nil when erased: its person's data key is gone.
+    var name: String?
     var query: JSONValue
     var interval: String
     var push: Bool
     var createdAt: Date
     var updatedAt: Date
 
-    init(id: String, name: String, query: JSONValue, interval: String, push: Bool, createdAt: Date, updatedAt: Date) {
+    init(id: String, name: String?, query: JSONValue, interval: String, push: Bool, createdAt: Date, updatedAt: Date) {
         self.id = id
         self.name = name
         self.query = query
@@ -164,7 +165,7 @@ struct SavedSearch: Sendable {
 
     init(row: PostgresRow) throws {
         id = try row.decode(String.self, "saved_search_id")
-        name = try row.decode(String.self, "name")
+        name = try row.decode(String?.self, "name")
         query = (try? JSONValue(parsing: try row.decode(PostgresRawJSON.self, "query").text)) ?? .object([:])
         interval = try row.decode(String.self, "interval")
         push = try row.decode(Bool.self, "push")
@@ -173,12 +174,14 @@ struct SavedSearch: Sendable {
     }
 
     var resource: JSONValue {
-        .object([
+        var resource: [String: JSONValue] = [
             "type": .string(SavedSearchRoutes.type), "id": .string(id),
             "attributes": .object([
-                "name": .string(name), "query": query, "interval": .string(interval), "push": .bool(push),
+                "name": name.map(JSONValue.string) ?? .null, "query": query, "interval": .string(interval), "push": .bool(push),
                 "createdAt": Documents.timestamp(createdAt), "updatedAt": Documents.timestamp(updatedAt),
             ]),
-        ])
+        ]
+        if name == nil { resource["meta"] = .object(["erased": .bool(true)]) }
+        return .object(resource)
     }
 }

@@ -1,3 +1,4 @@
+import Crypto
 import EventLog
 import Foundation
 import InboxDomain
@@ -32,6 +33,42 @@ final class SignalHandover: Sendable {
     }
 }
 
+/// Installs the key-encryption key of the people's data keys for this process, and checks that
+/// it opens the keys stored: a database sealed under another key, or with none given, is refused
+/// here with a sentence, never read as garbage. The embedded PostgreSQL's is made on first use.
+func installPersonalDataKeys(_ configuration: InboxConfiguration, client: PostgresClient, log: Logger) async throws {
+    var path = configuration.personalDataKeyFile
+    if path == nil && configuration.databaseURL == nil {
+        let made = (configuration.dataDirectory as NSString).appendingPathComponent("personal-data.key")
+        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
+        try FileLock.exclusive(made + ".lock") {
+            if !FileManager.default.fileExists(atPath: made) {
+                guard FileManager.default.createFile(atPath: made, contents: Data(SecureRandom.bytes(32)), attributes: [.posixPermissions: 0o600]) else {
+                    throw UsageError(description: "Cannot write the personal data key to \(made).")
+                }
+                log.info("made the key-encryption key of the people's data keys", metadata: ["path": made])
+            }
+        }
+        path = made
+    }
+    let keys: PersonalDataKeys?
+    do {
+        keys = try path.map { PersonalDataKeys(kek: try SecretsKey.load(path: $0)) }
+    } catch {
+        throw UsageError(description: "INBOX_PERSONAL_DATA_KEY_FILE: \(error)")
+    }
+    do {
+        try await client.withConnection { connection in
+            guard try connection.query("SELECT to_regclass('public.person_data_keys') IS NOT NULL").scalar(Bool.self) else { return }
+            try PersonalDataKeys.check(keys, on: connection)
+        }
+        if let keys { try PersonalDataKeys.install(keys) }
+    } catch let error as PersonalDataError {
+        throw UsageError(description: "\(error)")
+    }
+    if keys == nil { log.notice("no INBOX_PERSONAL_DATA_KEY_FILE: personal data is stored unsealed and cannot be erased (docs/event-log.md)") }
+}
+
 /// Runs `body` with a database. SIGINT and SIGTERM cancel `body` (until it hands them over); the
 /// pool is closed and the embedded cluster stopped afterwards (when this process started it)
 /// whether `body` returned, threw or was interrupted.
@@ -64,6 +101,7 @@ func withDatabase(
                 log.info("applied migration", metadata: ["file": applied.fileName])
             }
         }
+        try await installPersonalDataKeys(configuration, client: client, log: log)
         try await body(database)
     }
     handover.watch(with: SignalWatcher(signals: [SIGINT, SIGTERM]) { signal in

@@ -4,6 +4,7 @@ import Foundation
 import HTTPServer
 import Identity
 import InboxAPI
+import InboxDomain
 import Lifecycle
 import PostgresClient
 
@@ -248,5 +249,40 @@ enum AccountCommand {
             throw UsageError(description: "the password is read from the first line of standard input, which is empty.")
         }
         return line
+    }
+}
+
+extension Command {
+    static let erase = Command(
+        name: "erase", synopsis: "erase --person ID",
+        summary: "Erases a person (GDPR article 17): deletes their data key, so their message bodies, sign-in devices and places, "
+            + "saved searches' names and blocks' reasons are unreadable in the log and every backup; closes their account, deletes their "
+            + "devices, contact and waiting mails; appends person_erased and brings the read models in line (docs/event-log.md). Cannot be undone."
+    ) { arguments, configuration, log in
+        guard arguments.count == 2, arguments[0] == "--person", !arguments[1].isEmpty, arguments[1].utf8.count <= 200 else {
+            throw UsageError(description: "inbox erase takes --person ID (the person's id, 1 to 200 bytes).")
+        }
+        let person = arguments[1]
+        let (settings, _) = try configuration.identitySetup()
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            guard PersonalDataKeys.current != nil else {
+                throw UsageError(
+                    description: "Nothing is sealed without INBOX_PERSONAL_DATA_KEY_FILE: erasing would leave the person's fields readable in the log. "
+                        + "Set it (docs/event-log.md, \"Personal data\").")
+            }
+            let validator = database.store.validator
+            let outcome = try await database.client.withConnection { connection in
+                try connection.transaction { connection in
+                    try PersonErasure.erase(
+                        person, metadata: EventMetadata(origin: .api, actor: "operator", service: "inbox"),
+                        appleClientId: settings.apple?.audiences.sorted().first, validator: validator, on: connection)
+                }
+            }
+            log.info("erased a person", metadata: ["person": person, "key": outcome.deletedKey ? "deleted" : "none", "account": outcome.closedAccount ? "closed" : "none"])
+            print(
+                "erased \(person): "
+                    + (outcome.deletedKey ? "their data key is deleted" : "no data key was left (nothing sealed of theirs, or erased before)")
+                    + (outcome.closedAccount ? "; their account is closed" : "") + "; person_erased appended")
+        }
     }
 }

@@ -42,6 +42,10 @@ struct InboxConfiguration: Sendable {
     var opsPort: UInt16?
     /// `INBOX_UPLOADS_DIR`: the folder uploaded files are stored in; nil: `<dataDirectory>/uploads`.
     var uploadsDirectory: String?
+    /// `INBOX_PERSONAL_DATA_KEY_FILE`: the key-encryption key of the people's data keys (docs/event-log.md,
+    /// "Personal data"); nil: `<dataDirectory>/personal-data.key` for the embedded PostgreSQL, nothing
+    /// sealed with `DATABASE_URL`.
+    var personalDataKeyFile: String?
     /// `INBOX_UPLOADS_ALLOW_PRIVATE_SOURCES`: whether a `sourceUrl` may lead to loopback, private
     /// or link-local addresses (tests, a closed network); never in production.
     var uploadsAllowPrivateSources = false
@@ -254,6 +258,11 @@ struct InboxConfiguration: Sendable {
         requestLimit(
             "INBOX_API_GUEST_LIMIT", "--api-guest-limit", default: "20/10", meaning: "requests of one guest token to this node: N/SECONDS"
         ) { $0.apiGuestLimit = $1 },
+        Setting(variable: "INBOX_PERSONAL_DATA_KEY_FILE", flag: "--personal-data-key-file",
+                defaultValue: "(unset: <INBOX_DATA_DIR>/personal-data.key, made, for the embedded PostgreSQL; nothing sealed with DATABASE_URL)",
+                meaning: "32 random bytes (raw, hex or base64) wrapping each person's data key; message bodies and other personal fields are sealed under those (docs/event-log.md)") {
+            $0.personalDataKeyFile = $1
+        },
         Setting(variable: "INBOX_UPLOADS_DIR", flag: "--uploads-dir", defaultValue: "(unset: <INBOX_DATA_DIR>/uploads)",
                 meaning: "folder uploaded files are stored in, by their SHA-256 (made when missing)") { $0.uploadsDirectory = $1 },
         Setting(variable: "INBOX_UPLOADS_S3_URL", flag: "--uploads-s3-url", defaultValue: "(unset: the folder alone)",

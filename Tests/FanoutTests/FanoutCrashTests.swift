@@ -22,6 +22,7 @@ import Testing
         var environment = ProcessInfo.processInfo.environment.filter { key, _ in !key.hasPrefix("INBOX_") && key != "DATABASE_URL" }
         environment.merge([
             "DATABASE_URL": db.url, "INBOX_MIGRATIONS_DIR": TestDatabase.migrationsDirectory.path, "INBOX_LOG_FORMAT": "text",
+            "INBOX_PERSONAL_DATA_KEY_FILE": TestPersonalData.keyFile,
             "INBOX_FCM_SERVICE_ACCOUNT": serviceAccount.path, "INBOX_FCM_URL": "https://127.0.0.1:\(mock.fcm)",
             "INBOX_PUSH_CA_FILE": mock.caFile, "INBOX_PUSH_CLAIM_SECONDS": String(claimSeconds), "INBOX_FANOUT_BATCH": String(batch), "INBOX_FANOUT_WORKERS": "1",
             "INBOX_POLL_INTERVAL_MS": "100", "SWIFT_BACKTRACE": "enable=no",

@@ -1,5 +1,6 @@
 import Foundation
 import Identity
+import InboxDomain
 import InboxAPI
 import InboxTesting
 import Testing
@@ -133,7 +134,8 @@ import Testing
             #expect(block.status == 200, "\(block)")
             #expect(((block.json["data"] as? [String: Any])?["attributes"] as? [String: Any])?["blocked"] as? Bool == true)
             #expect(try await identity.password("anna@example.com", "correct horse battery").status == 403)
-            #expect(try await identity.db.scalar("SELECT payload->>'reason' FROM events WHERE type = 'account_blocked'", String.self) == "fraud")
+            let blocked = try await identity.db.events(where: "type = 'account_blocked'").first
+            #expect(try blocked?.decode(AccountBlocked.self, using: InboxCatalogue.registry).reason == "fraud", "read through the log, opened")
             let password = try await identity.send(
                 "PATCH", "/internal/v1/accounts/\(personId)", headers: headers,
                 body: Array(#"{"data":{"type":"accounts","attributes":{"blocked":false,"password":"a brand new password"}}}"#.utf8))

@@ -201,28 +201,25 @@ import Testing
     /// Per owner and side, the threads with unread messages, from the log: a side's last message from
     /// the other side is past what it wrote or marked read.
     static func recount(_ db: TestDatabase) async throws -> [OwnerSide: Int] {
-        let events = try await db.client.query(
-            """
-            SELECT type, payload::text AS payload, stream_version FROM events
-            WHERE type IN ('conversation_started', 'message_sent', 'conversation_read') ORDER BY position
-            """
-        ) { (try $0.decode(String.self, "type"), try $0.decode(String.self, "payload"), try $0.decode(Int64.self, "stream_version")) }
+        // Read through the log, whose sealed message bodies open with their authors' keys.
+        let records = try await db.events(where: "type IN ('conversation_started', 'message_sent', 'conversation_read')")
+        let events = records.map { ($0.type, $0, $0.streamVersion) }
         var owners: [String: [String: String]] = [:]
         var seqs: [String: Int64] = [:]
         var incoming: [String: [String: Int64]] = [:]
         var read: [String: [String: Int64]] = [:]
-        let decoder = JSONDecoder()
+        let registry = InboxCatalogue.registry
         for (type, payload, version) in events where type == "message_sent" {
-            let message = try decoder.decode(MessageSent.self, from: Data(payload.utf8))
+            let message = try payload.decode(MessageSent.self, using: registry)
             seqs[message.messageId] = version
         }
         for (type, payload, version) in events {
             switch type {
             case "conversation_started":
-                let started = try decoder.decode(ConversationStarted.self, from: Data(payload.utf8))
+                let started = try payload.decode(ConversationStarted.self, using: registry)
                 owners[started.conversationId] = ["buyer": started.buyerId, "seller": started.shopId ?? ""]
             case "message_sent":
-                let message = try decoder.decode(MessageSent.self, from: Data(payload.utf8))
+                let message = try payload.decode(MessageSent.self, using: registry)
                 for side in ["buyer", "seller"] {
                     if side == message.authorSide.rawValue {
                         read[message.conversationId, default: [:]][side] = max(read[message.conversationId]?[side] ?? 0, version)
@@ -231,7 +228,7 @@ import Testing
                     }
                 }
             default:
-                let mark = try decoder.decode(ConversationRead.self, from: Data(payload.utf8))
+                let mark = try payload.decode(ConversationRead.self, using: registry)
                 let seq = seqs[mark.upToMessageId] ?? 0
                 read[mark.conversationId, default: [:]][mark.side.rawValue] = max(read[mark.conversationId]?[mark.side.rawValue] ?? 0, seq)
             }

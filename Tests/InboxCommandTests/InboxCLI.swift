@@ -74,6 +74,8 @@ enum InboxCLI {
             "DATABASE_URL": databaseURL,
             "INBOX_MIGRATIONS_DIR": TestDatabase.migrationsDirectory.path,
             "INBOX_LOG_FORMAT": "json",
+            // The key the test process seals with (InboxTesting.TestPersonalData).
+            "INBOX_PERSONAL_DATA_KEY_FILE": TestPersonalData.keyFile,
         ]
         environment.merge(extra) { _, new in new }
         return environment

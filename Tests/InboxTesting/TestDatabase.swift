@@ -1,3 +1,4 @@
+import Crypto
 import EventLog
 import Foundation
 import InboxDomain
@@ -6,6 +7,27 @@ import PostgresClient
 /// A fresh database for one test, on the PostgreSQL that `make test` starts
 /// (`INBOX_TEST_DATABASE_URL`), migrated with the repository's `sql/`. Each test gets its own
 /// database, so tests can run in parallel and count events without seeing each other's.
+/// The test process's key-encryption key of the people's data keys, installed once, when the
+/// first database is made: every test seals personal fields as a node with
+/// INBOX_PERSONAL_DATA_KEY_FILE does, and an `inbox` it starts reads the same key (`keyFile`).
+public enum TestPersonalData {
+    public static let kek: [UInt8] = Array("wristler-tests-personal-data-kek".utf8)
+
+    /// A file holding `kek`, for `INBOX_PERSONAL_DATA_KEY_FILE`.
+    public static let keyFile: String = {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("inbox-test-personal-data-\(getpid()).key").path
+        _ = FileManager.default.createFile(atPath: path, contents: Data(kek), attributes: [.posixPermissions: 0o600])
+        return path
+    }()
+
+    private static let installed: Void = {
+        // A process installs one key; every test of the process shares it.
+        try? PersonalDataKeys.install(PersonalDataKeys(kek: try! SecretsKey(bytes: kek)))
+    }()
+
+    public static func install() { installed }
+}
+
 public struct TestDatabase: Sendable {
     public let name: String
     public let configuration: PostgresConfiguration
@@ -29,6 +51,7 @@ public struct TestDatabase: Sendable {
 
     /// A database that exists already (restored from a backup, say), as it is: not migrated, never dropped.
     public static func attach(url: String, name: String, poolSize: Int = 4) throws -> TestDatabase {
+        TestPersonalData.install()
         let configuration = try PostgresConfiguration(url: url)
         let client = try PostgresClient(configuration: .init(connection: configuration, maximumConnections: poolSize))
         return TestDatabase(name: name, configuration: configuration, client: client, store: EventStore(client: client), url: url)
@@ -36,6 +59,7 @@ public struct TestDatabase: Sendable {
 
     /// Creates and migrates a new database.
     public static func make(migrated: Bool = true, poolSize: Int = 8) async throws -> TestDatabase {
+        TestPersonalData.install()
         let admin = try adminConfiguration()
         let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(20)
         do {
@@ -166,6 +190,7 @@ public final class TestCluster: Sendable {
 
     /// The cluster's own database, migrated, as a `TestDatabase`.
     public func database(poolSize: Int = 8) async throws -> TestDatabase {
+        TestPersonalData.install()
         let configuration = postgres.connection
         let client = try PostgresClient(configuration: .init(connection: configuration, maximumConnections: poolSize))
         try await Migrator(directory: TestDatabase.migrationsDirectory).migrate(client: client)
@@ -205,6 +230,15 @@ extension TestDatabase {
     }
 
     /// Appends catalogue events as one batch.
+    /// The events `condition` picks, in position order, with the keys of their sealed fields: read
+    /// whole, not gap-safe (other tests' transactions on the server would hold that back).
+    public func events(where condition: String = "true") async throws -> [RecordedEvent] {
+        try await client.withConnection { connection in
+            try PersonalDataKeys.attachKeys(
+                to: try connection.query("SELECT * FROM events WHERE \(condition) ORDER BY position").map(RecordedEvent.init(row:)), on: connection)
+        }
+    }
+
     public func append(_ events: any CatalogueEvent...) async throws {
         _ = try await store.append(try events.map { try NewEvent(catalogueEvent: $0) })
     }

@@ -18,7 +18,7 @@ import Testing
         let written = try [
             NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
             NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
-            NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")), NewEvent(RecoveryCodesRenewed(personId: "p1")),
+            NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")), NewEvent(RecoveryCodesRenewed(personId: "p1")), NewEvent(PersonErased(personId: "p1")),
             NewEvent(ConversationReopened(conversationId: "c1", personId: "p1")), NewEvent(ShopBlocked(blockerId: "p1", shopId: "s1")),
             NewEvent(ShopUnblocked(blockerId: "p1", shopId: "s1")),
         ]
@@ -46,7 +46,7 @@ import Testing
         let written = try [
             NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
             NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
-            NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")), NewEvent(RecoveryCodesRenewed(personId: "p1")),
+            NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")), NewEvent(RecoveryCodesRenewed(personId: "p1")), NewEvent(PersonErased(personId: "p1")),
             NewEvent(ConversationReopened(conversationId: "c1", personId: "p1")), NewEvent(ShopBlocked(blockerId: "p1", shopId: "s1")),
             NewEvent(ShopUnblocked(blockerId: "p1", shopId: "s1")),
         ]

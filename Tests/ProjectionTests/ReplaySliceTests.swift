@@ -35,7 +35,7 @@ import Testing
         // What the simulation never writes, by hand.
         for payload: any CatalogueEvent in [ShopMemberRemoved(shopId: "s1", personId: "p1"), SignedOut(personId: "p1", signInIds: ["s-1"]),
             SignInLinked(personId: "p1", provider: "apple"), SignInUnlinked(personId: "p1", provider: "apple"),
-            ConversationReopened(conversationId: "c1", personId: "p1"), RecoveryCodesRenewed(personId: "p1"),
+            ConversationReopened(conversationId: "c1", personId: "p1"), RecoveryCodesRenewed(personId: "p1"), PersonErased(personId: "p1"),
         ] {
             let record = RecordedEvent(
                 position: 40_001, transactionId: 1, streamId: payload.streamId, streamVersion: 1, type: type(of: payload).eventType,

@@ -49,15 +49,16 @@ public struct ConversationStarted: CatalogueEvent, Hashable {
     }
 }
 
-/// A message in a conversation. `offer` is set when the message makes an offer.
-public struct MessageSent: CatalogueEvent, Hashable {
+/// A message in a conversation. `offer` is set when the message makes an offer. `body` is its
+/// author's personal data (sealed under their key in the log).
+public struct MessageSent: CatalogueEvent, Hashable, HoldsPersonalData {
     public static let eventType = "message_sent"
     public var conversationId: String
     public var messageId: String
     public var authorSide: AuthorSide
     /// The person who wrote it (for the seller side, the shop member; for Wristler, the agent).
     public var authorId: String
-    public var body: String
+    public var body: PersonalText
     public var attachmentHandles: [String]
     public var offer: Money?
     public var streamId: String { Streams.conversation(conversationId) }
@@ -70,10 +71,12 @@ public struct MessageSent: CatalogueEvent, Hashable {
         self.messageId = messageId
         self.authorSide = authorSide
         self.authorId = authorId
-        self.body = body
+        self.body = .text(body)
         self.attachmentHandles = attachmentHandles
         self.offer = offer
     }
+
+    public var personalDataOwner: String { authorId }
 
     /// `attachmentHandles` may be left out for a message without attachments.
     public init(from decoder: any Decoder) throws {
@@ -82,13 +85,13 @@ public struct MessageSent: CatalogueEvent, Hashable {
         messageId = try container.decode(String.self, forKey: .messageId)
         authorSide = try container.decode(AuthorSide.self, forKey: .authorSide)
         authorId = try container.decode(String.self, forKey: .authorId)
-        body = try container.decode(String.self, forKey: .body)
+        body = try container.decode(PersonalText.self, forKey: .body)
         attachmentHandles = try container.decodeIfPresent([String].self, forKey: .attachmentHandles) ?? []
         offer = try container.decodeIfPresent(Money.self, forKey: .offer)
     }
 
     public var problem: (field: String, reason: String)? {
-        if body.isEmpty && attachmentHandles.isEmpty { return ("body", "is empty and the message has no attachment") }
+        if body.text?.isEmpty == true && attachmentHandles.isEmpty { return ("body", "is empty and the message has no attachment") }
         if let offer, offer.amount <= 0 { return ("offer.amount", "must be more than 0") }
         return nil
     }

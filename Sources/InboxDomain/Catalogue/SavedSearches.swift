@@ -7,11 +7,12 @@ public enum SavedSearchInterval: String, Codable, Sendable, Hashable, CaseIterab
     case never
 }
 
-public struct SavedSearchCreated: CatalogueEvent, Hashable {
+/// `name` is the person's personal data (sealed under their key in the log).
+public struct SavedSearchCreated: CatalogueEvent, Hashable, HoldsPersonalData {
     public static let eventType = "saved_search_created"
     public var savedSearchId: String
     public var personId: String
-    public var name: String
+    public var name: PersonalText
     /// The search itself, as the catalogue tier understands it; stored as given.
     public var query: JSONValue
     public var interval: SavedSearchInterval
@@ -21,19 +22,21 @@ public struct SavedSearchCreated: CatalogueEvent, Hashable {
     public init(savedSearchId: String, personId: String, name: String, query: JSONValue, interval: SavedSearchInterval, push: Bool) {
         self.savedSearchId = savedSearchId
         self.personId = personId
-        self.name = name
+        self.name = .text(name)
         self.query = query
         self.interval = interval
         self.push = push
     }
+
+    public var personalDataOwner: String { personId }
 }
 
 /// Some of a saved search's settings changed; absent fields keep their value.
-public struct SavedSearchChanged: CatalogueEvent, Hashable {
+public struct SavedSearchChanged: CatalogueEvent, Hashable, HoldsPersonalData {
     public static let eventType = "saved_search_changed"
     public var savedSearchId: String
     public var personId: String
-    public var name: String?
+    public var name: PersonalText?
     public var query: JSONValue?
     public var interval: SavedSearchInterval?
     public var push: Bool?
@@ -45,11 +48,13 @@ public struct SavedSearchChanged: CatalogueEvent, Hashable {
     ) {
         self.savedSearchId = savedSearchId
         self.personId = personId
-        self.name = name
+        self.name = name.map(PersonalText.text)
         self.query = query
         self.interval = interval
         self.push = push
     }
+
+    public var personalDataOwner: String { personId }
 }
 
 public struct SavedSearchDeleted: CatalogueEvent, Hashable {

@@ -1,24 +1,27 @@
 /// Security events come from the identity tier. They are locked on for push: a person always hears
 /// that somebody signed in to their account.
-public struct SignedIn: CatalogueEvent, Hashable {
+/// `device` and `location` are the account's personal data (sealed under its key in the log).
+public struct SignedIn: CatalogueEvent, Hashable, HoldsPersonalData {
     public static let eventType = "signed_in"
     public var personId: String
     public var signInId: String
     /// `app:ios`, `app:android` or `web`: where the sign-in happened.
     public var platform: String
     /// A description people recognise ("iPhone", "Firefox on Windows").
-    public var device: String?
+    public var device: PersonalText?
     /// Approximate place, as the identity tier resolved it ("Amsterdam, NL").
-    public var location: String?
+    public var location: PersonalText?
     public var streamId: String { Streams.security(personId) }
 
     public init(personId: String, signInId: String, platform: String, device: String? = nil, location: String? = nil) {
         self.personId = personId
         self.signInId = signInId
         self.platform = platform
-        self.device = device
-        self.location = location
+        self.device = device.map(PersonalText.text)
+        self.location = location.map(PersonalText.text)
     }
+
+    public var personalDataOwner: String { personId }
 }
 
 public struct PasswordChanged: CatalogueEvent, Hashable {
@@ -100,22 +103,38 @@ public struct EmailChanged: CatalogueEvent, Hashable {
 
 /// Wristler blocked the account: the person can no longer sign in, and shops are not reminded of
 /// their waiting messages.
-public struct AccountBlocked: CatalogueEvent, Hashable {
+public struct AccountBlocked: CatalogueEvent, Hashable, HoldsPersonalData {
     public static let eventType = "account_blocked"
     public var personId: String
-    public var reason: String?
+    /// Why, in Wristler's words about the person: their personal data.
+    public var reason: PersonalText?
     public var streamId: String { Streams.security(personId) }
 
     public init(personId: String, reason: String? = nil) {
         self.personId = personId
-        self.reason = reason
+        self.reason = reason.map(PersonalText.text)
     }
+
+    public var personalDataOwner: String { personId }
 }
 
 /// The person closed their account (`DELETE /v1/me`): every session ended, their devices and mail
 /// contact deleted. Tells the other tiers; it makes no notification (nobody is left to tell).
 public struct AccountClosed: CatalogueEvent, Hashable {
     public static let eventType = "account_closed"
+    public var personId: String
+    public var streamId: String { Streams.security(personId) }
+
+    public init(personId: String) {
+        self.personId = personId
+    }
+}
+
+/// The person's data key was deleted (`inbox erase`): every personal field of theirs in the log
+/// reads as erased from now on, and the read models drop what they held of it (docs/event-log.md,
+/// "Personal data"). Holds nothing of the person but the id.
+public struct PersonErased: CatalogueEvent, Hashable {
+    public static let eventType = "person_erased"
     public var personId: String
     public var streamId: String { Streams.security(personId) }
 

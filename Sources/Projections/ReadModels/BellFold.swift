@@ -244,6 +244,8 @@ extension BellFold {
         var rules = Rules(ignoring: [
             ConversationRead.self, ConversationArchived.self, ConversationUnarchived.self, ConversationMarkedNoReplyNeeded.self,
             PersonBlocked.self, PersonUnblocked.self, ShopBlocked.self, ShopUnblocked.self, AccountClosed.self,
+            // The bell holds no personal text (ids and the catalogue's titles).
+            PersonErased.self,
         ])
         addConversationAndWatchRules(to: &rules)
         addSavedSearchRules(to: &rules)

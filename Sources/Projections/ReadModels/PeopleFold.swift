@@ -16,6 +16,8 @@ struct PeopleFold {
     private(set) var blocks: [Pair: Bool] = [:]
     /// The first block of each account in the batch (a later one in the log changes nothing).
     private(set) var blockedAccounts: [String: (reason: String?, at: Date)] = [:]
+    /// The people erased in the batch (`person_erased`): the reasons of their blocks go.
+    private(set) var erasedPeople: Set<String> = []
 
     static let rules: FoldRules<Void, PeopleFold> = {
         var rules = FoldRules<Void, PeopleFold>(ignoring: [
@@ -34,8 +36,12 @@ struct PeopleFold {
         rules.on(ShopMemberRemoved.self) { fold, e, _ in fold.members[Pair(first: e.shopId, second: e.personId)] = false }
         rules.on(PersonBlocked.self) { fold, e, _ in fold.blocks[Pair(first: e.blockerId, second: e.blockedId)] = true }
         rules.on(PersonUnblocked.self) { fold, e, _ in fold.blocks[Pair(first: e.blockerId, second: e.blockedId)] = false }
+        rules.on(PersonErased.self) { fold, e, _ in
+            fold.erasedPeople.insert(e.personId)
+            if let blocked = fold.blockedAccounts[e.personId] { fold.blockedAccounts[e.personId] = (nil, blocked.at) }
+        }
         rules.on(AccountBlocked.self) { fold, e, event in
-            if fold.blockedAccounts[e.personId] == nil { fold.blockedAccounts[e.personId] = (e.reason, event.record.recordedAt) }
+            if fold.blockedAccounts[e.personId] == nil { fold.blockedAccounts[e.personId] = (e.reason?.text, event.record.recordedAt) }
         }
         return rules
     }()

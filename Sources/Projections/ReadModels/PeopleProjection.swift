@@ -60,6 +60,11 @@ public struct PeopleProjection: Projection {
                 ON CONFLICT (person_id) DO NOTHING
                 """, ids, ids.map { blockedAccounts[$0]!.reason }, ids.map { blockedAccounts[$0]!.at })
         }
+        if !fold.erasedPeople.isEmpty {
+            try connection.query(
+                "UPDATE \(context.table("blocked_accounts")) SET reason = NULL WHERE person_id = ANY($1::text[]) AND reason IS NOT NULL",
+                Array(fold.erasedPeople))
+        }
     }
 
     private func write(_ pairs: [PeopleFold.Pair: Bool], table: String, columns: (String, String), on connection: PostgresConnection) throws {

@@ -17,7 +17,8 @@ struct PreferencesFold {
     struct SavedSearchRow {
         var id: String
         var personId: String
-        var name: String
+        /// Nil when erased (its person's key is gone).
+        var name: String?
         var queryJSON: String
         var interval: String
         var push: Bool
@@ -33,6 +34,8 @@ struct PreferencesFold {
     private(set) var switches: [SwitchKey: (enabled: Bool, position: Int64)] = [:]
     private(set) var searches: [String: SavedSearchRow]
     private(set) var changedSearches: Set<String> = []
+    /// The people erased in the batch (`person_erased`): their searches' names go.
+    private(set) var erasedPeople: Set<String> = []
 
     /// The saved-search rows to write.
     var writtenSearches: [SavedSearchRow] { changedSearches.compactMap { searches[$0] } }
@@ -57,6 +60,13 @@ struct PreferencesFold {
         rules.on(SavedSearchCreated.self, load: { keys, e, _ in keys.insert(e.savedSearchId) }) { try $0.create($1, event: $2) }
         rules.on(SavedSearchChanged.self, load: { keys, e, _ in keys.insert(e.savedSearchId) }) { try $0.change($1, event: $2) }
         rules.on(SavedSearchDeleted.self, load: { keys, e, _ in keys.insert(e.savedSearchId) }) { $0.delete($1, event: $2) }
+        rules.on(PersonErased.self) { fold, e, _ in
+            fold.erasedPeople.insert(e.personId)
+            for (id, search) in fold.searches where search.personId == e.personId && search.name != nil {
+                fold.searches[id]?.name = nil
+                fold.changedSearches.insert(id)
+            }
+        }
         return rules
     }()
 
@@ -77,7 +87,7 @@ struct PreferencesFold {
         guard searches[e.savedSearchId] == nil else { return }
         let at = event.record.recordedAt
         searches[e.savedSearchId] = SavedSearchRow(
-            id: e.savedSearchId, personId: e.personId, name: e.name, queryJSON: try Self.json(e.query), interval: e.interval.rawValue,
+            id: e.savedSearchId, personId: e.personId, name: e.name.text, queryJSON: try Self.json(e.query), interval: e.interval.rawValue,
             push: e.push, createdAt: at, updatedAt: at, deleted: false, position: event.record.position)
         changedSearches.insert(e.savedSearchId)
     }
@@ -86,7 +96,7 @@ struct PreferencesFold {
     private mutating func change(_ e: SavedSearchChanged, event: ProjectedEvent) throws {
         let position = event.record.position
         guard var row = searches[e.savedSearchId], position > row.position, !row.deleted else { return }
-        if let name = e.name { row.name = name }
+        if let name = e.name { row.name = name.text }
         if let query = e.query { row.queryJSON = try Self.json(query) }
         if let interval = e.interval { row.interval = interval.rawValue }
         if let push = e.push { row.push = push }

@@ -32,7 +32,8 @@ public struct PreferencesProjection: Projection {
             CREATE TABLE \(context.table("saved_searches")) (
                 saved_search_id text        PRIMARY KEY,
                 person_id       text        NOT NULL,
-                name            text        NOT NULL,
+                -- NULL: erased (its person's data key is gone; sql/029).
+                name            text,
                 query           jsonb       NOT NULL,
                 interval        text        NOT NULL,
                 push            boolean     NOT NULL,
@@ -58,6 +59,11 @@ public struct PreferencesProjection: Projection {
         let fold = try PreferencesFold.fold(events, searches: stored)
         try storeSwitches(fold.switches, context: context)
         try storeSavedSearches(fold.writtenSearches, context: context)
+        // The names of the searches of people erased, stored before.
+        if !fold.erasedPeople.isEmpty {
+            try context.connection.query(
+                "UPDATE \(context.table("saved_searches")) SET name = NULL WHERE person_id = ANY($1::text[]) AND name IS NOT NULL", Array(fold.erasedPeople))
+        }
     }
 
     private func storeSwitches(_ switches: [PreferencesFold.SwitchKey: (enabled: Bool, position: Int64)], context: ProjectionContext) throws {

@@ -23,6 +23,8 @@ struct ThreadsFold {
         var lastMessageAt: Date?
         var lastMessageSide: String?
         var lastMessageBody: String?
+        /// Who wrote the last message, when this fold saw it (not stored: an erasure reads it).
+        var lastMessageAuthorId: String?
         var messageCount: Int32 = 0
         var closedByBlock = false
         var noReplyNeeded = false
@@ -60,7 +62,8 @@ struct ThreadsFold {
         var seq: Int64
         var authorSide: String
         var authorId: String
-        var body: String
+        /// Nil when erased (its author's key is gone).
+        var body: String?
         var attachmentHandles: [String]
         var offer: Money?
         var sentAt: Date
@@ -89,6 +92,8 @@ struct ThreadsFold {
     private(set) var knownMessages: [String: MessagePlace]
     private(set) var newMessages: [Message] = []
     private(set) var watches: [String: Watch] = [:]
+    /// The people erased in this batch (`person_erased`): their messages' bodies go.
+    private(set) var erasedPeople: Set<String> = []
     /// What this batch changed, each as it stood before the batch first changed it (nil: not there),
     /// so that a failed batch can be taken back (`undoBatch`).
     private var conversationsBefore: [String: Conversation?] = [:]
@@ -122,6 +127,7 @@ struct ThreadsFold {
     mutating func apply(_ events: [ProjectedEvent]) throws {
         newMessages.removeAll(keepingCapacity: true)
         watches.removeAll(keepingCapacity: true)
+        erasedPeople.removeAll(keepingCapacity: true)
         conversationsBefore.removeAll(keepingCapacity: true)
         sidesBefore.removeAll(keepingCapacity: true)
         do {
@@ -140,6 +146,17 @@ struct ThreadsFold {
         sidesBefore.removeAll()
         newMessages.removeAll()
         watches.removeAll()
+    }
+
+    /// What this fold holds of `person`'s messages loses its body; the rows stored before are the
+    /// projection's to change (`ThreadsProjection.erasure`).
+    private mutating func erase(_ person: String) {
+        erasedPeople.insert(person)
+        for index in newMessages.indices where newMessages[index].authorId == person { newMessages[index].body = nil }
+        for (id, thread) in conversations where thread.lastMessageAuthorId == person && thread.lastMessageBody != nil {
+            touch(id)
+            conversations[id]?.lastMessageBody = nil
+        }
     }
 
     private mutating func touch(_ id: String) {
@@ -201,6 +218,7 @@ extension ThreadsFold {
             fold, e, _ in fold.markLedToOrder(e.conversationId)
         }
         rules.on(WatchStatusChanged.self) { fold, e, _ in fold.watches[e.watchId] = Watch(shopId: e.shopId, status: e.status.rawValue) }
+        rules.on(PersonErased.self) { fold, e, _ in fold.erase(e.personId) }
         return rules
     }()
 
@@ -237,7 +255,7 @@ extension ThreadsFold {
             newMessages.append(
                 Message(
                     id: e.messageId, conversationId: e.conversationId, seq: seq, authorSide: e.authorSide.rawValue, authorId: e.authorId,
-                    body: e.body, attachmentHandles: e.attachmentHandles, offer: e.offer, sentAt: at))
+                    body: e.body.text, attachmentHandles: e.attachmentHandles, offer: e.offer, sentAt: at))
             thread.messageCount += 1
         }
         if seq > thread.lastMessageSeq {
@@ -245,7 +263,8 @@ extension ThreadsFold {
             thread.lastMessageId = e.messageId
             thread.lastMessageAt = at
             thread.lastMessageSide = e.authorSide.rawValue
-            thread.lastMessageBody = e.body
+            thread.lastMessageBody = e.body.text
+            thread.lastMessageAuthorId = e.authorId
         }
         if e.authorSide == .buyer { thread.noReplyNeeded = false }
         touch(e.conversationId)

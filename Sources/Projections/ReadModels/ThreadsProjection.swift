@@ -62,7 +62,8 @@ public struct ThreadsProjection: StagedProjection {
                 seq                bigint      NOT NULL,
                 author_side        text        NOT NULL,
                 author_id          text        NOT NULL,
-                body               text        NOT NULL,
+                -- NULL: erased (its author's data key is gone; sql/029).
+                body               text,
                 attachment_handles jsonb       NOT NULL,
                 offer_amount       bigint,
                 offer_currency     text,
@@ -122,11 +123,28 @@ public struct ThreadsProjection: StagedProjection {
             writeWatches(fold.watches, context: context), writeConversations(changedConversations, context: context),
             writeMessages(fold.newMessages, context: context), writeSides(changedSides, context: context),
         ].compactMap { $0 } + writeUnreadCounts(ThreadsFold.unreadDeltas(of: changedSides), context: context)
+            + Self.erasure(fold.erasedPeople, context: context)
         // Live and inline, whoever keeps conversation lists in memory learns whose changed when this commits.
         let announcements =
             context.mode == .replay
             ? [] : Announcement.statements(Self.subjects(changedConversations, changedSides), channel: ThreadChanges.channel)
         return writes + announcements
+    }
+
+    /// The bodies of `people`'s messages stored before, and of the threads whose last message is
+    /// theirs, go (`person_erased`). Every list may have shown one: live, all are announced.
+    static func erasure(_ people: Set<String>, context: ProjectionContext) -> [PostgresStatement] {
+        if people.isEmpty { return [] }
+        let ids = Array(people)
+        return [
+            PostgresStatement(
+                "UPDATE \(context.table("messages")) SET body = NULL WHERE author_id = ANY($1::text[]) AND body IS NOT NULL", ids),
+            PostgresStatement(
+                """
+                UPDATE \(context.table("conversations")) c SET last_message_body = NULL FROM \(context.table("messages")) m
+                WHERE m.message_id = c.last_message_id AND m.author_id = ANY($1::text[]) AND c.last_message_body IS NOT NULL
+                """, ids),
+        ] + (context.mode == .replay ? [] : [PostgresStatement("SELECT pg_notify($1, '*')", ThreadChanges.channel)])
     }
 
     /// The lists a batch changed (`ThreadChanges`): both sides of every thread it touched.

@@ -86,13 +86,14 @@ public struct ThreadMessage: Sendable, Hashable {
     public var seq: Int64
     public var authorSide: String
     public var authorId: String
-    public var body: String
+    /// Nil when erased: its author's data key is gone.
+    public var body: String?
     public var attachmentHandles: [String]
     public var offer: Money?
     public var sentAt: Date
 
     public init(
-        id: String, seq: Int64, authorSide: String, authorId: String, body: String, attachmentHandles: [String], offer: Money?, sentAt: Date
+        id: String, seq: Int64, authorSide: String, authorId: String, body: String?, attachmentHandles: [String], offer: Money?, sentAt: Date
     ) {
         self.id = id
         self.seq = seq
@@ -392,7 +393,7 @@ public enum ThreadReader {
         return ThreadMessage(
             id: try row.decode(String.self, "message_id"), seq: try row.decode(Int64.self, "seq"),
             authorSide: try row.decode(String.self, "author_side"), authorId: try row.decode(String.self, "author_id"),
-            body: try row.decode(String.self, "body"), attachmentHandles: try Self.strings(row.decode(PostgresRawJSON.self, "attachment_handles")),
+            body: try row.decode(String?.self, "body"), attachmentHandles: try Self.strings(row.decode(PostgresRawJSON.self, "attachment_handles")),
             offer: amount.flatMap { amount in currency.map { Money(amount: amount, currency: $0) } },
             sentAt: try row.decode(Date.self, "sent_at"))
     }

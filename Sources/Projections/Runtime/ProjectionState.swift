@@ -76,6 +76,11 @@ enum ProjectionState {
         for row in results[3] {
             pending[try row.decode(String.self, "inbox_projection"), default: []].append(try RecordedEvent(row: row))
         }
+        // Their sealed fields open with the keys of their people, read now.
+        if !pending.isEmpty {
+            let ring = KeyRing()
+            for (name, records) in pending { pending[name] = try PersonalDataKeys.attachKeys(to: records, on: connection, ring: ring) }
+        }
         var positions: [String: (ProjectionPosition, pending: [RecordedEvent])] = [:]
         for row in results[0] {
             let name = try row.decode(String.self, "projection")
@@ -96,7 +101,7 @@ enum ProjectionState {
             PostgresStatement(readSQL, name),
             EventStore.readStatement(after: checkpoint, limit: limit),
         ])
-        return (try position(results[0]), try EventStore.recordedEvents(results[1]))
+        return (try position(results[0]), try PersonalDataKeys.attachKeys(to: try EventStore.recordedEvents(results[1]), on: connection))
     }
 
     /// `advance`'s statement, for a caller that sends it with others.

@@ -10,6 +10,8 @@ import PostgresClient
 /// at most whatever the length of the log.
 actor ReplayFeed {
     private let client: PostgresClient
+    /// The data keys of every batch read, for the replay's spilled events too.
+    nonisolated let keyRing = KeyRing()
     private let batchSize: Int
     private let readAhead: Int
     private let readers: Int
@@ -80,7 +82,7 @@ actor ReplayFeed {
     private func task(for index: Int) -> Task<DecodedBatch, any Error> {
         if let task = batches[index] { return task }
         let previous = index == 0 ? nil : task(for: index - 1)
-        let client = client, limit = batchSize, start = start, end = end
+        let client = client, limit = batchSize, start = start, end = end, ring = keyRing
         let task = Task<DecodedBatch, any Error> {
             var after = start
             if let previous {
@@ -90,7 +92,7 @@ actor ReplayFeed {
             }
             let position = after
             return try await client.withConnection { connection in
-                var records = try EventStore.read(after: position, limit: limit, on: connection)
+                var records = try EventStore.read(after: position, limit: limit, ring: ring, on: connection)
                 // Cut short, so that the reader takes it for the last.
                 if let end, let beyond = records.firstIndex(where: { $0.checkpoint > end }) { records.removeSubrange(beyond...) }
                 return DecodedBatch(decodingInParallel: records)

@@ -267,11 +267,14 @@ struct ThreadsReplayFold: ReplayFold {
     /// The messages made since the last `takeSettled`.
     private var messages: [ThreadsFold.Message] = []
     private var watches: [String: ThreadsFold.Watch] = [:]
+    /// People erased since the last `takeSettled`: their messages written before lose their bodies.
+    private var erased: Set<String> = []
 
     mutating func apply(_ events: [ProjectedEvent]) throws {
         try rows.apply(events)
         messages.append(contentsOf: rows.newMessages)
         watches.merge(rows.watches) { _, new in new }
+        erased.formUnion(rows.erasedPeople)
     }
 
     /// A thread's rows are in its first buyer's slice; a watch's status in its own.
@@ -288,16 +291,26 @@ struct ThreadsReplayFold: ReplayFold {
         // An order about no thread is nothing to threads.
         case let e as OrderPaid: e.conversationId.map { .slice(router.conversation($0)) } ?? .nowhere
         case let e as WatchStatusChanged: .slice(router.key(e.watchId))
+        // A person's messages may be in every slice.
+        case is PersonErased: .everywhere
         default: nil
         }
     }
 
-    /// A message is never changed once made: written after the batch that made it.
+    /// A message is never changed once made but by an erasure: written after the batch that made
+    /// it, and emptied by an erasure after.
     mutating func takeSettled() -> ReplaySettledWrite? {
-        if messages.isEmpty { return nil }
+        if messages.isEmpty && erased.isEmpty { return nil }
         let settled = messages
+        let people = erased
         messages = []
-        return { context in try Self.copy(settled, in: context) }
+        erased = []
+        return { context in
+            try Self.copy(settled, in: context)
+            for statement in ThreadsProjection.erasure(people, context: context) {
+                _ = try context.connection.query(statement.sql, binds: statement.binds)
+            }
+        }
     }
 
     private static func copy(_ messages: [ThreadsFold.Message], in context: ProjectionContext) throws {

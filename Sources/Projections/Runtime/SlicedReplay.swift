@@ -18,6 +18,8 @@ import Synchronization
 /// A fold whose slices could disagree with one fold over the whole log (a hazard, see
 /// `ReplaySliceRouter`) stops; `run` returns it, and the replayer rebuilds it through SQL.
 final class SlicedReplay: @unchecked Sendable {
+    /// The replay's data keys (`ReplayFeed.keyRing`).
+    private var keyRing: KeyRing?
     final class Member: @unchecked Sendable {
         let projection: any Projection
         let fold: any ReplayFold.Type
@@ -71,6 +73,7 @@ final class SlicedReplay: @unchecked Sendable {
                 progress("replay: removed \(name) in \(spillDirectory.path), the spill of a replay whose process is gone")
             }
         }
+        keyRing = feed.keyRing
         let spill = slices > 1 ? try ReplaySpill(in: spillDirectory, slices: slices) : nil
         defer { spill?.remove() }
         var index = 0
@@ -256,8 +259,10 @@ final class SlicedReplay: @unchecked Sendable {
     private func replaySlice(_ slice: Int, from spill: ReplaySpill, ending: Ending?) async throws {
         let reader = try spill.reader(for: slice)
         let limit = batchSize
+        let ring = keyRing
         func read() -> Task<[(ProjectedEvent, UInt8)], any Error> {
-            Task.detached { try Self.decode(try reader.next(limit)) }
+            // The spill keeps no keys: those the feed read for these events open them.
+            Task.detached { try Self.decode(try reader.next(limit).map { record, mask in (Self.withKeys(record, ring), mask) }) }
         }
         var next = read()
         while true {
@@ -272,6 +277,12 @@ final class SlicedReplay: @unchecked Sendable {
             try await fold(inputs)
         }
         try await writeSlice(ending: ending)
+    }
+
+    static func withKeys(_ record: RecordedEvent, _ ring: KeyRing?) -> RecordedEvent {
+        var record = record
+        record.keyRing = ring
+        return record
     }
 
     /// Decodes spilled records as the first pass did (each decoded then, so an error here is not

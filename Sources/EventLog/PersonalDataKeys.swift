@@ -1,0 +1,378 @@
+import Crypto
+import Encodings
+import Foundation
+import InboxDomain
+import PostgresClient
+import Synchronization
+
+/// The personal fields of the log sealed per person (docs/event-log.md, "Personal data"): a data
+/// key per person (`person_data_keys`), wrapped by the key-encryption key of
+/// `INBOX_PERSONAL_DATA_KEY_FILE`. Installed once per process (`install`); without it nothing is
+/// sealed, and a log that holds sealed fields cannot be read.
+///
+/// - **Sealing** (at append): each personal field (`PersonalText`) of an event that holds personal
+///   data (`HoldsPersonalData`) is AES-256-GCM under its person's key, with the event's `$seal` (an
+///   id of its own, unique in the log: `<id>:<person>`), the person, the type and the field's name
+///   as associated data, so a sealed value copied anywhere else does not open; beside it a MAC of
+///   the text under the same key, by which a retried append is known as the same event.
+/// - **Opening** (at read): the keys of the people a batch of events names are read from
+///   PostgreSQL for that batch, never from a cache, so a key deleted is a key gone for every reader
+///   at once; a field whose person was erased reads as `PersonalText.erased`.
+/// - **Erasing** (`erase`): the key is deleted and the person remembered in `person_erasures`;
+///   their fields appended later are stored erased.
+public final class PersonalDataKeys: Sendable {
+    let kek: SecretsKey
+    /// Data keys already committed, for sealing, by database and person: a key made by an append
+    /// is not kept here (its transaction may still roll back).
+    private let cache = Mutex<[String: [UInt8]]>([:])
+    static let cacheLimit = 100_000
+
+    public init(kek: SecretsKey) {
+        self.kek = kek
+    }
+
+    /// The process's keys, installed at start by the command that reads the setting.
+    private static let installed = Mutex<PersonalDataKeys?>(nil)
+
+    public static var current: PersonalDataKeys? { installed.withLock { $0 } }
+
+    /// Installs `keys` for every append and read of this process (a second install keeps the first
+    /// when it is the same key, and is refused otherwise).
+    public static func install(_ keys: PersonalDataKeys) throws {
+        try installed.withLock { current in
+            if let current, current.kek.fingerprint != keys.kek.fingerprint {
+                throw CryptoError("Another personal data key-encryption key is installed in this process.")
+            }
+            if current == nil { current = keys }
+        }
+    }
+
+    static func purpose(_ person: String) -> String { "person_data_keys/\(person)" }
+
+    // MARK: Sealing
+
+    /// The key to seal `person`'s fields with, nil when the person was erased: their cached key,
+    /// or their key in the database, or a new one (under a lock per person that erasing takes too,
+    /// so no key is made for somebody being erased).
+    func sealingKey(for person: String, on connection: PostgresConnection) throws -> [UInt8]? {
+        let cacheKey = connection.configuration.redactedDescription + "\u{0}" + person
+        if let key = cache.withLock({ $0[cacheKey] }) { return key }
+        if let (key, erased) = try stored(person, on: connection) {
+            if erased { return nil }
+            if let key {
+                cache.withLock { cache in
+                    if cache.count >= Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
+                    cache[cacheKey] = key
+                }
+                return key
+            }
+        }
+        try Self.lock(person, on: connection)
+        if let (key, erased) = try stored(person, on: connection) {
+            if erased { return nil }
+            if let key { return key }
+        }
+        let key = SecureRandom.bytes(AES256GCM.keyBytes)
+        _ = try connection.query(
+            "INSERT INTO person_data_keys (person_id, wrapped) VALUES ($1, $2)", person, Data(try kek.seal(key, for: Self.purpose(person))))
+        return key
+    }
+
+    /// The stored key (nil when none) and whether the person was erased; nil when neither.
+    private func stored(_ person: String, on connection: PostgresConnection) throws -> ([UInt8]?, Bool)? {
+        let row = try connection.query(
+            """
+            SELECT (SELECT wrapped FROM person_data_keys WHERE person_id = $1) AS wrapped,
+                EXISTS (SELECT 1 FROM person_erasures WHERE person_id = $1) AS erased
+            """, person
+        ).first
+        guard let row else { return nil }
+        let erased = try row.decode(Bool.self, "erased")
+        let wrapped = try row.decode(Data?.self, "wrapped")
+        if !erased && wrapped == nil { return nil }
+        return (try wrapped.map { try unwrap(Array($0), person) }, erased)
+    }
+
+    func unwrap(_ wrapped: [UInt8], _ person: String) throws -> [UInt8] {
+        do {
+            return try kek.open(wrapped, for: Self.purpose(person))
+        } catch {
+            throw PersonalDataError.wrongKey(person: person)
+        }
+    }
+
+    /// Serializes making a person's key with erasing them.
+    static func lock(_ person: String, on connection: PostgresConnection) throws {
+        _ = try connection.query("SELECT pg_advisory_xact_lock(hashtext('person_data_keys'), hashtext($1))", person)
+    }
+
+    /// `event`, its personal fields sealed for the log (`$seal` added), when it holds personal
+    /// data; nil when it holds none.
+    func sealed(_ event: NewEvent, on connection: PostgresConnection) throws -> String? {
+        guard let payload = try Self.personalPayload(event) else { return nil }
+        let person = payload.personalDataOwner
+        let seal = Self.newSealId() + ":" + person
+        let sealer = FieldSealer(key: try sealingKey(for: person, on: connection), seal: seal, person: person, type: event.type)
+        let encoded = try PersonalData.$sealer.withValue(sealer) { try Self.encoder.encode(payload) }
+        return Self.insertSeal(seal, into: encoded)
+    }
+
+    /// The typed payload of `event` when its type holds personal data.
+    static func personalPayload(_ event: NewEvent) throws -> (any EventPayload & HoldsPersonalData)? {
+        guard personalTypes.contains(event.type) else { return nil }
+        if let typed = event.typedPayload as? any EventPayload & HoldsPersonalData { return typed }
+        // A payload that is not of its type's shape is the validator's to refuse; without one it
+        // is stored as given (no reader can read it as that type either).
+        return (try? InboxCatalogue.registry.decode(type: event.type, schemaVersion: event.schemaVersion, payload: Data(event.payloadJSON.utf8)))
+            as? any EventPayload & HoldsPersonalData
+    }
+
+    /// The catalogue's types with personal fields.
+    static let personalTypes: Set<String> = Set(
+        InboxCatalogue.eventTypes.filter { $0 is any HoldsPersonalData.Type }.map { $0.eventType })
+
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return encoder
+    }()
+
+    /// `{"$seal":"…",` + the rest of the object.
+    static func insertSeal(_ seal: String, into encoded: Data) -> String {
+        var text = JSONText(capacity: encoded.count + seal.utf8.count + 16)
+        text.raw(UInt8(ascii: "{"))
+        var first = true
+        text.key("$seal", first: &first)
+        text.string(seal)
+        let rest = encoded.dropFirst()
+        if rest.first != UInt8(ascii: "}") { text.raw(UInt8(ascii: ",")) }
+        text.raw(Array(rest))
+        return text.string
+    }
+
+    /// 12 hex digits of milliseconds since 1970 and 20 random ones: ids that sort by time, so the
+    /// unique index on them grows at its end.
+    static func newSealId() -> String {
+        let milliseconds = UInt64(Date().timeIntervalSince1970 * 1000)
+        var bytes: [UInt8] = (0..<6).reversed().map { UInt8(truncatingIfNeeded: milliseconds >> (8 * UInt64($0))) }
+        bytes += SecureRandom.bytes(10)
+        return Hex.encode(bytes)
+    }
+
+    // MARK: Opening
+
+    /// The keys of the people `records` name, read now, attached to every record that holds
+    /// sealed fields (the others are returned as they are).
+    public func attachKeys(to records: [RecordedEvent], on connection: PostgresConnection, ring: KeyRing? = nil) throws -> [RecordedEvent] {
+        var people = Set<String>()
+        for record in records {
+            if let seal = Self.seal(in: record.payloadJSON) { people.insert(seal.person) }
+        }
+        if people.isEmpty { return records }
+        let ring = ring ?? KeyRing()
+        try ring.load(people, keys: self, on: connection)
+        return records.map { record in
+            guard Self.seal(in: record.payloadJSON) != nil else { return record }
+            var record = record
+            record.keyRing = ring
+            return record
+        }
+    }
+
+    /// Attaches keys when they are installed; when they are not, returns `records` as they are (a
+    /// sealed one then fails to decode, saying why).
+    public static func attachKeys(to records: [RecordedEvent], on connection: PostgresConnection, ring: KeyRing? = nil) throws -> [RecordedEvent] {
+        guard let keys = current else { return records }
+        return try keys.attachKeys(to: records, on: connection, ring: ring)
+    }
+
+    /// The `$seal` of a payload as the log returns it (or as an append wrote it): its id and
+    /// person. Only a top-level key can hold `"$seal"` with its quotes unescaped (payloads given to
+    /// an append may not hold the name at all, `EventStore.validate`).
+    static func seal(in payload: String) -> (id: String, person: String)? {
+        var payload = payload
+        return payload.withUTF8 { bytes -> (String, String)? in
+            let name = Array(#""$seal""#.utf8)
+            guard let start = find(name, in: bytes) else { return nil }
+            var index = start + name.count
+            while index < bytes.count, bytes[index] == UInt8(ascii: " ") || bytes[index] == UInt8(ascii: ":") { index += 1 }
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
+            index += 1
+            let begin = index
+            while index < bytes.count, bytes[index] != UInt8(ascii: "\"") {
+                if bytes[index] == UInt8(ascii: "\\") { return decodedSeal(bytes, from: begin - 1) }
+                index += 1
+            }
+            guard index < bytes.count else { return nil }
+            return split(String(decoding: UnsafeBufferPointer(rebasing: bytes[begin..<index]), as: UTF8.self))
+        }
+    }
+
+    /// A `$seal` whose person id holds an escape: read as JSON.
+    private static func decodedSeal(_ bytes: UnsafeBufferPointer<UInt8>, from quote: Int) -> (String, String)? {
+        var end = quote + 1
+        while end < bytes.count {
+            if bytes[end] == UInt8(ascii: "\\") {
+                end += 2
+                continue
+            }
+            if bytes[end] == UInt8(ascii: "\"") { break }
+            end += 1
+        }
+        guard end < bytes.count, let text = try? JSONDecoder().decode(String.self, from: Data(bytes[quote...end])) else { return nil }
+        return split(text)
+    }
+
+    private static func split(_ seal: String) -> (String, String)? {
+        guard let colon = seal.firstIndex(of: ":") else { return nil }
+        return (String(seal[..<colon]), String(seal[seal.index(after: colon)...]))
+    }
+
+    private static func find(_ needle: [UInt8], in bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+        guard bytes.count >= needle.count else { return nil }
+        var index = 0
+        let last = bytes.count - needle.count
+        while index <= last {
+            if bytes[index] == needle[0] {
+                var match = true
+                for offset in 1..<needle.count where bytes[index + offset] != needle[offset] {
+                    match = false
+                    break
+                }
+                if match { return index }
+            }
+            index += 1
+        }
+        return nil
+    }
+
+    // MARK: Erasing
+
+    /// Deletes `person`'s key and remembers them as erased, in the caller's transaction. Returns
+    /// whether a key was there.
+    @discardableResult
+    public static func erase(_ person: String, on connection: PostgresConnection) throws -> Bool {
+        try lock(person, on: connection)
+        let deleted = try connection.query("DELETE FROM person_data_keys WHERE person_id = $1 RETURNING 1", person).count
+        _ = try connection.query("INSERT INTO person_erasures (person_id) VALUES ($1) ON CONFLICT DO NOTHING", person)
+        return deleted > 0
+    }
+
+    /// Whether the key-encryption key opens the data keys stored (one is tried): the check every
+    /// command makes at start. A database with data keys and no key-encryption key, or the wrong
+    /// one, is an error saying so.
+    public static func check(_ keys: PersonalDataKeys?, on connection: PostgresConnection) throws {
+        guard let row = try connection.query("SELECT person_id, wrapped FROM person_data_keys ORDER BY created_at LIMIT 1").first else { return }
+        guard let keys else { throw PersonalDataError.noKey }
+        _ = try keys.unwrap(Array(try row.decode(Data.self, "wrapped")), try row.decode(String.self, "person_id"))
+    }
+}
+
+public enum PersonalDataError: Error, CustomStringConvertible {
+    case noKey
+    case wrongKey(person: String)
+
+    public var description: String {
+        switch self {
+        case .noKey:
+            "The log holds personal data sealed per person: set INBOX_PERSONAL_DATA_KEY_FILE to the key-encryption key it was sealed under."
+        case .wrongKey(let person):
+            "INBOX_PERSONAL_DATA_KEY_FILE does not open the data key of person \(person): it is not the key-encryption key the personal data was sealed under."
+        }
+    }
+}
+
+/// The data keys read for a batch of events (or a whole replay): by person, nil for one erased.
+public final class KeyRing: Sendable {
+    private let keys = Mutex<[String: [UInt8]?]>([:])
+
+    public init() {}
+
+    func load(_ people: Set<String>, keys dataKeys: PersonalDataKeys, on connection: PostgresConnection) throws {
+        let missing = keys.withLock { known in people.filter { known[$0] == nil } }
+        if missing.isEmpty { return }
+        var found: [String: [UInt8]?] = [:]
+        for row in try connection.query(
+            "SELECT p.person_id, k.wrapped FROM unnest($1::text[]) AS p(person_id) LEFT JOIN person_data_keys k USING (person_id)", Array(missing))
+        {
+            let person = try row.decode(String.self, "person_id")
+            found[person] = try row.decode(Data?.self, "wrapped").map { try dataKeys.unwrap(Array($0), person) }
+        }
+        keys.withLock { $0.merge(found) { _, new in new } }
+    }
+
+    /// `person`'s key: nil when it is gone (erased), or when this ring never read it.
+    func key(_ person: String) -> [UInt8]? { keys.withLock { $0[person] ?? nil } }
+}
+
+/// Seals the personal fields of one event being encoded for the log.
+struct FieldSealer: PersonalDataSealing {
+    /// Nil: the person is erased; their fields are stored erased.
+    let key: [UInt8]?
+    let seal: String
+    let person: String
+    let type: String
+
+    func seal(_ text: String, field: String) throws -> PersonalDataSealed {
+        guard let key else { return .erased }
+        let sealed = try AES256GCM.seal(Array(text.utf8), key: key, associatedData: FieldCrypto.associatedData(seal, person, type, field))
+        return .sealed(SealedField(v: Base64URL.encode(sealed), h: FieldCrypto.mac(text, key: key, type: type, field: field)))
+    }
+}
+
+/// Opens the sealed fields of one event being decoded.
+struct FieldOpener: PersonalDataOpening {
+    let ring: KeyRing
+    let seal: String
+    let person: String
+    let type: String
+
+    func open(_ sealed: SealedField, field: String) throws -> PersonalText {
+        guard let key = ring.key(person) else { return .erased }
+        guard let bytes = Base64URL.decode(sealed.v) else { throw PersonalDataFieldError(field: field) }
+        do {
+            let text = try AES256GCM.open(bytes, key: key, associatedData: FieldCrypto.associatedData(seal, person, type, field))
+            return .text(String(decoding: text, as: UTF8.self))
+        } catch {
+            throw PersonalDataFieldError(field: field)
+        }
+    }
+}
+
+/// A sealed field that does not open with its person's key: altered, or moved from elsewhere.
+struct PersonalDataFieldError: Error, CustomStringConvertible {
+    let field: String
+    var description: String { "The sealed field \(field) does not open with its person's key: it was altered or moved from another event." }
+}
+
+enum FieldCrypto {
+    static func associatedData(_ seal: String, _ person: String, _ type: String, _ field: String) -> [UInt8] {
+        Array("wristler/personal/v1\u{0}\(seal)\u{0}\(person)\u{0}\(type)\u{0}\(field)".utf8)
+    }
+
+    /// 128 bits of HMAC-SHA256 of the field's text under the person's key.
+    static func mac(_ text: String, key: [UInt8], type: String, field: String) -> String {
+        Base64URL.encode(Array(HMAC.mac(.sha256, key: key, data: Array("wristler/personal-mac/v1\u{0}\(type)\u{0}\(field)\u{0}\(text)".utf8)).prefix(16)))
+    }
+}
+
+extension RecordedEvent {
+    /// The payload as readers see it: as stored when nothing in it is sealed, else its sealed fields
+    /// opened (or `{"$erased": true}`) and `$seal` left out. A payload that cannot be read so is
+    /// shown as stored.
+    public var openedPayloadJSON: String {
+        guard PersonalDataKeys.seal(in: payloadJSON) != nil,
+            let value = try? decode(using: InboxCatalogue.registry),
+            let data = try? PersonalDataKeys.encoder.encode(value)
+        else { return payloadJSON }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// The payload decoded with its sealed fields opened by the keys attached to it.
+    func openingPersonalData<T>(_ body: () throws -> T) throws -> T {
+        guard let keyRing, let seal = PersonalDataKeys.seal(in: payloadJSON) else { return try body() }
+        return try PersonalData.$opener.withValue(FieldOpener(ring: keyRing, seal: seal.id + ":" + seal.person, person: seal.person, type: type)) {
+            try body()
+        }
+    }
+}
