@@ -11,6 +11,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
     case schedule
     case mail
     case identity
+    case sealing
 
     var summary: String {
         switch self {
@@ -21,6 +22,7 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         case .schedule: "one shop_unanswered reminder check over 100,000 threads of 2,000 shops (400 days of history, 3,500 in the window) and its plan"
         case .mail: "the mail outbox end to end: 2,000 people's notifications decided, rendered and sent over SMTP to a local sink, beside render-only"
         case .identity: "the token endpoint under wrk: password sign-ins at two Argon2id costs, refreshes and guest tokens beside /healthz (needs wrk)"
+        case .sealing: "append, a post's inline write and a replay with personal data sealed per person and without, side by side on two logs"
         }
     }
 
@@ -33,13 +35,14 @@ enum BenchmarkName: String, CaseIterable, Sendable {
         case .schedule: ScheduleBenchmark(rounds: options.rounds, scale: options.scale)
         case .mail: MailBenchmark(rounds: options.rounds, scale: options.scale)
         case .identity: IdentityBenchmark(rounds: options.rounds, scale: options.scale)
+        case .sealing: SealingBenchmark(rounds: options.rounds, scale: options.scale)
         }
     }
 
     /// What one unit of the benchmark's rate is: the table's and the JSON's `unit`.
     var unit: String {
         switch self {
-        case .append, .projection: "events"
+        case .append, .projection, .sealing: "events"
         case .http, .identity: "requests"
         case .fanout: "pushes"
         case .schedule: "messages"

@@ -50,6 +50,7 @@ public struct NewEvent: Sendable, Hashable {
 /// The keys attached to a recorded event: not part of its identity.
 struct AttachedKeys: Sendable, Hashable {
     let ring: KeyRing?
+    let seal: (id: String, person: String)?
 
     static func == (lhs: AttachedKeys, rhs: AttachedKeys) -> Bool { true }
     func hash(into hasher: inout Hasher) {}
@@ -85,9 +86,15 @@ public struct RecordedEvent: Sendable, Hashable {
     /// (`PersonalDataKeys.attachKeys`); not part of the event's identity.
     public var keyRing: KeyRing? {
         get { attached.ring }
-        set { attached = AttachedKeys(ring: newValue) }
+        set { attached = AttachedKeys(ring: newValue, seal: nil) }
     }
-    private var attached = AttachedKeys(ring: nil)
+    /// The `$seal` of the payload, read when the keys were attached.
+    var attachedSeal: (id: String, person: String)? { attached.seal }
+    private var attached = AttachedKeys(ring: nil, seal: nil)
+
+    mutating func attachKeys(_ ring: KeyRing, seal: (id: String, person: String)) {
+        attached = AttachedKeys(ring: ring, seal: seal)
+    }
 
     public init(
         position: Int64, transactionId: UInt64, streamId: String, streamVersion: Int64, type: String, schemaVersion: Int, payloadJSON: String,

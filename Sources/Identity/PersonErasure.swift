@@ -24,6 +24,9 @@ public enum PersonErasure {
         public var deletedKey: Bool
         /// An account was there, and was closed.
         public var closedAccount: Bool
+        /// Events of theirs appended before their fields were sealed (before sealing was on), whose
+        /// personal fields the log still holds in the clear: the log cannot change them.
+        public var unsealedEvents: Int
     }
 
     /// The projections an erasure brings in line in its own transaction.
@@ -47,6 +50,12 @@ public enum PersonErasure {
         let appended = try events.map { try NewEvent(catalogueEvent: $0, metadata: metadata) }
         if let validator { for (index, event) in appended.enumerated() { try validator.check(event, index: index) } }
         try inline.append(appended, on: connection)
-        return Outcome(deletedKey: deletedKey, closedAccount: account)
+        let unsealed = try connection.query(
+            """
+            SELECT count(*)::int FROM events
+            WHERE type = ANY($2::text[]) AND NOT payload ? '$seal' AND coalesce(payload->>'authorId', payload->>'personId') = $1
+            """, personId, Array(PersonalDataKeys.personalTypes)
+        ).scalar(Int.self)
+        return Outcome(deletedKey: deletedKey, closedAccount: account, unsealedEvents: unsealed)
     }
 }

@@ -27,7 +27,13 @@ public enum PersonalText: Codable, Hashable, Sendable, ExpressibleByStringLitera
     }
 
     public init(from decoder: any Decoder) throws {
-        if let text = try? decoder.singleValueContainer().decode(String.self) {
+        // A decoder that can tell a string from an object is asked first (a failed decode throws).
+        if let peek = decoder as? any JSONKindPeeking {
+            if peek.holdsString {
+                self = .text(try decoder.singleValueContainer().decode(String.self))
+                return
+            }
+        } else if let text = try? decoder.singleValueContainer().decode(String.self) {
             self = .text(text)
             return
         }
@@ -79,6 +85,13 @@ public struct SealedField: Codable, Hashable, Sendable {
 public protocol HoldsPersonalData {
     /// Whose the personal fields are: a message's author, the account of a sign-in or a search.
     var personalDataOwner: String { get }
+    /// The names of its top-level `PersonalText` members.
+    static var personalFields: [String] { get }
+}
+
+/// A decoder that can say, without throwing, whether its value is a JSON string.
+public protocol JSONKindPeeking {
+    var holdsString: Bool { get }
 }
 
 /// What opens the sealed fields of the event being decoded.

@@ -1,5 +1,6 @@
 import CJansson
 import Foundation
+import InboxDomain
 
 /// `Decodable` values read straight from libjansson's tree of a JSON document, for the values
 /// `JSONDecoder` would give, at a fraction of its cost: the event payloads a replay decodes
@@ -56,7 +57,9 @@ final class JanssonDecodingSession {
 
 /// A decoder over one node of the tree. Lives only while `JanssonDecoding.decode` runs (the tree
 /// is deleted after it).
-final class JanssonValueDecoder: Decoder {
+final class JanssonValueDecoder: Decoder, JSONKindPeeking {
+    var holdsString: Bool { node.pointee.type == JSON_STRING }
+
     let node: UnsafeMutablePointer<json_t>
     let session: JanssonDecodingSession
     private let parent: JanssonValueDecoder?

@@ -283,6 +283,11 @@ extension Command {
                 "erased \(person): "
                     + (outcome.deletedKey ? "their data key is deleted" : "no data key was left (nothing sealed of theirs, or erased before)")
                     + (outcome.closedAccount ? "; their account is closed" : "") + "; person_erased appended")
+            if outcome.unsealedEvents > 0 {
+                print(
+                    "\(outcome.unsealedEvents) events of theirs were appended before sealing was on: the log keeps their personal fields in the clear "
+                        + "and cannot change them (docs/event-log.md, \"Events from before sealing\").")
+            }
         }
     }
 }

@@ -77,6 +77,7 @@ public struct MessageSent: CatalogueEvent, Hashable, HoldsPersonalData {
     }
 
     public var personalDataOwner: String { authorId }
+    public static let personalFields = ["body"]
 
     /// `attachmentHandles` may be left out for a message without attachments.
     public init(from decoder: any Decoder) throws {

@@ -29,6 +29,7 @@ public struct SavedSearchCreated: CatalogueEvent, Hashable, HoldsPersonalData {
     }
 
     public var personalDataOwner: String { personId }
+    public static let personalFields = ["name"]
 }
 
 /// Some of a saved search's settings changed; absent fields keep their value.
@@ -55,6 +56,7 @@ public struct SavedSearchChanged: CatalogueEvent, Hashable, HoldsPersonalData {
     }
 
     public var personalDataOwner: String { personId }
+    public static let personalFields = ["name"]
 }
 
 public struct SavedSearchDeleted: CatalogueEvent, Hashable {

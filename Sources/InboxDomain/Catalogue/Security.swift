@@ -22,6 +22,7 @@ public struct SignedIn: CatalogueEvent, Hashable, HoldsPersonalData {
     }
 
     public var personalDataOwner: String { personId }
+    public static let personalFields = ["device", "location"]
 }
 
 public struct PasswordChanged: CatalogueEvent, Hashable {
@@ -116,6 +117,7 @@ public struct AccountBlocked: CatalogueEvent, Hashable, HoldsPersonalData {
     }
 
     public var personalDataOwner: String { personId }
+    public static let personalFields = ["reason"]
 }
 
 /// The person closed their account (`DELETE /v1/me`): every session ended, their devices and mail

@@ -1,0 +1,177 @@
+import Crypto
+import EventLog
+import Foundation
+import InboxDomain
+import InboxSimulation
+import PostgresClient
+import Projections
+
+/// What sealing personal data costs (docs/event-log.md, "Personal data"): the same work with the
+/// people's data keys installed and without, side by side in one run, on two databases of one
+/// server (one log written sealed, one not):
+///
+/// - `append-*`: `EventStore.append` of client batches of 100 messages from 1,000 authors;
+/// - `post-*`: one message at a time appended and projected inline into the threads, as a post is;
+/// - `replay-*`: `Replayer.catchUp` of every projection over a simulated log.
+struct SealingBenchmark: Benchmark {
+    var rounds: Int
+    var scale: Double
+
+    static let appendEvents = 20_000
+    static let posts = 2_000
+    static let replayEvents = 200_000
+    static let authors = 1_000
+
+    func run(on database: BenchmarkDatabase) async throws -> BenchmarkResult {
+        let plain = database.client
+        let sealedDatabase = "inbox_bench_sealed"
+        try await plain.withConnection { connection in
+            _ = try connection.execute("DROP DATABASE IF EXISTS \(sealedDatabase)")
+            _ = try connection.execute("CREATE DATABASE \(sealedDatabase)")
+        }
+        let sealedConfiguration = try await plain.withConnection { $0.configuration }.withDatabase(sealedDatabase)
+        let sealed = try PostgresClient(
+            configuration: .init(connection: sealedConfiguration, maximumConnections: BenchmarkDatabase.poolSize, applicationName: "inbox-bench"))
+        defer { sealed.close() }
+        let environment = ProcessInfo.processInfo.environment
+        try await Migrator(directory: try Migrator.locateDirectory(explicit: environment["INBOX_MIGRATIONS_DIR"])).migrate(client: sealed)
+        let keys = PersonalDataKeys(kek: try SecretsKey(bytes: SecureRandom.bytes(32)))
+
+        let replayTotal = max(10_000, Int(Double(Self.replayEvents) * scale))
+        progress("loading \(formatGrouped(Double(replayTotal))) simulated events into each log (one sealed)")
+        for (client, withKeys) in [(plain, false), (sealed, true)] {
+            PersonalDataKeys.swapForMeasuring(withKeys ? keys : nil)
+            var simulation = MarketplaceSimulation(configuration: .init(people: 5_000, shops: 100, watches: 2_000, seed: 35))
+            let store = EventStore(client: client)
+            var loaded = 0
+            while loaded < replayTotal {
+                let chunk = simulation.events(min(500, replayTotal - loaded))
+                _ = try await store.append(chunk)
+                loaded += chunk.count
+            }
+        }
+        PersonalDataKeys.swapForMeasuring(nil)
+
+        let appendTotal = max(1_000, Int(Double(Self.appendEvents) * scale))
+        let postTotal = max(200, Int(Double(Self.posts) * scale))
+        var cases: [BenchmarkCase] = []
+        for (name, client, withKeys) in [("unsealed", plain, false), ("sealed", sealed, true)] {
+            let installed = withKeys ? keys : nil
+            cases.append(
+                BenchmarkCase(
+                    id: "append-\(name)", title: "append, batches of 100 messages, \(name)",
+                    description: "EventStore.append of batches of 100 message_sent events of 1,000 authors\(withKeys ? ", each body sealed under its author's key" : "").",
+                    kind: .client, batchSize: 100, appenders: 1, eventsPerRound: appendTotal,
+                    run: { round in
+                        PersonalDataKeys.swapForMeasuring(installed)
+                        defer { PersonalDataKeys.swapForMeasuring(nil) }
+                        return try await Self.append(client: client, events: appendTotal, round: round, tag: name)
+                    }))
+            cases.append(
+                BenchmarkCase(
+                    id: "post-\(name)", title: "post, one message inline, \(name)",
+                    description: "One message_sent at a time appended and projected inline into the threads (a post's write)\(withKeys ? ", sealed" : "").",
+                    kind: .client, batchSize: 1, appenders: 1, eventsPerRound: postTotal,
+                    run: { round in
+                        PersonalDataKeys.swapForMeasuring(installed)
+                        defer { PersonalDataKeys.swapForMeasuring(nil) }
+                        return try await Self.post(client: client, posts: postTotal, round: round, tag: name)
+                    }))
+            cases.append(
+                BenchmarkCase(
+                    id: "replay-\(name)", title: "replay, every projection, \(name)",
+                    description: "Replayer.catchUp of the four projections over the \(name) log of simulated events\(withKeys ? ", its keys read per batch" : "").",
+                    kind: .client, batchSize: ProjectionBenchmark.replayBatch, appenders: 1, eventsPerRound: replayTotal,
+                    run: { round in
+                        PersonalDataKeys.swapForMeasuring(installed)
+                        defer { PersonalDataKeys.swapForMeasuring(nil) }
+                        return try await ProjectionBenchmark.replay(client: client, events: replayTotal, round: round)
+                    }))
+        }
+        // The client's own part of a replay: decoding the messages of each log, read once.
+        for (name, client, withKeys) in [("unsealed", plain, false), ("sealed", sealed, true)] {
+            PersonalDataKeys.swapForMeasuring(withKeys ? keys : nil)
+            let records = try await client.withConnection { connection in
+                try PersonalDataKeys.attachKeys(
+                    to: try connection.query("SELECT * FROM events WHERE type = 'message_sent' ORDER BY position").map(RecordedEvent.init(row:)),
+                    on: connection)
+            }
+            PersonalDataKeys.swapForMeasuring(nil)
+            cases.append(
+                BenchmarkCase(
+                    id: "decode-\(name)", title: "decoding messages, \(name)", description: "ProjectedEvent.decode of every message_sent of the \(name) log, in memory.",
+                    kind: .client, batchSize: records.count, appenders: 1, eventsPerRound: records.count,
+                    run: { round in
+                        let started = ContinuousClock.now
+                        for record in records { _ = try ProjectedEvent.decode(record) }
+                        return Measurement(round: round, events: records.count, elapsed: ContinuousClock.now - started)
+                    }))
+        }
+        // The client's own part of a sealed append: sealing the same messages, nothing written.
+        cases.append(
+            BenchmarkCase(
+                id: "seal-only", title: "sealing alone, no append", description: "PersonalDataKeys sealing the append's messages (keys known), nothing sent.",
+                kind: .client, batchSize: 100, appenders: 1, eventsPerRound: appendTotal,
+                run: { round in
+                    let events = try (0..<appendTotal).map { try Self.message(round, "seal", $0) }
+                    return try await sealed.withConnection { connection in
+                        _ = try keys.sealedForMeasuring(events[0], on: connection)
+                        let started = ContinuousClock.now
+                        for event in events { _ = try keys.sealedForMeasuring(event, on: connection) }
+                        return Measurement(round: round, events: appendTotal, elapsed: ContinuousClock.now - started)
+                    }
+                }))
+        let configurations = try await runInterleaved(cases, rounds: rounds)
+        var notes: [String: String] = ["replayEvents": "\(replayTotal)", "appendEvents": "\(appendTotal)", "posts": "\(postTotal)"]
+        for kind in ["append", "post", "replay"] {
+            let rates = Dictionary(configurations.map { ($0.id, $0.medianEventsPerSecond) }, uniquingKeysWith: { first, _ in first })
+            if let off = rates["\(kind)-unsealed"], let on = rates["\(kind)-sealed"], off > 0 {
+                notes["\(kind)SealedOverUnsealed"] = String(format: "%.3f", on / off)
+            }
+        }
+        try await plain.withConnection { connection in _ = try connection.execute("DROP DATABASE IF EXISTS \(sealedDatabase) WITH (FORCE)") }
+        return BenchmarkResult(benchmark: "sealing", configurations: configurations, notes: notes)
+    }
+
+    static func message(_ round: Int, _ tag: String, _ index: Int) throws -> NewEvent {
+        let author = "author-\(index % authors)"
+        return try NewEvent(
+            catalogueEvent: InboxDomain.MessageSent(
+                conversationId: "bench-\(tag)-r\(round)-c\(index % 500)", messageId: "bench-\(tag)-r\(round)-m\(index)", authorSide: .buyer,
+                authorId: author, body: "Is the bracelet original? I would like to see it in daylight, message \(index) of round \(round)."))
+    }
+
+    static func append(client: PostgresClient, events: Int, round: Int, tag: String) async throws -> Measurement {
+        let store = EventStore(client: client)
+        let started = ContinuousClock.now
+        var index = 0
+        while index < events {
+            let batch = try (index..<min(events, index + 100)).map { try message(round, tag, $0) }
+            _ = try await store.append(batch)
+            index += batch.count
+        }
+        return Measurement(round: round, events: events, elapsed: ContinuousClock.now - started)
+    }
+
+    static func post(client: PostgresClient, posts: Int, round: Int, tag: String) async throws -> Measurement {
+        let inline = InlineProjections(projections: [ThreadsProjection()])
+        // Each thread started first, as a post is into a thread that exists.
+        let starts = try (0..<min(500, posts)).map { index in
+            try NewEvent(
+                catalogueEvent: InboxDomain.ConversationStarted(
+                    conversationId: "bench-post-\(tag)-r\(round)-c\(index)", buyerId: "author-\(index % authors)", shopId: "s1", watchId: "w1"))
+        }
+        _ = try await EventStore(client: client).append(starts)
+        let started = ContinuousClock.now
+        try await client.withConnection { connection in
+            for index in 0..<posts {
+                let event = try NewEvent(
+                    catalogueEvent: InboxDomain.MessageSent(
+                        conversationId: "bench-post-\(tag)-r\(round)-c\(index % 500)", messageId: "bench-post-\(tag)-r\(round)-m\(index)",
+                        authorSide: .buyer, authorId: "author-\(index % 500 % authors)", body: "Still for sale? message \(index)"))
+                _ = try inline.append([event], on: connection)
+            }
+        }
+        return Measurement(round: round, events: posts, elapsed: ContinuousClock.now - started)
+    }
+}
