@@ -5,6 +5,10 @@ import COpenSSL
 /// data (what the value is, and whose) is bound by the tag, so a sealed value moved to another row
 /// or column does not open.
 public enum AES256GCM {
+    /// The cipher fetched once: OpenSSL 3 looks `EVP_aes_256_gcm()` up in its providers again at
+    /// every use (an implicit fetch), which cost more than the sealing itself (docs/event-log.md).
+    static let cipher = Fetched(EVP_CIPHER_fetch(nil, "AES-256-GCM", nil) ?? EVP_aes_256_gcm()!)
+
     public static let keyBytes = 32
     static let format: UInt8 = 1
     static let nonceBytes = 12
@@ -25,7 +29,7 @@ public enum AES256GCM {
         var tag = [UInt8](repeating: 0, count: tagBytes)
         var length: Int32 = 0
         var total = 0
-        guard EVP_EncryptInit_ex(context, EVP_aes_256_gcm(), nil, nil, nil) == 1,
+        guard EVP_EncryptInit_ex(context, cipher.pointer, nil, nil, nil) == 1,
             EVP_CIPHER_CTX_ctrl(context, setNonceLength, Int32(nonceBytes), nil) == 1,
             EVP_EncryptInit_ex(context, nil, nil, key, nonce) == 1,
             associatedData.isEmpty || EVP_EncryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1,
@@ -54,7 +58,7 @@ public enum AES256GCM {
         var plaintext = [UInt8](repeating: 0, count: ciphertext.count + 16)
         var length: Int32 = 0
         var total = 0
-        guard EVP_DecryptInit_ex(context, EVP_aes_256_gcm(), nil, nil, nil) == 1,
+        guard EVP_DecryptInit_ex(context, cipher.pointer, nil, nil, nil) == 1,
             EVP_CIPHER_CTX_ctrl(context, setNonceLength, Int32(nonceBytes), nil) == 1,
             EVP_DecryptInit_ex(context, nil, nil, key, nonce) == 1,
             associatedData.isEmpty || EVP_DecryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1,
@@ -72,4 +76,12 @@ public enum AES256GCM {
         else { throw CryptoError("The sealed value does not open with this key (a wrong key-encryption key, or a value changed or moved).") }
         return Array(plaintext[..<total])
     }
+}
+
+/// An OpenSSL object fetched once and never freed, shared by every thread (fetched algorithms are
+/// immutable and thread-safe in OpenSSL 3).
+struct Fetched: @unchecked Sendable {
+    let pointer: OpaquePointer
+
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
 }

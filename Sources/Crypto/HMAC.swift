@@ -14,11 +14,15 @@ public enum HMAC {
         }
     }
 
+    /// The digests fetched once (an implicit fetch at every use is slow in OpenSSL 3).
+    static let sha1 = Fetched(EVP_MD_fetch(nil, "SHA1", nil) ?? EVP_sha1()!)
+    static let sha256 = Fetched(EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()!)
+
     /// The MAC of `data` under `key`.
     public static func mac(_ hash: Hash, key: [UInt8], data: [UInt8]) -> [UInt8] {
         var output = [UInt8](repeating: 0, count: hash.length)
         var length: UInt32 = 0
-        let digest = hash == .sha1 ? EVP_sha1() : EVP_sha256()
+        let digest = hash == .sha1 ? Self.sha1.pointer : Self.sha256.pointer
         let computed = key.withUnsafeBufferPointer { key in
             data.withUnsafeBufferPointer { input in
                 output.withUnsafeMutableBufferPointer { out in

@@ -24,7 +24,12 @@ public final class PersonalDataKeys: Sendable {
     let kek: SecretsKey
     /// Data keys already committed, for sealing, by database and person: a key made by an append
     /// is not kept here (its transaction may still roll back).
-    private let cache = Mutex<[String: [UInt8]]>([:])
+    private let cache = Mutex<[CacheKey: [UInt8]]>([:])
+
+    struct CacheKey: Hashable {
+        let database: String
+        let person: String
+    }
     static let cacheLimit = 100_000
 
     public init(kek: SecretsKey) {
@@ -61,7 +66,7 @@ public final class PersonalDataKeys: Sendable {
     /// or their key in the database, or a new one (under a lock per person that erasing takes too,
     /// so no key is made for somebody being erased).
     func sealingKey(for person: String, on connection: PostgresConnection) throws -> [UInt8]? {
-        let cacheKey = connection.configuration.redactedDescription + "\u{0}" + person
+        let cacheKey = CacheKey(database: connection.configuration.redactedDescription, person: person)
         if let key = cache.withLock({ $0[cacheKey] }) { return key }
         if let (key, erased) = try stored(person, on: connection) {
             if erased { return nil }
@@ -243,7 +248,7 @@ public final class PersonalDataKeys: Sendable {
         return (String(seal[..<colon]), String(seal[seal.index(after: colon)...]))
     }
 
-    private static func find(_ needle: [UInt8], in bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+    static func find(_ needle: [UInt8], in bytes: UnsafeBufferPointer<UInt8>) -> Int? {
         guard bytes.count >= needle.count else { return nil }
         var index = 0
         let last = bytes.count - needle.count
@@ -344,7 +349,7 @@ struct FieldOpener: PersonalDataOpening {
 
     func open(_ sealed: SealedField, field: String) throws -> PersonalText {
         guard let key = ring.key(person) else { return .erased }
-        guard let bytes = Base64URL.decode(sealed.v) else { throw PersonalDataFieldError(field: field) }
+        guard let bytes = Base64URL.decode(sealed.v), bytes.count <= 1 << 20 else { throw PersonalDataFieldError(field: field) }
         do {
             let text = try AES256GCM.open(bytes, key: key, associatedData: FieldCrypto.associatedData(seal, person, type, field))
             return .text(String(decoding: text, as: UTF8.self))

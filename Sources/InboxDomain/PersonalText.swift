@@ -27,13 +27,9 @@ public enum PersonalText: Codable, Hashable, Sendable, ExpressibleByStringLitera
     }
 
     public init(from decoder: any Decoder) throws {
-        // A decoder that can tell a string from an object is asked first (a failed decode throws).
-        if let peek = decoder as? any JSONKindPeeking {
-            if peek.holdsString {
-                self = .text(try decoder.singleValueContainer().decode(String.self))
-                return
-            }
-        } else if let text = try? decoder.singleValueContainer().decode(String.self) {
+        // A string first: a failed decode of an object throws, which costs less than asking the
+        // decoder what it holds through a protocol cast.
+        if let text = try? decoder.singleValueContainer().decode(String.self) {
             self = .text(text)
             return
         }
@@ -89,10 +85,6 @@ public protocol HoldsPersonalData {
     static var personalFields: [String] { get }
 }
 
-/// A decoder that can say, without throwing, whether its value is a JSON string.
-public protocol JSONKindPeeking {
-    var holdsString: Bool { get }
-}
 
 /// What opens the sealed fields of the event being decoded.
 public protocol PersonalDataOpening: Sendable {

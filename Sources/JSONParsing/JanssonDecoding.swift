@@ -1,6 +1,5 @@
 import CJansson
 import Foundation
-import InboxDomain
 
 /// `Decodable` values read straight from libjansson's tree of a JSON document, for the values
 /// `JSONDecoder` would give, at a fraction of its cost: the event payloads a replay decodes
@@ -57,9 +56,7 @@ final class JanssonDecodingSession {
 
 /// A decoder over one node of the tree. Lives only while `JanssonDecoding.decode` runs (the tree
 /// is deleted after it).
-final class JanssonValueDecoder: Decoder, JSONKindPeeking {
-    var holdsString: Bool { node.pointee.type == JSON_STRING }
-
+final class JanssonValueDecoder: Decoder {
     let node: UnsafeMutablePointer<json_t>
     let session: JanssonDecodingSession
     private let parent: JanssonValueDecoder?
