@@ -22,6 +22,9 @@ import Synchronization
 ///   their fields appended later are stored erased.
 public final class PersonalDataKeys: Sendable {
     let kek: SecretsKey
+    /// The key-encryption key being replaced (`INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE`), while a
+    /// rotation is under way: data keys still wrapped by it open too (`rewrap` rewraps them).
+    let previous: SecretsKey?
     /// Data keys already committed, for sealing, by database and person: a key made by an append
     /// is not kept here (its transaction may still roll back).
     private let cache = Mutex<[CacheKey: [UInt8]]>([:])
@@ -32,8 +35,9 @@ public final class PersonalDataKeys: Sendable {
     }
     static let cacheLimit = 100_000
 
-    public init(kek: SecretsKey) {
+    public init(kek: SecretsKey, previous: SecretsKey? = nil) {
         self.kek = kek
+        self.previous = previous
     }
 
     /// The process's keys, installed at start by the command that reads the setting.
@@ -110,10 +114,35 @@ public final class PersonalDataKeys: Sendable {
     }
 
     func unwrap(_ wrapped: [UInt8], _ person: String) throws -> [UInt8] {
-        do {
-            return try kek.open(wrapped, for: Self.purpose(person))
-        } catch {
-            throw PersonalDataError.wrongKey(person: person)
+        if let key = try? kek.open(wrapped, for: Self.purpose(person)) { return key }
+        if let previous, let key = try? previous.open(wrapped, for: Self.purpose(person)) { return key }
+        throw PersonalDataError.wrongKey(person: person)
+    }
+
+    /// Wraps every data key again under the current key-encryption key, `batch` at a time (each
+    /// batch its own transaction, so nodes go on meanwhile): the second step of a rotation, once
+    /// every node reads both keys. Returns how many were wrapped again (those under the current key
+    /// already are left as they are).
+    public func rewrap(batch: Int = 1_000, on connection: PostgresConnection) throws -> Int {
+        var after = ""
+        var rewrapped = 0
+        while true {
+            let rows = try connection.transaction { connection -> Int in
+                let rows = try connection.query(
+                    "SELECT person_id, wrapped FROM person_data_keys WHERE person_id > $1 ORDER BY person_id LIMIT $2 FOR UPDATE", after, batch)
+                for row in rows {
+                    let person = try row.decode(String.self, "person_id")
+                    let wrapped = Array(try row.decode(Data.self, "wrapped"))
+                    after = person
+                    if (try? kek.open(wrapped, for: Self.purpose(person))) != nil { continue }
+                    let key = try unwrap(wrapped, person)
+                    _ = try connection.query(
+                        "UPDATE person_data_keys SET wrapped = $2 WHERE person_id = $1", person, Data(try kek.seal(key, for: Self.purpose(person))))
+                    rewrapped += 1
+                }
+                return rows.count
+            }
+            if rows < batch { return rewrapped }
         }
     }
 

@@ -25,7 +25,8 @@ struct Command: Sendable {
 
 extension Command {
     static let all: [Command] = [
-        run, serve, identity, project, fanout, schedule, mail, migrate, replay, events, status, health, token, account, keys, erase, version, help,
+        run, serve, identity, project, fanout, schedule, mail, migrate, replay, events, status, health, token, account, keys, erase, personalData,
+        version, help,
     ]
 
     static func named(_ name: String) -> Command? { all.first { $0.name == name } }

@@ -53,7 +53,8 @@ func installPersonalDataKeys(_ configuration: InboxConfiguration, client: Postgr
     }
     let keys: PersonalDataKeys?
     do {
-        keys = try path.map { PersonalDataKeys(kek: try SecretsKey.load(path: $0)) }
+        let previous = try configuration.personalDataPreviousKeyFile.map { try SecretsKey.load(path: $0) }
+        keys = try path.map { PersonalDataKeys(kek: try SecretsKey.load(path: $0), previous: previous) }
     } catch {
         throw UsageError(description: "INBOX_PERSONAL_DATA_KEY_FILE: \(error)")
     }

@@ -291,3 +291,21 @@ extension Command {
         }
     }
 }
+
+extension Command {
+    static let personalData = Command(
+        name: "personal-data", synopsis: "personal-data rewrap",
+        summary: "rewrap: wraps every person's data key again under INBOX_PERSONAL_DATA_KEY_FILE, opening those still wrapped by "
+            + "INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE: the second step of rotating the key-encryption key (docs/event-log.md)."
+    ) { arguments, configuration, log in
+        guard arguments == ["rewrap"] else { throw UsageError(description: "inbox personal-data takes rewrap.") }
+        try await withDatabase(configuration, log: log, migrate: true) { database in
+            guard let keys = PersonalDataKeys.current else {
+                throw UsageError(description: "inbox personal-data rewrap needs INBOX_PERSONAL_DATA_KEY_FILE (the new key) and INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE (the old one).")
+            }
+            let rewrapped = try await database.client.withConnection { connection in try keys.rewrap(on: connection) }
+            log.info("rewrapped the people's data keys", metadata: ["rewrapped": "\(rewrapped)"])
+            print("rewrapped \(rewrapped) data keys under INBOX_PERSONAL_DATA_KEY_FILE; the previous key file can now be dropped from every node")
+        }
+    }
+}

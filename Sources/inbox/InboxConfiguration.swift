@@ -46,6 +46,8 @@ struct InboxConfiguration: Sendable {
     /// "Personal data"); nil: `<dataDirectory>/personal-data.key` for the embedded PostgreSQL, nothing
     /// sealed with `DATABASE_URL`.
     var personalDataKeyFile: String?
+    /// `INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE`: the key-encryption key being replaced, during a rotation.
+    var personalDataPreviousKeyFile: String?
     /// `INBOX_UPLOADS_ALLOW_PRIVATE_SOURCES`: whether a `sourceUrl` may lead to loopback, private
     /// or link-local addresses (tests, a closed network); never in production.
     var uploadsAllowPrivateSources = false
@@ -262,6 +264,11 @@ struct InboxConfiguration: Sendable {
                 defaultValue: "(unset: <INBOX_DATA_DIR>/personal-data.key, made, for the embedded PostgreSQL; nothing sealed with DATABASE_URL)",
                 meaning: "32 random bytes (raw, hex or base64) wrapping each person's data key; message bodies and other personal fields are sealed under those (docs/event-log.md)") {
             $0.personalDataKeyFile = $1
+        },
+        Setting(variable: "INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE", flag: "--personal-data-previous-key-file",
+                defaultValue: "(unset: no rotation under way)",
+                meaning: "during a rotation of INBOX_PERSONAL_DATA_KEY_FILE, the key it replaces: data keys wrapped by either open; `inbox personal-data rewrap` then rewraps them all (docs/event-log.md)") {
+            $0.personalDataPreviousKeyFile = $1
         },
         Setting(variable: "INBOX_UPLOADS_DIR", flag: "--uploads-dir", defaultValue: "(unset: <INBOX_DATA_DIR>/uploads)",
                 meaning: "folder uploaded files are stored in, by their SHA-256 (made when missing)") { $0.uploadsDirectory = $1 },

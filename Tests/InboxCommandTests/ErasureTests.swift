@@ -135,6 +135,29 @@ import Testing
         }
     }
 
+    /// Rotating the key-encryption key without stopping: every node reads both, `personal-data
+    /// rewrap` wraps every data key under the new one, and then the old one is not needed.
+    @Test func theKeyEncryptionKeyRotatesWhileTheLogStaysReadable() async throws {
+        try await withTestDatabase { db in
+            try await Self.setup(db)
+            let new = FileManager.default.temporaryDirectory.appendingPathComponent("new-kek-\(UUID().uuidString.prefix(8))")
+            defer { try? FileManager.default.removeItem(at: new) }
+            try Data(repeating: 9, count: 32).write(to: new)
+            var both = InboxCLI.databaseEnvironment(db.url)
+            both["INBOX_PERSONAL_DATA_KEY_FILE"] = new.path
+            both["INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE"] = TestPersonalData.keyFile
+            let rewrapped = try await InboxCLI.run(["personal-data", "rewrap"], environment: both)
+            #expect(rewrapped.status == 0 && rewrapped.stdout.contains("rewrapped 2 data keys"), "\(rewrapped.stdout) \(rewrapped.stderr)")
+            var onlyNew = InboxCLI.databaseEnvironment(db.url)
+            onlyNew["INBOX_PERSONAL_DATA_KEY_FILE"] = new.path
+            #expect(try await InboxCLI.run(["status"], environment: onlyNew).status == 0, "the new key alone opens every data key")
+            let again = try await InboxCLI.run(["personal-data", "rewrap"], environment: both)
+            #expect(again.stdout.contains("rewrapped 0 data keys"), "every key is under the new one: \(again.stdout)")
+            let old = try await InboxCLI.run(["status"], environment: InboxCLI.databaseEnvironment(db.url))
+            #expect(old.status != 0 && old.stderr.contains("does not open the data key"), "the old key alone no longer does: \(old.stderr)")
+        }
+    }
+
     /// Without the key-encryption key, or with another, no command reads the log: a sentence says so.
     @Test func aMissingOrWrongKeyEncryptionKeyIsRefusedAtStart() async throws {
         try await withTestDatabase { db in
