@@ -411,7 +411,7 @@ struct AppendRequest: Sendable {
         if events.isEmpty { return [] }
         var eventsJSON = self.eventsJSON
         if holdsPersonalData, let keys = PersonalDataKeys.current {
-            eventsJSON = Self.json(events, payloads: try events.map { try keys.sealed($0, on: connection) }).0
+            eventsJSON = Self.json(events, payloads: try keys.sealed(events, on: connection)).0
         }
         // Inside the caller's transaction a failed statement would abort it: retry behind a savepoint.
         let savepoint = connection.isInTransaction

@@ -155,9 +155,29 @@ public final class PersonalDataKeys: Sendable {
     /// data; nil when it holds none.
     func sealed(_ event: NewEvent, on connection: PostgresConnection) throws -> String? {
         guard let payload = try Self.personalPayload(event) else { return nil }
+        return try sealed(event, payload: payload, key: try sealingKey(for: payload.personalDataOwner, on: connection))
+    }
+
+    /// The payloads of `events` as the log stores them (nil: as given). The keys of their people
+    /// are looked up or made first, in the order of the people's ids, so two appends that make
+    /// keys for the same people at once take the people's locks in one order (no deadlock).
+    func sealed(_ events: [NewEvent], on connection: PostgresConnection) throws -> [String?] {
+        let payloads = try events.map { try Self.personalPayload($0) }
+        var keys: [String: [UInt8]?] = [:]
+        for person in Set(payloads.compactMap { $0?.personalDataOwner }).sorted() {
+            keys[person] = .some(try sealingKey(for: person, on: connection))
+        }
+        return try zip(events, payloads).map { event, payload in
+            guard let payload, let key = keys[payload.personalDataOwner] else { return nil }
+            return try sealed(event, payload: payload, key: key)
+        }
+    }
+
+    /// `event` sealed under `key` (nil: its person is erased, the fields are stored erased).
+    private func sealed(_ event: NewEvent, payload: any EventPayload & HoldsPersonalData, key: [UInt8]?) throws -> String? {
         let person = payload.personalDataOwner
         let seal = Self.newSealId() + ":" + person
-        let sealer = FieldSealer(key: try sealingKey(for: person, on: connection), seal: seal, person: person, type: event.type)
+        let sealer = FieldSealer(key: key, seal: seal, person: person, type: event.type)
         // The payload as given, its personal members replaced: libjansson's tree, not JSONEncoder
         // again (a fifth of the cost).
         guard case .object(var members) = try JSONValue(parsing: event.payloadJSON) else { return nil }
