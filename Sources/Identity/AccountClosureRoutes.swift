@@ -55,9 +55,7 @@ public enum AccountClosureRoutes {
                         source: .pointer("/data/attributes/erase"))
                 }
                 let take = {
-                    try SecondFactorRoutes.limited {
-                        try client.withConnectionBlocking { connection in try limits.take("code", .account(personId), limit: limit, now: now(), on: connection) }
-                    }
+                    try limits.takeForAccount("code", personId, limit: limit, now: now(), client: client, tooMany: "Too many codes tried for this account")
                 }
                 let proof = try Self.proof(fields, social: social, now: now(), take: take)
                 let account = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try Accounts.find(personId: personId, on: connection) }

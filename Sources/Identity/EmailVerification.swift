@@ -37,9 +37,7 @@ public struct EmailVerification: Sendable {
 
     /// One of the account's mails, or `429`.
     func take(_ personId: String, now: Date, client: PostgresClient) throws {
-        try SecondFactorRoutes.limited {
-            try client.withConnectionBlocking { connection in try limits.take("verification-mail", .account(personId), limit: limit, now: now, on: connection) }
-        }
+        try limits.takeForAccount("verification-mail", personId, limit: limit, now: now, client: client, tooMany: "Too many verification mails for this account")
     }
 
     /// Starts verifying `email` for `personId` in the caller's transaction: a new token (the older

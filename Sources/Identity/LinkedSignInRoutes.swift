@@ -25,9 +25,7 @@ public enum LinkedSignInRoutes {
     ) -> [Route] {
         let limits = RateLimits()
         @Sendable func take(_ personId: String) throws {
-            try SecondFactorRoutes.limited {
-                try client.withConnectionBlocking { connection in try limits.take("link", .account(personId), limit: limit, now: now(), on: connection) }
-            }
+            try limits.takeForAccount("link", personId, limit: limit, now: now(), client: client, tooMany: "Too many sign-ins linked or unlinked for this account")
         }
         let body = Schema.resourceDocument(
             type: type,

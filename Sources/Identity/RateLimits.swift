@@ -99,3 +99,13 @@ public final class LocalRateLimits: Sendable {
         if let wait { throw OAuthError.tooManyRequests(retryAfter: max(1, Int(wait.rounded(.up)))) }
     }
 }
+
+extension RateLimits {
+    /// One attempt of `kind` against `personId`'s account limit, on a connection of `client`'s: past
+    /// it the API's `429` with `Retry-After`, `tooMany` saying what was tried too often.
+    func takeForAccount(_ kind: String, _ personId: String, limit: AttemptLimit, now: Date, client: PostgresClient, tooMany: String) throws {
+        try SecondFactorRoutes.limited(tooMany) {
+            try client.withConnectionBlocking { connection in try take(kind, .account(personId), limit: limit, now: now, on: connection) }
+        }
+    }
+}

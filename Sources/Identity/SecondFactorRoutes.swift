@@ -42,7 +42,7 @@ public enum SecondFactorRoutes {
                     status: 422, code: .missingField, detail: "code is required: the authenticator's six digits or a recovery code.",
                     source: .pointer("/data/attributes/code"))
             }
-            try limited { try client.withConnectionBlocking { connection in try limits.take("code", .account(personId), limit: codeLimit, now: now(), on: connection) } }
+            try limits.takeForAccount("code", personId, limit: codeLimit, now: now(), client: client, tooMany: "Too many codes tried for this account")
             return code
         }
         /// `body` in one transaction once the document's code is the account's current TOTP code
@@ -177,13 +177,13 @@ public enum SecondFactorRoutes {
         return .object(["type": .string(type), "attributes": .object(attributes)])
     }
 
-    /// The account's code limit as the API's `429`.
-    static func limited(_ body: () throws -> Void) throws {
+    /// An account's limit as the API's `429`, `detail` saying what was tried too often.
+    static func limited(_ detail: String, _ body: () throws -> Void) throws {
         do {
             try body()
         } catch let error as OAuthError where error.status == 429 {
             throw APIError(
-                status: 429, code: .tooManyRequests, detail: "Too many codes tried for this account; try again later.",
+                status: 429, code: .tooManyRequests, detail: "\(detail); try again later.",
                 headers: error.headers.filter { $0.name == "Retry-After" })
         }
     }

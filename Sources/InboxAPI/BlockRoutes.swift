@@ -101,7 +101,7 @@ public enum BlockRoutes {
                 guard created else { return Documents.response(["data": block]) }
                 return JSONAPI.response(
                     status: 201, .object(["data": block, "jsonapi": Documents.version]),
-                    headers: [("Location", "/v1/me/blocks/\(Self.escaped(Self.id(blockedType, blockedId)))")])
+                    headers: [("Location", "/v1/me/blocks/\(Documents.pathSegment(Self.id(blockedType, blockedId)))")])
             },
             Route(
                 .delete, "/v1/me/blocks/{id}", access: .signedIn(scope: .accountWrite),
@@ -156,12 +156,6 @@ public enum BlockRoutes {
         let (type, rest) = (String(id[..<colon]), String(id[id.index(after: colon)...]))
         guard blockedTypes.contains(type), ConversationRoutes.isPlausible(rest) else { return nil }
         return (type, rest)
-    }
-
-    static func escaped(_ id: String) -> String {
-        var allowed = CharacterSet.urlPathAllowed
-        allowed.remove("/")
-        return id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id
     }
 
     /// `data.relationships.blocked.data` of the document: the type and id blocked.
@@ -242,7 +236,7 @@ public enum BlockRoutes {
                 "appVersion": try row.decode(String?.self, "app_version").map(JSONValue.string) ?? .null,
             ]),
             "relationships": .object(["blocked": .object(["data": .object(["type": .string(blockedType), "id": .string(blockedId)])])]),
-            "links": .object(["self": .string("/v1/me/blocks/\(escaped(id(blockedType, blockedId)))")]),
+            "links": .object(["self": .string("/v1/me/blocks/\(Documents.pathSegment(id(blockedType, blockedId)))")]),
         ])
     }
 }

@@ -34,7 +34,7 @@ public enum QuickReplyRoutes {
                         shop, size + 1, (number - 1) * size
                     ).map(Self.resource)
                 }
-                let path = "/v1/sellers/\(Self.escaped(shop))/quick-replies"
+                let path = "/v1/sellers/\(Documents.pathSegment(shop))/quick-replies"
                 var links: [String: JSONValue] = ["self": Documents.link(path, [("page[number]", String(number)), ("page[size]", String(size))])]
                 if rows.count > size { links["next"] = Documents.link(path, [("page[number]", String(number + 1)), ("page[size]", String(size))]) }
                 return Documents.response(["data": .array(Array(rows.prefix(size))), "links": .object(links)])
@@ -65,7 +65,7 @@ public enum QuickReplyRoutes {
                         ).map(Self.resource)[0]
                     }
                 }
-                let location = "/v1/sellers/\(Self.escaped(shop))/quick-replies/\(id.uuidString.lowercased())"
+                let location = "/v1/sellers/\(Documents.pathSegment(shop))/quick-replies/\(id.uuidString.lowercased())"
                 return JSONAPI.response(status: 201, .object(["data": reply]), headers: [("Location", location)])
             },
             Route(
@@ -105,13 +105,6 @@ public enum QuickReplyRoutes {
 
     static let notFound = APIError(status: 404, code: .notFound, detail: "There is no such quick reply of a shop you work at.")
     static let notAMember = APIError(status: 404, code: .notFound, detail: "There is no shop with this id that you work at.")
-
-    /// A shop id as one segment of a link's path.
-    static func escaped(_ shop: String) -> String {
-        var allowed = CharacterSet.urlPathAllowed
-        allowed.remove("/")
-        return shop.addingPercentEncoding(withAllowedCharacters: allowed) ?? shop
-    }
 
     static func requireMember(_ person: String, _ shop: String, on connection: PostgresConnection) throws {
         guard ConversationRoutes.isPlausible(shop), try ConversationRoutes.worksAt(person, shop: shop, on: connection) else { throw notAMember }

@@ -127,6 +127,13 @@ enum Documents {
 
     static func timestamp(_ date: Date) -> JSONValue { .string(timestampText(date)) }
 
+    /// An id as one segment of a link's path (a `/` in it escaped too).
+    static func pathSegment(_ id: String) -> String {
+        var allowed = CharacterSet.urlPathAllowed
+        allowed.remove("/")
+        return id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id
+    }
+
     /// ISO 8601 in UTC with microseconds (`2026-11-29T13:03:39.117189Z`), PostgreSQL's precision.
     static func timestampText(_ date: Date) -> String { date.postgresText ?? "" }
 
