@@ -11,7 +11,7 @@ public enum AES256GCM {
 
     public static let keyBytes = 32
     static let format: UInt8 = 1
-    static let nonceBytes = 12
+    public static let nonceBytes = 12
     static let tagBytes = 16
     // EVP_CTRL_AEAD_SET_IVLEN, _GET_TAG, _SET_TAG (openssl/evp.h): macros of macros, which Swift
     // does not import.
@@ -21,10 +21,17 @@ public enum AES256GCM {
 
     /// `plaintext` sealed under `key` (32 bytes) with `associatedData`.
     public static func seal(_ plaintext: [UInt8], key: [UInt8], associatedData: [UInt8]) throws -> [UInt8] {
+        try seal(plaintext, key: key, associatedData: associatedData, nonce: SecureRandom.bytes(nonceBytes))
+    }
+
+    /// `seal(_:key:associatedData:)` with a nonce drawn by the caller: 12 bytes of `SecureRandom`,
+    /// never given twice (for a caller that draws many at once: OpenSSL's generator costs as much
+    /// per call as the sealing).
+    public static func seal(_ plaintext: [UInt8], key: [UInt8], associatedData: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
         guard key.count == keyBytes else { throw CryptoError("An AES-256-GCM key is 32 bytes, not \(key.count).") }
+        guard nonce.count == nonceBytes else { throw CryptoError("An AES-256-GCM nonce is 12 bytes here, not \(nonce.count).") }
         guard let context = EVP_CIPHER_CTX_new() else { throw CryptoError("OpenSSL could not make a cipher context.") }
         defer { EVP_CIPHER_CTX_free(context) }
-        let nonce = SecureRandom.bytes(nonceBytes)
         var ciphertext = [UInt8](repeating: 0, count: plaintext.count + 16)
         var tag = [UInt8](repeating: 0, count: tagBytes)
         var length: Int32 = 0

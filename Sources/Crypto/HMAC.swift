@@ -14,26 +14,51 @@ public enum HMAC {
         }
     }
 
-    /// The digests fetched once (an implicit fetch at every use is slow in OpenSSL 3).
-    static let sha1 = Fetched(EVP_MD_fetch(nil, "SHA1", nil) ?? EVP_sha1()!)
-    static let sha256 = Fetched(EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()!)
+    /// A context per hash with its digest set and no key, made once and copied for each MAC:
+    /// OpenSSL 3's one-shot `HMAC()` fetches the MAC and its digest by name at every call, which
+    /// cost more than the MAC of a short text.
+    static let sha1 = Template("SHA1")
+    static let sha256 = Template("SHA256")
 
     /// The MAC of `data` under `key`.
     public static func mac(_ hash: Hash, key: [UInt8], data: [UInt8]) -> [UInt8] {
         var output = [UInt8](repeating: 0, count: hash.length)
-        var length: UInt32 = 0
-        let digest = hash == .sha1 ? Self.sha1.pointer : Self.sha256.pointer
-        let computed = key.withUnsafeBufferPointer { key in
-            data.withUnsafeBufferPointer { input in
-                output.withUnsafeMutableBufferPointer { out in
-                    COpenSSL.HMAC(digest, key.baseAddress, Int32(key.count), input.baseAddress, input.count, out.baseAddress, &length) != nil
-                }
-            }
+        var length = 0
+        let template = hash == .sha1 ? Self.sha1 : Self.sha256
+        var computed = false
+        if let context = EVP_MAC_CTX_dup(template.context) {
+            defer { EVP_MAC_CTX_free(context) }
+            // An empty key is the same as one byte of zero (both are padded with zeros, RFC 2104),
+            // which OpenSSL takes where it refuses an empty one.
+            let key = key.isEmpty ? [0] : key
+            computed =
+                EVP_MAC_init(context, key, key.count, nil) == 1 && EVP_MAC_update(context, data, data.count) == 1
+                && EVP_MAC_final(context, &output, &length, output.count) == 1
         }
         // HMAC does not fail on valid buffers; if it ever did, random bytes match nothing (zeros
         // would match each other).
-        guard computed, Int(length) == hash.length else { return SecureRandom.bytes(hash.length) }
+        guard computed, length == hash.length else { return SecureRandom.bytes(hash.length) }
         return output
+    }
+
+    /// An HMAC context with its digest set, never given a key itself (only its copies are).
+    final class Template: @unchecked Sendable {
+        let context: OpaquePointer
+
+        init(_ digest: String) {
+            let mac = EVP_MAC_fetch(nil, "HMAC", nil)!
+            defer { EVP_MAC_free(mac) }
+            context = EVP_MAC_CTX_new(mac)!
+            let set = "digest".withCString { name in
+                digest.withCString { value in
+                    var parameters = [
+                        OSSL_PARAM_construct_utf8_string(name, UnsafeMutablePointer(mutating: value), 0), OSSL_PARAM_construct_end(),
+                    ]
+                    return EVP_MAC_CTX_set_params(context, &parameters) == 1
+                }
+            }
+            precondition(set, "OpenSSL has no HMAC-\(digest)")
+        }
     }
 }
 

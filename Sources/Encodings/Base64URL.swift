@@ -1,19 +1,29 @@
 /// base64url without padding (RFC 4648 section 5, as JWTs use it in RFC 7515), done byte by byte:
 /// Foundation's base64 and three text replacements cost more than the rest of a bell page's links.
 public enum Base64URL {
-    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    @usableFromInline static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
     /// The value of each byte in the alphabet, 255 for bytes outside it.
-    private static let values: [UInt8] = {
+    @usableFromInline static let values: [UInt8] = {
         var table = [UInt8](repeating: 255, count: 256)
         for (value, byte) in alphabet.enumerated() { table[Int(byte)] = UInt8(value) }
         return table
     }()
 
+    @inlinable
     public static func encode(_ bytes: some Collection<UInt8>) -> String {
-        let input = Array(bytes)
         var output: [UInt8] = []
-        output.reserveCapacity((input.count * 4 + 2) / 3)
+        append(bytes, to: &output)
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    /// Appends the encoding of `bytes` to `output`. Inlinable, like `encode` and `decode`: a
+    /// generic walk across the module boundary cost more than the encoding.
+    @inlinable
+    public static func append(_ bytes: some Collection<UInt8>, to output: inout [UInt8]) {
+        let input = Array(bytes)
+        let alphabet = Self.alphabet
+        output.reserveCapacity(output.count + (input.count * 4 + 2) / 3)
         var index = 0
         while index + 3 <= input.count {
             let group = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
@@ -35,11 +45,11 @@ public enum Base64URL {
             output.append(alphabet[Int(group >> 6 & 63)])
         default: break
         }
-        return String(decoding: output, as: UTF8.self)
     }
 
     /// The bytes of `text`, or nil when it holds a character outside the alphabet (`+`, `/` and
     /// padding included), or has a length no encoding has, or leftover bits that are not zero.
+    @inlinable
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
         let input = Array(text.utf8)
         guard input.count % 4 != 1 else { return nil }
@@ -47,6 +57,7 @@ public enum Base64URL {
         output.reserveCapacity(input.count * 3 / 4)
         var group: UInt32 = 0
         var bits = 0
+        let values = Self.values
         for byte in input {
             let value = values[Int(byte)]
             guard value != 255 else { return nil }

@@ -54,10 +54,13 @@ public struct DecodedBatch: Sendable {
         self.unreadable = unreadable
     }
 
+    /// Read once: Foundation reads the cgroup's CPU quota from files at every call (9 µs).
+    static let cores = ProcessInfo.processInfo.activeProcessorCount
+
     /// Decodes `records` on every core: the decoding is most of a replay's client time. With
     /// `types`, as `init(_:types:)`.
     public init(decodingInParallel records: [RecordedEvent], types: Set<String>? = nil, registry: EventTypeRegistry = InboxCatalogue.registry) {
-        let parts = min(ProcessInfo.processInfo.activeProcessorCount, max(1, records.count / 1_000))
+        let parts = min(DecodedBatch.cores, max(1, records.count / 1_000))
         if parts <= 1 {
             self.init(records, types: types, registry: registry)
             return

@@ -289,7 +289,7 @@ final class SlicedReplay: @unchecked Sendable {
     /// about the event: the spill is not what was written).
     private static func decode(_ records: [(record: RecordedEvent, mask: UInt8)]) throws -> [(ProjectedEvent, UInt8)] {
         if records.isEmpty { return [] }
-        let parts = min(ProcessInfo.processInfo.activeProcessorCount, max(1, records.count / 1_000))
+        let parts = min(DecodedBatch.cores, max(1, records.count / 1_000))
         let size = (records.count + parts - 1) / parts
         let decoded = Mutex<[Int: Result<[(ProjectedEvent, UInt8)], any Error>]>([:])
         DispatchQueue.concurrentPerform(iterations: parts) { part in
