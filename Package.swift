@@ -200,7 +200,7 @@ let package = Package(
             name: "PostgresClientTests", dependencies: ["PostgresClient", "EventLog", "InboxTesting", "HTTPTesting"],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting", "Lifecycle"],
+            name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting", "Lifecycle", "Encodings"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EncodingsTests", dependencies: ["Encodings", "Crypto"], swiftSettings: swiftSettings),

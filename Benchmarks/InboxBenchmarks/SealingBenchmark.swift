@@ -10,7 +10,10 @@ import Projections
 /// people's data keys installed and without, side by side in one run, on two databases of one
 /// server (one log written sealed, one not):
 ///
-/// - `append-*`: `EventStore.append` of client batches of 100 messages from 1,000 authors;
+/// - `append-*`: `EventStore.append` of client batches of 100 messages from 1,000 authors (every
+///   event sealed: the worst case);
+/// - `append-mix-*`: the same of batches of 100 events of the simulated marketplace (the share of
+///   personal events a log has);
 /// - `post-*`: one message at a time appended and projected inline into the threads, as a post is;
 /// - `replay-*`: `Replayer.catchUp` of every projection over a simulated log.
 struct SealingBenchmark: Benchmark {
@@ -69,6 +72,17 @@ struct SealingBenchmark: Benchmark {
                     }))
             cases.append(
                 BenchmarkCase(
+                    id: "append-mix-\(name)", title: "append, batches of 100 simulated events, \(name)",
+                    description:
+                        "EventStore.append of batches of 100 events of the simulated marketplace (messages, orders, bell reads, searches...)\(withKeys ? ", the personal ones sealed" : "").",
+                    kind: .client, batchSize: 100, appenders: 1, eventsPerRound: appendTotal,
+                    run: { round in
+                        PersonalDataKeys.swapForMeasuring(installed)
+                        defer { PersonalDataKeys.swapForMeasuring(nil) }
+                        return try await Self.appendMix(client: client, events: appendTotal, round: round)
+                    }))
+            cases.append(
+                BenchmarkCase(
                     id: "post-\(name)", title: "post, one message inline, \(name)",
                     description: "One message_sent at a time appended and projected inline into the threads (a post's write)\(withKeys ? ", sealed" : "").",
                     kind: .client, batchSize: 1, appenders: 1, eventsPerRound: postTotal,
@@ -123,7 +137,7 @@ struct SealingBenchmark: Benchmark {
                 }))
         let configurations = try await runInterleaved(cases, rounds: rounds)
         var notes: [String: String] = ["replayEvents": "\(replayTotal)", "appendEvents": "\(appendTotal)", "posts": "\(postTotal)"]
-        for kind in ["append", "post", "replay"] {
+        for kind in ["append", "append-mix", "post", "replay"] {
             let rates = Dictionary(configurations.map { ($0.id, $0.medianEventsPerSecond) }, uniquingKeysWith: { first, _ in first })
             if let off = rates["\(kind)-unsealed"], let on = rates["\(kind)-sealed"], off > 0 {
                 notes["\(kind)SealedOverUnsealed"] = String(format: "%.3f", on / off)
@@ -150,6 +164,16 @@ struct SealingBenchmark: Benchmark {
             _ = try await store.append(batch)
             index += batch.count
         }
+        return Measurement(round: round, events: events, elapsed: ContinuousClock.now - started)
+    }
+
+    /// The same simulated events for both logs in a round (built before the clock starts).
+    static func appendMix(client: PostgresClient, events: Int, round: Int) async throws -> Measurement {
+        var simulation = MarketplaceSimulation(configuration: .init(people: 5_000, shops: 100, watches: 2_000, seed: 1_000 + UInt64(round)))
+        let batches = (0..<(events + 99) / 100).map { index in simulation.events(min(100, events - index * 100)) }
+        let store = EventStore(client: client)
+        let started = ContinuousClock.now
+        for batch in batches { _ = try await store.append(batch) }
         return Measurement(round: round, events: events, elapsed: ContinuousClock.now - started)
     }
 

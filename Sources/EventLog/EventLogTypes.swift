@@ -121,7 +121,7 @@ public struct RecordedEvent: Sendable, Hashable {
 
     /// The payload as a typed event, brought to the current schema version by the registry's upcasters.
     public func decode<P: EventPayload>(_ type: P.Type, using registry: EventTypeRegistry) throws -> P {
-        try openingPersonalData {
+        try openingPersonalData { payloadJSON in
             if registry.currentReader(type: P.eventType, schemaVersion: schemaVersion) != nil, let value = JanssonDecoding.decode(P.self, from: payloadJSON) {
                 return value
             }
@@ -133,7 +133,7 @@ public struct RecordedEvent: Sendable, Hashable {
     /// it is of the current shape (`JanssonDecoding`, the values `JSONDecoder` gives, a tenth of its
     /// cost), else, and for every error, by the registry (upcasters and `JSONDecoder`).
     public func decode(using registry: EventTypeRegistry) throws -> any EventPayload {
-        try openingPersonalData {
+        try openingPersonalData { payloadJSON in
             if let reader = registry.currentReader(type: type, schemaVersion: schemaVersion) {
                 var text = payloadJSON
                 if let value = text.withUTF8({ JanssonDecoding.decode(from: UnsafeRawBufferPointer($0), reader) }) { return value }

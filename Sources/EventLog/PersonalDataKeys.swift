@@ -11,10 +11,11 @@ import Synchronization
 /// sealed, and a log that holds sealed fields cannot be read.
 ///
 /// - **Sealing** (at append): each personal field (`PersonalText`) of an event that holds personal
-///   data (`HoldsPersonalData`) is AES-256-GCM under its person's key, with the event's `$seal` (an
-///   id of its own, unique in the log: `<id>:<person>`), the person, the type and the field's name
-///   as associated data, so a sealed value copied anywhere else does not open; beside it a MAC of
-///   the text under the same key, by which a retried append is known as the same event.
+///   data (`HoldsPersonalData`) is AES-256-GCM under its person's key, with the event's `$seal` (96
+///   random bits of its own and its person: `<id>:<person>`), its stream, the person, the type and
+///   the field's name as associated data, so a sealed value copied into another event or stream
+///   does not open; beside it a MAC of the text under the same key, by which a retried append is
+///   known as the same event.
 /// - **Opening** (at read): the keys of the people a batch of events names are read from
 ///   PostgreSQL for that batch, never from a cache, so a key deleted is a key gone for every reader
 ///   at once; a field whose person was erased reads as `PersonalText.erased`.
@@ -69,8 +70,8 @@ public final class PersonalDataKeys: Sendable {
     /// The key to seal `person`'s fields with, nil when the person was erased: their cached key,
     /// or their key in the database, or a new one (under a lock per person that erasing takes too,
     /// so no key is made for somebody being erased).
-    func sealingKey(for person: String, on connection: PostgresConnection) throws -> [UInt8]? {
-        let cacheKey = CacheKey(database: connection.configuration.redactedDescription, person: person)
+    func sealingKey(for person: String, database: String, on connection: PostgresConnection) throws -> [UInt8]? {
+        let cacheKey = CacheKey(database: database, person: person)
         if let key = cache.withLock({ $0[cacheKey] }) { return key }
         if let (key, erased) = try stored(person, on: connection) {
             if erased { return nil }
@@ -154,8 +155,7 @@ public final class PersonalDataKeys: Sendable {
     /// `event`, its personal fields sealed for the log (`$seal` added), when it holds personal
     /// data; nil when it holds none.
     func sealed(_ event: NewEvent, on connection: PostgresConnection) throws -> String? {
-        guard let payload = try Self.personalPayload(event) else { return nil }
-        return try sealed(event, payload: payload, key: try sealingKey(for: payload.personalDataOwner, on: connection))
+        try sealed([event], on: connection)[0]
     }
 
     /// The payloads of `events` as the log stores them (nil: as given). The keys of their people
@@ -164,24 +164,42 @@ public final class PersonalDataKeys: Sendable {
     func sealed(_ events: [NewEvent], on connection: PostgresConnection) throws -> [String?] {
         let payloads = try events.map { try Self.personalPayload($0) }
         var keys: [String: [UInt8]?] = [:]
+        let database = connection.configuration.redactedDescription
         for person in Set(payloads.compactMap { $0?.personalDataOwner }).sorted() {
-            keys[person] = .some(try sealingKey(for: person, on: connection))
+            keys[person] = .some(try sealingKey(for: person, database: database, on: connection))
         }
+        // A seal id and a nonce for each of (usually) one field an event.
+        var random = RandomBytes(expected: payloads.lazy.filter { $0 != nil }.count * (Self.sealIdRandomBytes + AES256GCM.nonceBytes))
         return try zip(events, payloads).map { event, payload in
             guard let payload, let key = keys[payload.personalDataOwner] else { return nil }
-            return try sealed(event, payload: payload, key: key)
+            return try sealed(event, payload: payload, key: key, random: &random)
         }
     }
 
     /// `event` sealed under `key` (nil: its person is erased, the fields are stored erased).
-    private func sealed(_ event: NewEvent, payload: any EventPayload & HoldsPersonalData, key: [UInt8]?) throws -> String? {
+    private func sealed(_ event: NewEvent, payload: any EventPayload & HoldsPersonalData, key: [UInt8]?, random: inout RandomBytes) throws -> String? {
         let person = payload.personalDataOwner
-        let seal = Self.newSealId() + ":" + person
-        let sealer = FieldSealer(key: key, seal: seal, person: person, type: event.type)
-        // The payload as given, its personal members replaced: libjansson's tree, not JSONEncoder
-        // again (a fifth of the cost).
+        let seal = Base64URL.encode(random.take(Self.sealIdRandomBytes)) + ":" + person
+        let sealer = FieldSealer(key: key, seal: seal, stream: event.streamId, person: person, type: event.type)
+        let fields = type(of: payload).personalFields
+        // The payload's text with its personal members replaced (PersonalDataSplice), or, for a
+        // text that is not one object, libjansson's tree of it.
+        if let spliced = try PersonalDataSplice.sealed(event.payloadJSON, fields: fields, seal: seal, sealing: { text, field, output in
+            switch try sealer.seal(text, field: field, nonce: random.take(AES256GCM.nonceBytes)) {
+            case .sealed(let sealed):
+                output.append(contentsOf: #"{"$sealed":{"v":""#.utf8)
+                output.append(contentsOf: sealed.v.utf8)
+                output.append(contentsOf: #"","h":""#.utf8)
+                output.append(contentsOf: sealed.h.utf8)
+                output.append(contentsOf: #""}}"#.utf8)
+            case .erased:
+                output.append(contentsOf: #"{"$erased":true}"#.utf8)
+            }
+        }) {
+            return spliced
+        }
         guard case .object(var members) = try JSONValue(parsing: event.payloadJSON) else { return nil }
-        for field in type(of: payload).personalFields {
+        for field in fields {
             guard case .string(let text)? = members[field] else { continue }
             switch try sealer.seal(text, field: field) {
             case .sealed(let sealed): members[field] = .object(["$sealed": .object(["v": .string(sealed.v), "h": .string(sealed.h)])])
@@ -219,38 +237,31 @@ public final class PersonalDataKeys: Sendable {
         return encoder
     }()
 
-    /// 12 hex digits of milliseconds since 1970 and 20 random ones: ids that sort by time, so the
-    /// unique index on them grows at its end.
-    static func newSealId() -> String {
-        let milliseconds = UInt64(Date().timeIntervalSince1970 * 1000)
-        var bytes: [UInt8] = (0..<6).reversed().map { UInt8(truncatingIfNeeded: milliseconds >> (8 * UInt64($0))) }
-        bytes += SecureRandom.bytes(10)
-        return Hex.encode(bytes)
-    }
+    /// A seal id: 96 random bits (16 characters of base64url), the event's own identity that its
+    /// sealed fields are bound to.
+    static let sealIdRandomBytes = 12
 
     // MARK: Opening
 
     /// The keys of the people `records` name, read now, attached to every record that holds
     /// sealed fields (the others are returned as they are).
-    public func attachKeys(to records: [RecordedEvent], on connection: PostgresConnection, ring: KeyRing? = nil) throws -> [RecordedEvent] {
-        var people = Set<String>()
-        for record in records {
-            if let seal = Self.seal(in: record.payloadJSON) { people.insert(seal.person) }
-        }
+    public func attachKeys(to records: consuming [RecordedEvent], on connection: PostgresConnection, ring: KeyRing? = nil) throws -> [RecordedEvent] {
+        let seals = records.map { Self.seal(in: $0.payloadJSON) }
+        let people = Set(seals.lazy.compactMap { $0?.person })
         if people.isEmpty { return records }
         let ring = ring ?? KeyRing()
         try ring.load(people, keys: self, on: connection)
-        return records.map { record in
-            guard let seal = Self.seal(in: record.payloadJSON) else { return record }
-            var record = record
-            record.attachKeys(ring, seal: seal)
-            return record
+        // In place: the records are the caller's temporary, so nothing of them is copied.
+        var records = records
+        for (index, seal) in zip(records.indices, seals) {
+            if let seal { records[index].attachKeys(ring, seal: seal) }
         }
+        return records
     }
 
     /// Attaches keys when they are installed; when they are not, returns `records` as they are (a
     /// sealed one then fails to decode, saying why).
-    public static func attachKeys(to records: [RecordedEvent], on connection: PostgresConnection, ring: KeyRing? = nil) throws -> [RecordedEvent] {
+    public static func attachKeys(to records: consuming [RecordedEvent], on connection: PostgresConnection, ring: KeyRing? = nil) throws -> [RecordedEvent] {
         guard let keys = current else { return records }
         return try keys.attachKeys(to: records, on: connection, ring: ring)
     }
@@ -261,9 +272,8 @@ public final class PersonalDataKeys: Sendable {
     static func seal(in payload: String) -> (id: String, person: String)? {
         var payload = payload
         return payload.withUTF8 { bytes -> (String, String)? in
-            let name = Array(#""$seal""#.utf8)
-            guard let start = find(name, in: bytes) else { return nil }
-            var index = start + name.count
+            guard let start = find(sealName, in: bytes, probe: 1) else { return nil }
+            var index = start + sealName.count
             while index < bytes.count, bytes[index] == UInt8(ascii: " ") || bytes[index] == UInt8(ascii: ":") { index += 1 }
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
             index += 1
@@ -276,6 +286,8 @@ public final class PersonalDataKeys: Sendable {
             return split(String(decoding: UnsafeBufferPointer(rebasing: bytes[begin..<index]), as: UTF8.self))
         }
     }
+
+    static let sealName = Array(#""$seal""#.utf8)
 
     /// A `$seal` whose person id holds an escape: read as JSON.
     private static func decodedSeal(_ bytes: UnsafeBufferPointer<UInt8>, from quote: Int) -> (String, String)? {
@@ -297,22 +309,23 @@ public final class PersonalDataKeys: Sendable {
         return (String(seal[..<colon]), String(seal[seal.index(after: colon)...]))
     }
 
-    static func find(_ needle: [UInt8], in bytes: UnsafeBufferPointer<UInt8>) -> Int? {
-        guard bytes.count >= needle.count else { return nil }
-        var index = 0
+    /// The index of the first `needle` in `bytes`: libc's `memchr` to each candidate for the
+    /// needle's byte at `probe` (best one rare in payloads: the `$` of `"$seal"`, not its quote),
+    /// `memcmp` of the whole.
+    static func find(_ needle: [UInt8], in bytes: UnsafeBufferPointer<UInt8>, probe: Int = 0) -> Int? {
+        guard let base = bytes.baseAddress, needle.indices.contains(probe), bytes.count >= needle.count else { return nil }
         let last = bytes.count - needle.count
-        while index <= last {
-            if bytes[index] == needle[0] {
-                var match = true
-                for offset in 1..<needle.count where bytes[index + offset] != needle[offset] {
-                    match = false
-                    break
-                }
-                if match { return index }
+        var index = 0
+        return needle.withUnsafeBytes { needle -> Int? in
+            let byte = Int32(needle[probe])
+            while index <= last {
+                guard let found = memchr(base + index + probe, byte, last - index + 1) else { return nil }
+                index = UnsafeRawPointer(found) - UnsafeRawPointer(base) - probe
+                if memcmp(base + index, needle.baseAddress!, needle.count) == 0 { return index }
+                index += 1
             }
-            index += 1
+            return nil
         }
-        return nil
     }
 
     // MARK: Erasing
@@ -374,17 +387,47 @@ public final class KeyRing: Sendable {
     func key(_ person: String) -> [UInt8]? { keys.withLock { $0[person] ?? nil } }
 }
 
+/// Random bytes drawn from `SecureRandom` for a whole batch at once and handed out once each: one
+/// call of OpenSSL's generator costs as much as sealing a field, and an event needs two or three
+/// draws (its seal id and a nonce a field).
+struct RandomBytes {
+    private var pool: [UInt8] = []
+    private var used = 0
+    /// How many to draw at a time.
+    let draw: Int
+
+    /// `expected`: about how many bytes will be taken (at most 4 KiB are drawn at once).
+    init(expected: Int) {
+        draw = min(4_096, max(64, expected))
+    }
+
+    mutating func take(_ count: Int) -> [UInt8] {
+        if used + count > pool.count {
+            pool = SecureRandom.bytes(max(draw, count))
+            used = 0
+        }
+        defer { used += count }
+        return Array(pool[used..<(used + count)])
+    }
+}
+
 /// Seals the personal fields of one event being encoded for the log.
 struct FieldSealer: PersonalDataSealing {
     /// Nil: the person is erased; their fields are stored erased.
     let key: [UInt8]?
     let seal: String
+    let stream: String
     let person: String
     let type: String
 
     func seal(_ text: String, field: String) throws -> PersonalDataSealed {
+        try seal(text, field: field, nonce: SecureRandom.bytes(AES256GCM.nonceBytes))
+    }
+
+    func seal(_ text: String, field: String, nonce: [UInt8]) throws -> PersonalDataSealed {
         guard let key else { return .erased }
-        let sealed = try AES256GCM.seal(Array(text.utf8), key: key, associatedData: FieldCrypto.associatedData(seal, person, type, field))
+        let sealed = try AES256GCM.seal(
+            Array(text.utf8), key: key, associatedData: FieldCrypto.associatedData(seal, stream: stream, person, type, field), nonce: nonce)
         return .sealed(SealedField(v: Base64URL.encode(sealed), h: FieldCrypto.mac(text, key: key, type: type, field: field)))
     }
 }
@@ -393,6 +436,7 @@ struct FieldSealer: PersonalDataSealing {
 struct FieldOpener: PersonalDataOpening {
     let ring: KeyRing
     let seal: String
+    let stream: String
     let person: String
     let type: String
 
@@ -400,7 +444,7 @@ struct FieldOpener: PersonalDataOpening {
         guard let key = ring.key(person) else { return .erased }
         guard let bytes = Base64URL.decode(sealed.v), bytes.count <= 1 << 20 else { throw PersonalDataFieldError(field: field) }
         do {
-            let text = try AES256GCM.open(bytes, key: key, associatedData: FieldCrypto.associatedData(seal, person, type, field))
+            let text = try AES256GCM.open(bytes, key: key, associatedData: FieldCrypto.associatedData(seal, stream: stream, person, type, field))
             return .text(String(decoding: text, as: UTF8.self))
         } catch {
             throw PersonalDataFieldError(field: field)
@@ -415,13 +459,28 @@ struct PersonalDataFieldError: Error, CustomStringConvertible {
 }
 
 enum FieldCrypto {
-    static func associatedData(_ seal: String, _ person: String, _ type: String, _ field: String) -> [UInt8] {
-        Array("wristler/personal/v1\u{0}\(seal)\u{0}\(person)\u{0}\(type)\u{0}\(field)".utf8)
+    static let associatedDataPrefix = Array("wristler/personal/v2".utf8)
+    static let macPrefix = Array("wristler/personal-mac/v1".utf8)
+
+    /// "wristler/personal/v2", the seal (the event's own id and its person), the stream, the
+    /// person, the type and the field, NUL between them.
+    static func associatedData(_ seal: String, stream: String, _ person: String, _ type: String, _ field: String) -> [UInt8] {
+        joined(associatedDataPrefix, [seal, stream, person, type, field])
+    }
+
+    static func joined(_ prefix: [UInt8], _ parts: [String]) -> [UInt8] {
+        var bytes = prefix
+        bytes.reserveCapacity(prefix.count + parts.reduce(0) { $0 + $1.utf8.count + 1 })
+        for part in parts {
+            bytes.append(0)
+            bytes.append(contentsOf: part.utf8)
+        }
+        return bytes
     }
 
     /// 128 bits of HMAC-SHA256 of the field's text under the person's key.
     static func mac(_ text: String, key: [UInt8], type: String, field: String) -> String {
-        Base64URL.encode(Array(HMAC.mac(.sha256, key: key, data: Array("wristler/personal-mac/v1\u{0}\(type)\u{0}\(field)\u{0}\(text)".utf8)).prefix(16)))
+        Base64URL.encode(HMAC.mac(.sha256, key: key, data: joined(macPrefix, [type, field, text])).prefix(16))
     }
 }
 
@@ -437,11 +496,13 @@ extension RecordedEvent {
         return String(decoding: data, as: UTF8.self)
     }
 
-    /// The payload decoded with its sealed fields opened by the keys attached to it.
-    func openingPersonalData<T>(_ body: () throws -> T) throws -> T {
-        guard let keyRing, let seal = attachedSeal ?? PersonalDataKeys.seal(in: payloadJSON) else { return try body() }
-        return try PersonalData.$opener.withValue(FieldOpener(ring: keyRing, seal: seal.id + ":" + seal.person, person: seal.person, type: type)) {
-            try body()
-        }
+    /// What `body` decodes of the payload, its sealed fields opened by the keys attached to it: in
+    /// the text given to `body` (`PersonalDataSplice.opened`), or, for a payload of another shape,
+    /// by an opener bound while it decodes the text as stored.
+    func openingPersonalData<T>(_ body: (_ payloadJSON: String) throws -> T) throws -> T {
+        guard let keyRing, let seal = attachedSeal ?? PersonalDataKeys.seal(in: payloadJSON) else { return try body(payloadJSON) }
+        let opener = FieldOpener(ring: keyRing, seal: seal.id + ":" + seal.person, stream: streamId, person: seal.person, type: type)
+        if let opened = try PersonalDataSplice.opened(payloadJSON, open: opener.open) { return try body(opened) }
+        return try PersonalData.$opener.withValue(opener) { try body(payloadJSON) }
     }
 }

@@ -99,7 +99,8 @@ import Testing
         }
     }
 
-    /// A sealed value copied into another event's row does not open: it is bound to its own event.
+    /// A sealed value copied into another event's row does not open: it is bound to its own event
+    /// and its stream.
     @Test func aSealedValueCopiedIntoAnotherEventDoesNotOpen() async throws {
         try await withTestDatabase { db in
             try await Self.setup(db)
@@ -130,6 +131,15 @@ import Testing
             }
             let forgedRecord = try #require(try await db.events(where: "payload->>'messageId' = 'm9'").first)
             #expect(throws: (any Error).self, "it must not open") { try forgedRecord.decode(MessageSent.self, using: InboxCatalogue.registry) }
+            // The whole payload, its `$seal` included, copied into another conversation's stream.
+            try await db.client.withConnection { connection in
+                _ = try connection.query(
+                    "INSERT INTO events (stream_id, stream_version, type, payload, metadata) VALUES ('conversation-c2', 1, 'message_sent', $1::jsonb, '{\"origin\":\"api\"}')",
+                    original.replacingOccurrences(of: #""conversationId": "c1""#, with: #""conversationId": "c2""#))
+            }
+            let moved = try #require(try await db.events(where: "stream_id = 'conversation-c2'").first)
+            #expect(moved.payloadJSON.contains(try sealedBody(original)))
+            #expect(throws: (any Error).self, "it must not open in another stream") { try moved.decode(MessageSent.self, using: InboxCatalogue.registry) }
             let genuine = try #require(try await db.events(where: "payload->>'messageId' = 'm1'").first)
             #expect(try genuine.decode(MessageSent.self, using: InboxCatalogue.registry).body == .text(Self.planted[0]))
         }

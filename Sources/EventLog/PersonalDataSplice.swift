@@ -1,0 +1,223 @@
+import Crypto
+import Encodings
+import Foundation
+import InboxDomain
+
+/// A payload's personal members sealed in its text (docs/event-log.md, "Personal data"): one pass
+/// over the bytes finds the object's top-level members, and only the values of the personal ones
+/// are replaced, the rest copied as they are. Parsing the payload into a tree and writing it again
+/// cost four times the sealing itself (`inbox-bench sealing`, `seal-only`).
+///
+/// Every top-level member whose name is a personal field is sealed (a name given twice included,
+/// and a name spelt with escapes, as a JSON parser reads it), so no personal text reaches the log
+/// in the clear whichever of the two a reader would take.
+enum PersonalDataSplice {
+    struct Member {
+        var key: Range<Int>
+        var keyHasEscape: Bool
+        /// The value's bytes, quotes included for a string.
+        var value: Range<Int>
+        var valueIsString: Bool
+        var valueHasEscape: Bool
+    }
+
+    /// The top-level members of the JSON object in `bytes` and the index of its closing brace;
+    /// nil when the text is not one object (the caller then takes the slow path, which says why).
+    static func members(_ bytes: UnsafeBufferPointer<UInt8>) -> (members: [Member], close: Int)? {
+        guard let base = bytes.baseAddress else { return nil }
+        let count = bytes.count
+        var index = 0
+        @inline(__always) func skipSpace() {
+            while index < count, base[index] == 0x20 || base[index] == 0x0A || base[index] == 0x0D || base[index] == 0x09 { index += 1 }
+        }
+        /// From an opening quote to just past the closing one (libc's `memchr` to each quote);
+        /// whether an escape was met.
+        @inline(__always) func skipString() -> Bool? {
+            let start = index + 1
+            var from = start
+            while from < count {
+                guard let found = memchr(base + from, Int32(UInt8(ascii: "\"")), count - from) else { return nil }
+                let quote = UnsafeRawPointer(found) - UnsafeRawPointer(base)
+                // Escaped when an odd number of backslashes stands before it.
+                var backslashes = 0
+                while quote - backslashes - 1 >= start, base[quote - backslashes - 1] == UInt8(ascii: "\\") { backslashes += 1 }
+                if backslashes % 2 == 0 {
+                    index = quote + 1
+                    return memchr(base + start, Int32(UInt8(ascii: "\\")), quote - start) != nil
+                }
+                from = quote + 1
+            }
+            return nil
+        }
+        skipSpace()
+        guard index < count, base[index] == UInt8(ascii: "{") else { return nil }
+        index += 1
+        var members: [Member] = []
+        members.reserveCapacity(8)
+        while true {
+            skipSpace()
+            guard index < count else { return nil }
+            if base[index] == UInt8(ascii: "}") {
+                let close = index
+                index += 1
+                skipSpace()
+                return index == count ? (members, close) : nil
+            }
+            if !members.isEmpty {
+                guard base[index] == UInt8(ascii: ",") else { return nil }
+                index += 1
+                skipSpace()
+            }
+            guard index < count, base[index] == UInt8(ascii: "\"") else { return nil }
+            let keyStart = index
+            guard let keyHasEscape = skipString() else { return nil }
+            let key = (keyStart + 1)..<(index - 1)
+            skipSpace()
+            guard index < count, base[index] == UInt8(ascii: ":") else { return nil }
+            index += 1
+            skipSpace()
+            guard index < count else { return nil }
+            let valueStart = index
+            var isString = false
+            var hasEscape = false
+            switch base[index] {
+            case UInt8(ascii: "\""):
+                guard let escaped = skipString() else { return nil }
+                isString = true
+                hasEscape = escaped
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                // The closing brackets expected, innermost last.
+                var closers: [UInt8] = []
+                repeat {
+                    switch base[index] {
+                    case UInt8(ascii: "\""):
+                        guard skipString() != nil else { return nil }
+                        continue
+                    case UInt8(ascii: "{"): closers.append(UInt8(ascii: "}"))
+                    case UInt8(ascii: "["): closers.append(UInt8(ascii: "]"))
+                    case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                        guard closers.popLast() == base[index] else { return nil }
+                    default: break
+                    }
+                    index += 1
+                } while !closers.isEmpty && index < count
+                guard closers.isEmpty else { return nil }
+            default:
+                while index < count {
+                    let byte = base[index]
+                    if byte == UInt8(ascii: ",") || byte == UInt8(ascii: "}") || byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { break }
+                    index += 1
+                }
+                guard index > valueStart else { return nil }
+            }
+            members.append(Member(key: key, keyHasEscape: keyHasEscape, value: valueStart..<index, valueIsString: isString, valueHasEscape: hasEscape))
+        }
+    }
+
+    /// The text of a JSON string's bytes (quotes included).
+    static func string(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, escaped: Bool) -> String? {
+        if !escaped { return String(decoding: UnsafeBufferPointer(rebasing: bytes[(range.lowerBound + 1)..<(range.upperBound - 1)]), as: UTF8.self) }
+        return try? JSONDecoder().decode(String.self, from: Data(bytes[range]))
+    }
+
+    /// `payload` with each top-level string member named in `fields` replaced by what `sealing`
+    /// writes for its text (`{"$sealed": ...}` or `{"$erased": true}`), and `"$seal": seal` added;
+    /// nil when the payload is not one JSON object.
+    static func sealed(
+        _ payload: String, fields: [String], seal: String,
+        sealing: (_ text: String, _ field: String, _ output: inout [UInt8]) throws -> Void
+    ) throws -> String? {
+        var payload = payload
+        return try payload.withUTF8 { bytes -> String? in
+            guard let (members, close) = members(bytes) else { return nil }
+            var output: [UInt8] = []
+            output.reserveCapacity(bytes.count + 256)
+            var copied = 0
+            for member in members where member.valueIsString {
+                let name: String
+                if member.keyHasEscape {
+                    guard let decoded = string(bytes, (member.key.lowerBound - 1)..<(member.key.upperBound + 1), escaped: true) else { return nil }
+                    name = decoded
+                } else {
+                    guard let field = fields.first(where: { $0.utf8.elementsEqual(bytes[member.key]) }) else { continue }
+                    name = field
+                }
+                guard fields.contains(name), let text = string(bytes, member.value, escaped: member.valueHasEscape) else { continue }
+                output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[copied..<member.value.lowerBound]))
+                try sealing(text, name, &output)
+                copied = member.value.upperBound
+            }
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[copied..<close]))
+            if !members.isEmpty { output.append(UInt8(ascii: ",")) }
+            output.append(contentsOf: #""$seal":"#.utf8)
+            JSONString.append(seal, to: &output)
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[close...]))
+            return String(decoding: output, as: UTF8.self)
+        }
+    }
+
+    /// A stored payload as readers decode it: each top-level `{"$sealed": {"v": ..., "h": ...}}`
+    /// replaced by the text `open` gives (a JSON string, or `{"$erased": true}`), and `$seal` left
+    /// out; nil when the payload has another shape (the caller decodes it with an opener bound).
+    /// The decoder then parses a text of the unsealed one's length: libjansson's parse of the
+    /// sealed bytes cost as much as the rest of a message's decoding.
+    static func opened(_ payload: String, open: (_ sealed: SealedField, _ field: String) throws -> PersonalText) throws -> String? {
+        var payload = payload
+        return try payload.withUTF8 { bytes -> String? in
+            guard let (members, _) = members(bytes) else { return nil }
+            var output: [UInt8] = []
+            output.reserveCapacity(bytes.count)
+            output.append(UInt8(ascii: "{"))
+            var first = true
+            for member in members {
+                let key = UnsafeBufferPointer(rebasing: bytes[member.key])
+                if !member.keyHasEscape, key.elementsEqual("$seal".utf8) { continue }
+                if !first { output.append(UInt8(ascii: ",")) }
+                first = false
+                let sealed = bytes[member.value.lowerBound] == UInt8(ascii: "{") ? sealedField(UnsafeBufferPointer(rebasing: bytes[member.value])) : nil
+                guard let sealed else {
+                    output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[(member.key.lowerBound - 1)..<member.value.upperBound]))
+                    continue
+                }
+                let field: String
+                if member.keyHasEscape {
+                    guard let decoded = string(bytes, (member.key.lowerBound - 1)..<(member.key.upperBound + 1), escaped: true) else { return nil }
+                    field = decoded
+                } else {
+                    field = String(decoding: key, as: UTF8.self)
+                }
+                output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[(member.key.lowerBound - 1)..<member.value.lowerBound]))
+                switch try open(sealed, field) {
+                case .text(let text): JSONString.append(text, to: &output)
+                case .erased: output.append(contentsOf: #"{"$erased":true}"#.utf8)
+                }
+            }
+            output.append(UInt8(ascii: "}"))
+            return String(decoding: output, as: UTF8.self)
+        }
+    }
+
+    /// The `v` and `h` of `{"$sealed": {"v": ..., "h": ...}}` (in either order, nothing else in
+    /// either object, neither escaped: as the log writes it); nil for anything else.
+    static func sealedField(_ bytes: UnsafeBufferPointer<UInt8>) -> SealedField? {
+        guard let (outer, _) = members(bytes), outer.count == 1, !outer[0].keyHasEscape,
+            UnsafeBufferPointer(rebasing: bytes[outer[0].key]).elementsEqual("$sealed".utf8),
+            bytes[outer[0].value.lowerBound] == UInt8(ascii: "{"),
+            let (inner, _) = members(UnsafeBufferPointer(rebasing: bytes[outer[0].value])), inner.count == 2
+        else { return nil }
+        let base = outer[0].value.lowerBound
+        var v: String?
+        var h: String?
+        for member in inner {
+            guard member.valueIsString, !member.valueHasEscape, !member.keyHasEscape, member.key.count == 1 else { return nil }
+            let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[(base + member.value.lowerBound + 1)..<(base + member.value.upperBound - 1)]), as: UTF8.self)
+            switch bytes[base + member.key.lowerBound] {
+            case UInt8(ascii: "v"): v = text
+            case UInt8(ascii: "h"): h = text
+            default: return nil
+            }
+        }
+        guard let v, let h else { return nil }
+        return SealedField(v: v, h: h)
+    }
+}
