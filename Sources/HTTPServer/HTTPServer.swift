@@ -171,6 +171,7 @@ public final class HTTPServer: Sendable {
                 // The path and query are decoded here (URLDecoding), once: libmicrohttpd's own
                 // unescaping is switched off so nothing is decoded twice.
                 MHD_OptionItem(option: .UNESCAPE_CALLBACK, value: unsafeBitCast(keepEscaped, to: Int.self), ptr_value: nil),
+                MHD_OptionItem(option: .URI_LOG_CALLBACK, value: unsafeBitCast(uriReceived, to: Int.self), ptr_value: nil),
                 MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
             ]
             return options.withUnsafeBufferPointer { buffer in
@@ -280,19 +281,22 @@ struct SuspendedConnection: @unchecked Sendable {
     let pointer: OpaquePointer
 }
 
-private let accessHandler: MHD_AccessHandlerCallback = { context, connection, url, method, _, uploadData, uploadDataSize, stateSlot in
+private let accessHandler: MHD_AccessHandlerCallback = { context, connection, url, method, version, uploadData, uploadDataSize, stateSlot in
     guard let context, let connection, let stateSlot, let uploadDataSize else { return .NO }
     let core = Unmanaged<Core>.fromOpaque(context).takeUnretainedValue()
     // First call: the headers are in; the body (if any) comes in the calls after.
-    guard let rawState = stateSlot.pointee else {
+    guard let rawState = stateSlot.pointee, rawState != tooManyParametersMark else {
+        let tooManyParameters = stateSlot.pointee == tooManyParametersMark
         let own = core.bodyLimit(method: method, url: url)
         let state = RequestState(limit: own?.maximumBytes ?? core.maximumBodyBytes, tooLarge: own?.tooLarge)
         if let deadline = own?.requestDeadline { core.deadlines?.extend(connection, until: .now + deadline) }
         core.inFlight.add(1, ordering: .relaxed)
         stateSlot.pointee = Unmanaged.passRetained(state).toOpaque()
-        if contentLengths(connection).count > 1 {
-            state.refusal = conflictingLengthsResponse
-            return send(conflictingLengthsResponse, on: connection)
+        if let refusal = FramingHeaders(connection).refusal(http11: version.map { strcmp($0, "HTTP/1.0") != 0 } ?? true)
+            ?? (tooManyParameters ? tooManyParametersResponse : nil)
+        {
+            state.refusal = refusal
+            return send(refusal, on: connection)
         }
         if let length = headerValue(connection, "Content-Length").flatMap(Int.init), length > state.limit {
             let refusal = state.tooLarge ?? tooLargeResponse(state.limit)
@@ -365,10 +369,46 @@ private let keepEscaped: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer
     text.map { strlen($0) } ?? 0
 }
 
+/// The most query parameters a request may have: each takes some 50 bytes of the connection's
+/// memory pool while libmicrohttpd parses them, before any handler runs, and libmicrohttpd 0.9.75
+/// neither answers nor closes a request whose parameters overflow its pool (a thousand in a URL of
+/// 7 KB, with headers, did). No route reads more than a few.
+let maximumQueryParameters = 256
+
+/// The request state that marks a request with more than `maximumQueryParameters` (a 414).
+private nonisolated(unsafe) let tooManyParametersMark = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
+
+/// Called with the request's URI before libmicrohttpd parses its query (the `?` is found already):
+/// a query of too many parameters is cut at the `?` in libmicrohttpd's buffer, so none is parsed,
+/// and the request is marked, to be answered 414 by the access handler (what this returns is the
+/// request's state slot there).
+private let uriReceived: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = {
+    _, uri, _ in
+    guard let uri, let question = strchr(uri, Int32(UInt8(ascii: "?"))) else { return nil }
+    var parameters = 1
+    var cursor = question + 1
+    while let separator = strchr(cursor, Int32(UInt8(ascii: "&"))) {
+        parameters += 1
+        if parameters > maximumQueryParameters {
+            UnsafeMutablePointer(mutating: question + 1).pointee = 0
+            return tooManyParametersMark
+        }
+        cursor = separator + 1
+    }
+    return nil
+}
+
+private let tooManyParametersResponse = HTTPResponse(
+    status: 414, contentType: "application/vnd.api+json",
+    body: #"{"jsonapi":{"version":"1.0"},"errors":[{"status":"414","code":"too_many_query_parameters","title":"URI Too Long","#
+        + #""detail":"The request has more than \#(maximumQueryParameters) query parameters."}]}"#)
+
 private let requestCompleted: MHD_RequestCompletedCallback = { context, connection, stateSlot, _ in
     guard let context else { return }
     let core = Unmanaged<Core>.fromOpaque(context).takeUnretainedValue()
     if let connection { core.deadlines?.answered(connection) }
+    // A request marked in `uriReceived` that never reached the access handler holds no state.
+    if let stateSlot, stateSlot.pointee == tooManyParametersMark { stateSlot.pointee = nil }
     guard let stateSlot, let rawState = stateSlot.pointee else { return }
     Unmanaged<RequestState>.fromOpaque(rawState).release()
     stateSlot.pointee = nil
@@ -388,12 +428,78 @@ private let connectionChanged: MHD_NotifyConnectionCallback = { context, connect
     if change.rawValue == 0 { deadlines.opened(connection) } else { deadlines.closed(connection) }
 }
 
-/// Closes the connection: where the body ends, and so where the next request starts, is unknown.
-private let conflictingLengthsResponse = HTTPResponse(
-    status: 400, contentType: "application/vnd.api+json",
-    body: #"{"jsonapi":{"version":"1.0"},"errors":[{"status":"400","code":"conflicting_content_length","title":"Bad Request","#
-        + #""detail":"The request has Content-Length headers with different values.","source":{"header":"Content-Length"}}]}"#,
-    headers: [("Connection", "close")])
+/// The headers that say where a request's body ends and whom it is for, read in one pass.
+struct FramingHeaders {
+    var hosts = 0
+    var contentLengths = Set<String>()
+    var transferCodings: [String] = []
+    var hasTransferEncoding = false
+
+    init(_ connection: OpaquePointer) {
+        let collector = PairCollector()
+        let context = Unmanaged.passUnretained(collector).toOpaque()
+        _ = MHD_get_connection_values(
+            connection, .HEADER_KIND,
+            { context, _, key, value in
+                guard let context, let key else { return .YES }
+                if strcasecmp(key, "Host") == 0 || strcasecmp(key, "Content-Length") == 0 || strcasecmp(key, "Transfer-Encoding") == 0 {
+                    Unmanaged<PairCollector>.fromOpaque(context).takeUnretainedValue().pairs.append(
+                        (String(cString: key).lowercased(), value.map { String(cString: $0) }))
+                }
+                return .YES
+            }, context)
+        for (name, value) in withExtendedLifetime(collector, { collector.pairs }) {
+            switch name {
+            case "host": hosts += 1
+            case "content-length": contentLengths.insert(value ?? "")
+            default:
+                hasTransferEncoding = true
+                transferCodings += (value ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+            }
+        }
+    }
+
+    /// The answer that refuses the request before its body is read (RFC 9112), nil when its framing
+    /// is sound. All but the Host refusals close the connection: where the body ends, and so where
+    /// the next request starts, is unknown, or is read differently by a proxy in front.
+    func refusal(http11: Bool) -> HTTPResponse? {
+        if contentLengths.count > 1 {
+            return framingError(400, "conflicting_content_length", "The request has Content-Length headers with different values.", header: "Content-Length")
+        }
+        if hasTransferEncoding {
+            // §6.1: a sender must not send both; a proxy that reads the length and this server
+            // reading the chunks would see different requests (request smuggling).
+            if !contentLengths.isEmpty {
+                return framingError(
+                    400, "conflicting_framing", "The request has both Transfer-Encoding and Content-Length.", header: "Transfer-Encoding")
+            }
+            // §6.1: chunked must be the final coding, once, or the body's end cannot be known.
+            if transferCodings.last != "chunked" || transferCodings.filter({ $0 == "chunked" }).count != 1 {
+                return framingError(
+                    400, "chunked_not_final", "The request's Transfer-Encoding must end with chunked, given once.", header: "Transfer-Encoding")
+            }
+            if transferCodings.count > 1 {
+                return framingError(
+                    501, "unsupported_transfer_encoding", "Only the chunked transfer coding is supported, not \(transferCodings.dropLast().joined(separator: ", ")).",
+                    header: "Transfer-Encoding")
+            }
+        }
+        // §3.2: an HTTP/1.1 request has exactly one Host; one of HTTP/1.0 has at most one.
+        if hosts > 1 || (hosts == 0 && http11) {
+            return framingError(400, "host_required", "The request must have exactly one Host header.", header: "Host")
+        }
+        return nil
+    }
+}
+
+/// A JSON:API error document refusing a request for its framing; the connection is closed after it.
+private func framingError(_ status: Int, _ code: String, _ detail: String, header: String) -> HTTPResponse {
+    HTTPResponse(
+        status: status, contentType: "application/vnd.api+json",
+        body: #"{"jsonapi":{"version":"1.0"},"errors":[{"status":"\#(status)","code":"\#(code)","title":"\#(status == 501 ? "Not Implemented" : "Bad Request")","#
+            + #""detail":"\#(detail)","source":{"header":"\#(header)"}}]}"#,
+        headers: [("Connection", "close")])
+}
 
 private func tooLargeResponse(_ limit: Int) -> HTTPResponse {
     HTTPResponse(
@@ -444,20 +550,6 @@ private func headers(_ connection: OpaquePointer) -> [String: String] {
         if let existing = result[key] { result[key] = existing + ", " + (value ?? "") } else { result[key] = value ?? "" }
     }
     return result
-}
-
-/// The distinct values of the request's `Content-Length` headers (libmicrohttpd keeps them all).
-private func contentLengths(_ connection: OpaquePointer) -> Set<String> {
-    let collector = PairCollector()
-    let context = Unmanaged.passUnretained(collector).toOpaque()
-    _ = MHD_get_connection_values(
-        connection, .HEADER_KIND,
-        { context, _, key, value in
-            guard let context, let key, strcasecmp(key, "Content-Length") == 0 else { return .YES }
-            Unmanaged<PairCollector>.fromOpaque(context).takeUnretainedValue().pairs.append(("", value.map { String(cString: $0) }))
-            return .YES
-        }, context)
-    return withExtendedLifetime(collector) { Set(collector.pairs.map { $0.1 ?? "" }) }
 }
 
 /// Collects name/value pairs of one kind (headers, query arguments) in the order they came.

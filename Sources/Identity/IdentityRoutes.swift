@@ -178,7 +178,8 @@ enum AccountRoutes {
             }
             if let unknown = attributes.keys.sorted().first(where: { !allowed.contains($0) }) {
                 throw APIError(
-                    status: 422, code: .unknownField, detail: "\(unknown) is not an attribute this route takes.", source: .pointer("/data/attributes/\(unknown)"))
+                    status: 422, code: .unknownField, detail: "\(APIError.echoed(unknown)) is not an attribute this route takes.",
+                    source: .member(unknown, of: "/data/attributes"))
             }
             values = attributes
         }

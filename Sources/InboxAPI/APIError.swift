@@ -12,6 +12,39 @@ public struct APIError: Error, Sendable {
         case pointer(String)
         case parameter(String)
         case header(String)
+
+        /// The pointer to the member `name` (as the client sent it) of the object at `parent`: its
+        /// name escaped as RFC 6901 says (`~0`, `~1`); a name that holds a control character or is
+        /// over `APIError.echoedNameLength` characters is not echoed, and the pointer stops at
+        /// the parent.
+        public static func member(_ name: String, of parent: String) -> Source {
+            .pointer(APIError.pointer(parent, then: [name]))
+        }
+    }
+
+    /// `parent` followed by the member names (or indices) of `path` the client sent, escaped as RFC
+    /// 6901 says; at the first name that is not echoed (`echoed(_:)`) the pointer stops.
+    public static func pointer(_ parent: String = "", then path: [String]) -> String {
+        var pointer = parent
+        for name in path {
+            guard echoes(name) else { break }
+            pointer += "/" + name.replacingOccurrences(of: "~", with: "~0").replacingOccurrences(of: "/", with: "~1")
+        }
+        return pointer
+    }
+
+    /// The longest member name a client sent that an error repeats.
+    public static let echoedNameLength = 100
+
+    /// Whether a name a client sent is repeated in an error (a detail, a pointer) as it is.
+    static func echoes(_ name: String) -> Bool {
+        name.count <= echoedNameLength && !name.unicodeScalars.contains { $0.properties.generalCategory == .control || $0.properties.generalCategory == .format }
+    }
+
+    /// A name the client sent, as a detail says it: quoted; one that holds a control character or
+    /// is too long is described, not repeated.
+    public static func echoed(_ name: String) -> String {
+        echoes(name) ? "\"\(name)\"" : "A name with a control character or over \(echoedNameLength) characters"
     }
 
     /// What went wrong, for machines: the `code` of the error document. Extensible: a new refusal

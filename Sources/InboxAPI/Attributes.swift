@@ -15,12 +15,12 @@ struct Attributes {
         }
         for name in values.keys.sorted() where !allowed.contains(name) {
             throw APIError(
-                status: 422, code: .unknownField, detail: "\(name) is not an attribute of this resource.",
-                source: .pointer("/data/attributes/\(name)"))
+                status: 422, code: .unknownField, detail: "\(APIError.echoed(name)) is not an attribute of this resource.",
+                source: .member(name, of: "/data/attributes"))
         }
     }
 
-    static func pointer(_ name: String) -> APIError.Source { .pointer("/data/attributes/\(name)") }
+    static func pointer(_ name: String) -> APIError.Source { .member(name, of: "/data/attributes") }
 
     func has(_ name: String) -> Bool { values[name] != nil }
 

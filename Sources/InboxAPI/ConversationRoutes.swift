@@ -621,7 +621,8 @@ struct MessageInput: Sendable {
         case .object(let members)?:
             for name in members.keys.sorted() where name != "amount" && name != "currency" {
                 throw APIError(
-                    status: 422, code: .unknownField, detail: "\(name) is not part of an offer.", source: .pointer("/data/attributes/offer/\(name)"))
+                    status: 422, code: .unknownField, detail: "\(APIError.echoed(name)) is not part of an offer.",
+                    source: .member(name, of: "/data/attributes/offer"))
             }
             guard case .integer(let amount)? = members["amount"], amount >= 1, amount <= ConversationRoutes.maximumOfferAmount else {
                 throw APIError(

@@ -39,7 +39,9 @@ public enum PreferenceRoutes {
                 for name in categories.keys.sorted() {
                     let pointer = "/data/attributes/categories/\(name)"
                     guard let category = NotificationCategory(rawValue: name) else {
-                        throw APIError(status: 422, code: .unknownField, detail: "\(name) is not a notification category.", source: .pointer(pointer))
+                        throw APIError(
+                            status: 422, code: .unknownField, detail: "\(APIError.echoed(name)) is not a notification category.",
+                            source: .member(name, of: "/data/attributes/categories"))
                     }
                     guard case .object(let channels)? = categories[name] else {
                         throw APIError(status: 422, code: .invalidField, detail: "\(name) must be an object of push and email.", source: .pointer(pointer))
@@ -47,7 +49,9 @@ public enum PreferenceRoutes {
                     for channelName in channels.keys.sorted() {
                         let channelPointer = "\(pointer)/\(channelName)"
                         guard let channel = NotificationChannel(rawValue: channelName) else {
-                            throw APIError(status: 422, code: .unknownField, detail: "\(channelName) is not a channel: push or email.", source: .pointer(channelPointer))
+                            throw APIError(
+                                status: 422, code: .unknownField, detail: "\(APIError.echoed(channelName)) is not a channel: push or email.",
+                                source: .member(channelName, of: pointer))
                         }
                         guard case .bool(let enabled)? = channels[channelName] else {
                             throw APIError(status: 422, code: .invalidField, detail: "\(name).\(channelName) must be true or false.", source: .pointer(channelPointer))

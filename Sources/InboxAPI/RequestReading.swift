@@ -34,9 +34,11 @@ extension RequestContext {
             throw APIError(status: 400, code: .malformedJSON, detail: "The body is not valid JSON.", source: .pointer(""))
         }
         if let path = value.pathToNUL {
-            let pointer = path.map { "/" + $0.replacingOccurrences(of: "~", with: "~0").replacingOccurrences(of: "/", with: "~1") }.joined()
+            // The name that holds it is not repeated: the pointer stops at its object.
+            let pointer = APIError.pointer(then: path)
             throw APIError(
-                status: 422, code: .invalidField, detail: "\(pointer) holds the character U+0000, which cannot be stored.", source: .pointer(pointer))
+                status: 422, code: .invalidField, detail: "\(pointer.isEmpty ? "The document" : pointer) holds the character U+0000, which cannot be stored.",
+                source: .pointer(pointer))
         }
         return value
     }

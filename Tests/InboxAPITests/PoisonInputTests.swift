@@ -51,7 +51,9 @@ import Threads
             #expect(name.status == 422)
             #expect((name.firstError["source"] as? [String: Any])?["pointer"] as? String == "/data/attributes/name")
             let member = try await create(#""name":"Daytona","query":{"a/b\u0000":1}"#)
-            #expect((member.firstError["source"] as? [String: Any])?["pointer"] as? String == "/data/attributes/query/a~1b\u{0}")
+            // A name holding it is not repeated: the pointer stops at its object.
+            #expect((member.firstError["source"] as? [String: Any])?["pointer"] as? String == "/data/attributes/query")
+            #expect((member.firstError["detail"] as? String)?.contains("\u{0}") == false)
             #expect(try await create(#""name":"Daytona","query":{"brand":"Rolex"}"#).status == 201)
         }
     }

@@ -75,6 +75,10 @@ import Testing
             (#"{"newsletter":{"push":false}}"#, "/data/attributes/categories/newsletter", "unknown_field"),
             (#"{"messages":{"sms":false}}"#, "/data/attributes/categories/messages/sms", "unknown_field"),
             (#"{"messages":{"push":"no"}}"#, "/data/attributes/categories/messages/push", "invalid_field"),
+            // A name the client sent is escaped as RFC 6901 says in the pointer, and one with a
+            // control character is not echoed at all.
+            (#"{"a/b~c":{"push":false}}"#, "/data/attributes/categories/a~1b~0c", "unknown_field"),
+            (#"{"x\u0000y":{"push":false}}"#, "/data/attributes/categories", "invalid_field"),
         ]
         for (categories, pointer, code) in refusals {
             let reply = try await client.send(
@@ -83,6 +87,7 @@ import Testing
             #expect(reply.status == 422, "\(categories)")
             #expect((reply.firstError["source"] as? [String: Any])?["pointer"] as? String == pointer, "\(categories)")
             #expect(reply.firstError["code"] as? String == code, "\(categories)")
+            #expect((reply.firstError["detail"] as? String)?.contains("\u{0}") == false, "\(categories)")
         }
         #expect(try await db.scalar("SELECT count(*)::int FROM events WHERE type = 'notification_preference_changed'", Int.self) == 2, "a refused change writes nothing")
     }
