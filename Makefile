@@ -40,6 +40,7 @@ install-packages:
 	fi
 
 build: deps
+	@scripts/build-commit.sh
 	$(SWIFT) build $(SWIFT_BUILD_FLAGS) --product inbox
 
 run: build
@@ -58,6 +59,7 @@ TIMED_SUITES := PromptShutdown|SystemdNotifyTests|ConnectionFlood|HTTP2ClientPro
 
 # The database is stopped and removed whether the tests pass or fail; the exit code is the tests'.
 test: test-deps
+	@scripts/build-commit.sh
 	$(SWIFT) build --build-tests
 	@dir=$$(scripts/test-postgres.sh start) || exit 1; \
 	s3=$$(scripts/test-s3.sh start) || { scripts/test-postgres.sh stop "$$dir"; exit 1; }; \
@@ -76,6 +78,7 @@ test: test-deps
 HA_PACKAGES := patroni etcd-server python3-psycopg2
 test-ha: test-deps
 	@$(MAKE) --no-print-directory install-packages PACKAGES="$(HA_PACKAGES)"
+	@scripts/build-commit.sh
 	$(SWIFT) build --product inbox
 	/usr/bin/python3 Tests/Failover/failover.py --inbox .build/debug/inbox --report .build/failover-report.json
 

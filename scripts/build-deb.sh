@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 binary=${1:-}
 if [ -z "$binary" ]; then
+  scripts/build-commit.sh
   swift build -c release --product inbox --static-swift-stdlib --scratch-path .build/deb >&2
   binary=.build/deb/release/inbox
 fi

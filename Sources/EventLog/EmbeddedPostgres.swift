@@ -154,6 +154,9 @@ public final class EmbeddedPostgres: Sendable {
     }
 
     /// Whether a server is running on this cluster.
+    /// Whether the cluster has been made (by `start`) in its folder.
+    public var exists: Bool { FileManager.default.fileExists(atPath: dataDirectory.appendingPathComponent("PG_VERSION").path) }
+
     public var isRunning: Bool {
         (try? run(binDirectory.appendingPathComponent("pg_ctl").path, ["-D", dataDirectory.path, "status"], asUser: runAs)) != nil
     }

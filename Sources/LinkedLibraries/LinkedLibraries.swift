@@ -34,6 +34,10 @@ public enum LinkedLibraries {
 
     public static var libpqVersion: Int { Int(PQlibVersion()) }
 
+    /// The commit this binary was built from (`git describe --always --dirty`), "unknown" when
+    /// it was built outside `make` and the package's build.
+    public static var buildCommit: String { String(cString: wristler_build_commit()) }
+
     /// libnghttp2's version: the push fan-out's HTTP/2 (docs/fanout.md, "Why libnghttp2").
     public static var nghttp2Version: String {
         nghttp2_version(0).map { String(cString: $0.pointee.version_str) } ?? "unknown"

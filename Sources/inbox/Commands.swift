@@ -66,14 +66,22 @@ extension Command {
     }
 
     static let schedule = Command(
-        name: "schedule", synopsis: "schedule",
+        name: "schedule", synopsis: "schedule [--once]",
         summary: "Reminds shops of buyers waiting for an answer (shop_unanswered) every INBOX_SCHEDULE_INTERVAL_SECONDS, until "
-            + "SIGTERM or SIGINT. One node at a time checks; the others wait for its lease. Nothing is reminded twice."
+            + "SIGTERM or SIGINT. One node at a time checks; the others wait for its lease. Nothing is reminded twice.\n"
+            + "--once: one check now, then exit (for a timer): 0 when checked, 75 when the read models are behind the log."
     ) { arguments, configuration, log in
-        try expectNoArguments(arguments, command: "schedule")
+        guard arguments.isEmpty || arguments == ["--once"] else {
+            throw UsageError(description: "inbox schedule takes only --once, not \(arguments.joined(separator: " ")).")
+        }
+        let once = !arguments.isEmpty
         try await withDatabase(configuration, log: log, migrate: true) { database in
             // The schedule can start before any projector has made the read models' tables.
             try await InboxProjections.prepareLiveTables(client: database.client)
+            if once {
+                try writeOutput(try await Roles.checkOnce(database: database, configuration: configuration) + "\n")
+                return
+            }
             try await Roles.run([Roles.schedule(database: database, configuration: configuration, log: log)], database: database, log: log)
         }
     }
@@ -157,8 +165,8 @@ extension Command {
         summary: "Prints the migrations, the head of the event log, where each projection stands, the push outbox, the shop reminders and the mail outbox."
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "status")
-        try await withDatabase(configuration, log: log, migrate: false) { database in
-            for line in try await statusLines(database) { print(line) }
+        try await withDatabase(configuration, log: log, migrate: false, existingOnly: true) { database in
+            try writeOutput(try await statusLines(database).map { $0 + "\n" }.joined())
         }
     }
 
@@ -204,7 +212,7 @@ extension Command {
     ) { arguments, _, _ in
         try expectNoArguments(arguments, command: "version")
         let curl = LinkedLibraries.curl
-        print("inbox 0.1.0")
+        print("inbox 0.1.0 (commit \(LinkedLibraries.buildCommit))")
         print("libpq \(LinkedLibraries.libpqVersion)")
         print("OpenSSL \(LinkedLibraries.openSSLVersion)")
         print("libcurl \(curl.version) (\(curl.sslBackend), HTTP/2 \(curl.supportsHTTP2 ? "yes" : "no"))")

@@ -73,8 +73,12 @@ func installPersonalDataKeys(_ configuration: InboxConfiguration, client: Postgr
 /// Runs `body` with a database. SIGINT and SIGTERM cancel `body` (until it hands them over); the
 /// pool is closed and the embedded cluster stopped afterwards (when this process started it)
 /// whether `body` returned, threw or was interrupted.
+///
+/// `existingOnly`: for a command that only reads (`status`, `events tail`), a folder without an
+/// embedded cluster is an error saying so (exit 2), not a new empty database.
 func withDatabase(
-    _ configuration: InboxConfiguration, log: Logger, migrate: Bool, _ body: @escaping @Sendable (Database) async throws -> Void
+    _ configuration: InboxConfiguration, log: Logger, migrate: Bool, existingOnly: Bool = false,
+    _ body: @escaping @Sendable (Database) async throws -> Void
 ) async throws {
     let migrator = try Migrator(directory: try Migrator.locateDirectory(explicit: configuration.migrationsDirectory))
     var embedded: EmbeddedPostgres?
@@ -85,6 +89,11 @@ func withDatabase(
     } else {
         let directory = URL(fileURLWithPath: configuration.dataDirectory).appendingPathComponent("postgres")
         let cluster = try EmbeddedPostgres(configuration: .init(directory: directory))
+        if existingOnly && !cluster.exists {
+            throw UsageError(
+                description: "there is no database in \(directory.path): `inbox run` or `inbox migrate` makes one there "
+                    + "(INBOX_DATA_DIR says where), or set DATABASE_URL.")
+        }
         log.info("using the embedded PostgreSQL", metadata: ["directory": directory.path])
         startedEmbedded = try await cluster.start()
         embedded = cluster

@@ -48,7 +48,7 @@ enum EventsCommand {
                 index += 1
             }
             let (start, following) = (from, follow)
-            try await withDatabase(configuration, log: log, migrate: true) { database in
+            try await withDatabase(configuration, log: log, migrate: true, existingOnly: true) { database in
                 try await tail(store: database.store, from: start, follow: following, configuration: configuration)
             }
         default:
@@ -65,7 +65,7 @@ enum EventsCommand {
         let options = EventStore.SubscriptionOptions(pollInterval: .milliseconds(configuration.pollIntervalMilliseconds))
         if follow {
             try await store.follow(after: checkpoint, options: options) { batch in
-                printLines(batch, from: first)
+                try printLines(batch, from: first)
             }
         } else {
             // Everything committed when the command started, even events held back for a moment
@@ -75,7 +75,7 @@ enum EventsCommand {
             while true {
                 let batch = try await store.read(after: position, limit: 1000)
                 if let last = batch.last {
-                    printLines(batch, from: first)
+                    try printLines(batch, from: first)
                     position = last.checkpoint
                 } else if position.transactionId >= target {
                     break
@@ -86,10 +86,10 @@ enum EventsCommand {
         }
     }
 
-    private static func printLines(_ batch: [RecordedEvent], from first: Int64) {
+    private static func printLines(_ batch: [RecordedEvent], from first: Int64) throws {
         var output = ""
         for event in batch where event.position >= first { output += event.jsonLine() + "\n" }
-        FileHandle.standardOutput.write(Data(output.utf8))
+        try writeOutput(output)
     }
 
     /// One event object or an array of them:

@@ -5,6 +5,10 @@ import Lifecycle
 @main
 struct Inbox {
     static func main() async {
+        // A closed pipe (`inbox events tail | head`) is an error of the write that meets it, which
+        // ends the command cleanly (`OutputClosed`), its embedded PostgreSQL stopped; SIGPIPE's
+        // default would kill the process on the spot and leave the cluster running.
+        signal(SIGPIPE, SIG_IGN)
         var arguments = Array(CommandLine.arguments.dropFirst())
         let configuration: InboxConfiguration
         do {
@@ -25,11 +29,22 @@ struct Inbox {
             print(command.help, terminator: "")
             exit(0)
         }
+        let log = Logger.inbox(configuration)
+        for (variable, closest) in InboxConfiguration.unknownVariables(in: ProcessInfo.processInfo.environment) {
+            log.warning(
+                "\(variable) is not a setting of inbox and is ignored" + (closest.map { "; did you mean \($0)?" } ?? " (`inbox help` lists the settings)"),
+                metadata: ["variable": variable])
+        }
         do {
-            try await command.run(rest, configuration, .inbox(configuration))
+            try await command.run(rest, configuration, log)
         } catch let error as UsageError {
             fail(error.description, code: 2)
         } catch is CancellationError {
+            exit(0)
+        } catch let error as TemporaryFailure {
+            fail(error.description, code: 75)
+        } catch is OutputClosed {
+            // Whoever read the output has what they wanted (`| head`).
             exit(0)
         } catch {
             fail("\(error)", code: 1)
@@ -58,4 +73,22 @@ struct Inbox {
 
 struct UsageError: Error, CustomStringConvertible {
     var description: String
+}
+
+/// A command that could not do its work now, and may succeed if run again later: exit status 75
+/// (`EX_TEMPFAIL`), which a timer's unit logs as a failure.
+struct TemporaryFailure: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// Standard output was closed by its reader (a pipe whose other end is gone).
+struct OutputClosed: Error {}
+
+/// Writes `text` to standard output, throwing `OutputClosed` when its reader has gone.
+func writeOutput(_ text: String) throws {
+    do {
+        try FileHandle.standardOutput.write(contentsOf: Data(text.utf8))
+    } catch {
+        throw OutputClosed()
+    }
 }

@@ -517,6 +517,36 @@ struct InboxConfiguration: Sendable {
         return configuration
     }
 
+    /// The `INBOX_*` variables of `environment` that are no setting (nor a setting's `_FILE`), each
+    /// with the known setting closest to it when one is near (a misspelling): they are ignored, and
+    /// `inbox` says so at start. The tests' and benchmarks' own (`INBOX_TEST_*`, `INBOX_BENCH_*`,
+    /// `INBOX_BINARY`) are not settings of `inbox` and pass unremarked.
+    static func unknownVariables(in environment: [String: String]) -> [(variable: String, closest: String?)] {
+        let known = Set(settings.map(\.variable))
+        return environment.keys.sorted().compactMap { variable in
+            guard variable.hasPrefix("INBOX_"), !variable.hasPrefix("INBOX_TEST_"), !variable.hasPrefix("INBOX_BENCH_"), variable != "INBOX_BINARY",
+                !known.contains(variable), !(variable.hasSuffix("_FILE") && known.contains(String(variable.dropLast(5))))
+            else { return nil }
+            let nearest = known.map { ($0, editDistance(variable, $0)) }.min { ($0.1, $0.0) < ($1.1, $1.0) }
+            return (variable, nearest.flatMap { $0.1 <= max(2, variable.count / 5) ? $0.0 : nil })
+        }
+    }
+
+    /// Levenshtein's distance between two names (insertions, deletions and substitutions).
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a.utf8)
+        let b = Array(b.utf8)
+        var previous = Array(0...b.count)
+        for (i, x) in a.enumerated() {
+            var current = [i + 1] + Array(repeating: 0, count: b.count)
+            for (j, y) in b.enumerated() {
+                current[j + 1] = min(previous[j + 1] + 1, current[j] + 1, previous[j] + (x == y ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+
     /// Removes the settings' flags (`--flag value` or `--flag=value`) from `arguments` and returns
     /// their values by variable.
     /// The settings whose values are secrets: never taken from the command line, where every user

@@ -52,3 +52,13 @@ uint32_t wristler_mhd_client_ipv4(struct MHD_Connection *connection) {
     if (info == NULL || info->client_addr == NULL || info->client_addr->sa_family != AF_INET) return 0;
     return ((const struct sockaddr_in *) info->client_addr)->sin_addr.s_addr;
 }
+
+// build_commit.h is written by `make` (scripts/build-commit.sh) and not kept in git.
+#if __has_include("build_commit.h")
+#include "build_commit.h"
+#endif
+#ifndef WRISTLER_BUILD_COMMIT
+#define WRISTLER_BUILD_COMMIT "unknown"
+#endif
+
+const char *wristler_build_commit(void) { return WRISTLER_BUILD_COMMIT; }

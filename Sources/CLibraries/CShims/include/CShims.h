@@ -39,4 +39,8 @@ int wristler_mhd_connection_socket(struct MHD_Connection *connection);
 /// system call); 0 when unknown or not IPv4.
 uint32_t wristler_mhd_client_ipv4(struct MHD_Connection *connection);
 
+/// The commit the binary was built from: `git describe --always --dirty` as the Makefile (or the
+/// package's build) wrote it into build_commit.h beside CShims.c; "unknown" for a build without it.
+const char *wristler_build_commit(void);
+
 #endif
