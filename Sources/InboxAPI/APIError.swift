@@ -89,6 +89,8 @@ public struct APIError: Error, Sendable {
         /// 400: a multipart/form-data body without a usable boundary, or not framed by it.
         public static let invalidMultipart = Code("invalid_multipart")
         public static let invalidParameter = Code("invalid_parameter")
+        /// 400: a query parameter JSON:API defines that this API does not support (`include`, `sort`).
+        public static let unsupportedParameter = Code("unsupported_parameter")
         public static let invalidToken = Code("invalid_token")
         public static let locked = Code("locked")
         public static let malformedJSON = Code("malformed_json")

@@ -71,19 +71,23 @@ public final class APIServer: Sendable {
                     try gate?.check(identity)
                     try Self.negotiate(request, media: found.media)
                 }
+                // JSON:API's query parameters, on the routes that answer JSON:API documents.
+                let reserved = found.media == .storedBytes || !(found.isAppAPI || found.pattern.hasPrefix("/internal/"))
+                    ? nil : try QueryParameters(request)
                 let token = try authorize(request, for: found.access)
                 let service = found.access == .service ? try services.authenticate(request.header("Authorization")) : nil
                 let context = RequestContext(
                     request: request, parameters: parameters, identity: identity, token: token, service: service, requestId: requestId)
+                let sparse = { @Sendable (response: HTTPResponse) in reserved?.apply(to: response) ?? response }
                 if let fromMemory = try found.fromMemory?(context) {
-                    return .now(finish(fromMemory, request: request, route: found, requestId: requestId, started: started))
+                    return .now(finish(sparse(fromMemory), request: request, route: found, requestId: requestId, started: started))
                 }
                 guard found.waits else {
-                    return .now(finish(try found.handler(context), request: request, route: found, requestId: requestId, started: started))
+                    return .now(finish(sparse(try found.handler(context)), request: request, route: found, requestId: requestId, started: started))
                 }
                 return .later { [self] in
                     do {
-                        return finish(try found.handler(context), request: request, route: found, requestId: requestId, started: started)
+                        return finish(sparse(try found.handler(context)), request: request, route: found, requestId: requestId, started: started)
                     } catch {
                         return finish(Self.response(for: error), request: request, route: found, requestId: requestId, started: started, error: error)
                     }

@@ -122,7 +122,9 @@ public enum BellRoutes {
         text.raw(#"{"data":["#)
         for (index, entry) in entries.enumerated() {
             if index > 0 { text.raw(UInt8(ascii: ",")) }
-            text.raw(#"{"attributes":{"createdAt":"#)
+            text.raw(#"{"attributes":{"category":"#)
+            text.string(entry.category)
+            text.raw(#","createdAt":"#)
             text.string(Documents.timestampText(entry.createdAt))
             text.raw(#","event":"#)
             text.string(entry.event)
@@ -132,8 +134,6 @@ public enum BellRoutes {
             if let readAt = entry.readAt { text.string(Documents.timestampText(readAt)) }
             text.raw(#","title":"#)
             text.string(BellTexts.title(event: entry.event, category: entry.category, language))
-            text.raw(#","type":"#)
-            text.string(entry.category)
             text.raw(#"},"id":"#)
             text.string(entry.id)
             text.raw(#","type":"notifications"}"#)
@@ -155,7 +155,7 @@ public enum BellRoutes {
         .object([
             "type": .string("notifications"), "id": .string(entry.id),
             "attributes": .object([
-                "type": .string(entry.category), "event": .string(entry.event),
+                "category": .string(entry.category), "event": .string(entry.event),
                 "ids": .object(entry.ids.mapValues { .string($0) }), "read": .bool(entry.isRead),
                 "readAt": entry.readAt.map(Documents.timestamp) ?? .null, "createdAt": Documents.timestamp(entry.createdAt),
                 "title": .string(BellTexts.title(event: entry.event, category: entry.category, language)),
