@@ -91,6 +91,7 @@ enum AccountRoutes {
                         personId: data["id"]?.stringValue, origin: origin == "service:website" ? "web" : origin)
                 }
                 return JSONAPI.response(status: 201, .object(["data": resource(account)]))
+                    .locating("/internal/v1/accounts/" + JSONAPI.pathSegment(account.personId))
             },
             Route(.get, "/internal/v1/accounts/{personId}", access: .service, describedAs: RouteDescription("An account (service credential).")) {
                 context in

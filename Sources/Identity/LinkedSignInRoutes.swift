@@ -82,6 +82,7 @@ public enum LinkedSignInRoutes {
                     }
                 }
                 return JSONAPI.response(status: 201, .object(["data": Self.resource(link)]))
+                    .locating("/v1/me/linked-sign-ins/" + JSONAPI.pathSegment(link.provider))
             },
             Route(
                 .delete, "/v1/me/linked-sign-ins/{provider}", access: .signedIn(scope: .accountSecurityWrite),

@@ -217,3 +217,18 @@ public enum JSONAPI {
         HTTPResponse(status: status, headers: [("Content-Type", mediaType)] + headers, body: bytes(document))
     }
 }
+
+extension HTTPResponse {
+    /// The response with `Location: path`: where a `201`'s new resource is (JSON:API, "Creating
+    /// Resources").
+    public func locating(_ path: String) -> HTTPResponse {
+        var located = self
+        located.headers.append(("Location", path))
+        return located
+    }
+}
+
+extension JSONAPI {
+    /// An id as one segment of a path (`/` and what a path may not hold percent-escaped).
+    public static func pathSegment(_ id: String) -> String { Documents.pathSegment(id) }
+}

@@ -45,7 +45,8 @@ public enum ContactRoutes {
                 let (contact, created) = try client.withConnectionBlocking { connection in
                     try Contacts.set(personId: person, address: address, language: language, on: connection)
                 }
-                return Documents.response(status: created ? 201 : 200, ["data": resource(contact)])
+                let answer = Documents.response(status: created ? 201 : 200, ["data": resource(contact)])
+                return created ? answer.locating("/internal/v1/contacts/" + Documents.pathSegment(person)) : answer
             },
             Route(.get, path, access: .service, describedAs: RouteDescription("A person's mail address and language (service credential).")) { context in
                 let person = try Self.person(context)

@@ -145,7 +145,8 @@ public enum ConversationRoutes {
                 }
                 let (thread, (message, repeated), created) = started
                 cache?.changed(Self.listSubjects(buyer: thread.buyerId, shop: thread.shopId))
-                return replayed(response(status: created ? 201 : 200, thread, side: .buyer, including: (message, viewer: person)), repeated)
+                let answer = response(status: created ? 201 : 200, thread, side: .buyer, including: (message, viewer: person))
+                return replayed(created ? answer.locating(path + "/" + Documents.pathSegment(thread.conversationId)) : answer, repeated)
             },
             Route(.get, path + "/{id}", access: .signedIn(scope: .messagesRead), describedAs: RouteDescription("One conversation, as the caller's side sees it.")) {
                 context in

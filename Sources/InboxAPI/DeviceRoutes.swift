@@ -59,8 +59,9 @@ public enum DeviceRoutes {
                 }
                 try Self.check(&fields)
                 let registration = try registry.register(person: context.person, pushToken: token, details: fields)
-                let status = if case .created = registration { 201 } else { 200 }
-                return Documents.response(status: status, ["data": registration.device.resource])
+                guard case .created = registration else { return Documents.response(status: 200, ["data": registration.device.resource]) }
+                return Documents.response(status: 201, ["data": registration.device.resource])
+                    .locating("/v1/me/devices/" + registration.device.id.uuidString.lowercased())
             },
             Route(
                 .get, "/v1/me/devices", access: .signedIn(scope: scope),

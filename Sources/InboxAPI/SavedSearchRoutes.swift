@@ -62,7 +62,7 @@ public enum SavedSearchRoutes {
                 let recorded = try context.appendInline([event], client: client, inline: inline)[0].event.recordedAt
                 let search = SavedSearch(
                     id: event.savedSearchId, name: name, query: query, interval: interval.rawValue, push: push, createdAt: recorded, updatedAt: recorded)
-                return Documents.response(status: 201, ["data": search.resource])
+                return Documents.response(status: 201, ["data": search.resource]).locating(path + "/" + Documents.pathSegment(search.id))
             },
             Route(.get, path + "/{id}", access: .signedIn(scope: .accountRead), describedAs: RouteDescription("One saved search.")) { context in
                 let id = context.parameters["id"] ?? ""

@@ -122,7 +122,7 @@ public enum UploadRoutes {
                 }
                 // Expired handles are swept now and then, on the way out of an upload.
                 try? store.sweepIfDue()
-                return Documents.response(status: 201, ["data": resource(upload)])
+                return Documents.response(status: 201, ["data": resource(upload)]).locating("/v1/uploads/" + Documents.pathSegment(upload.handle))
             },
             Route(
                 .get, "/v1/uploads/{handle}", access: .signedIn(scope: .messagesRead), media: .storedBytes,

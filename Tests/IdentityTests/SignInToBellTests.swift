@@ -41,7 +41,7 @@ import Testing
                 #expect(entries.count == 2)
                 let newest = try #require(entries.first?["attributes"] as? [String: Any])
                 #expect(newest["event"] as? String == "new_sign_in")
-                #expect(newest["type"] as? String == "security")
+                #expect(newest["category"] as? String == "security")
                 #expect((newest["ids"] as? [String: Any])?["signInId"] as? String == signInId, "the entry of this very sign-in")
                 #expect(newest["title"] as? String == "Nieuwe aanmelding op je account")
                 // And the sign-in was on the iPhone app, as the log has it.

@@ -5,6 +5,7 @@ import InboxTesting
 import EventLog
 import Crypto
 import PostgresClient
+import Testing
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -43,6 +44,12 @@ struct APITestServer {
         let http = response as! HTTPURLResponse
         var headers: [String: String] = [:]
         for (name, value) in http.allHeaderFields { headers["\(name)"] = "\(value)" }
+        // Every 201 of every test says where its new resource is (JSON:API, "Creating Resources"),
+        // but a message's, a batch of events' and a second factor's enrolment, which have no URL
+        // of their own.
+        if http.statusCode == 201, !path.hasSuffix("/messages"), !path.hasPrefix("/v1/me/second-factor"), path != "/internal/v1/events" {
+            #expect(http.value(forHTTPHeaderField: "Location")?.hasPrefix("/") == true, "\(method) \(path): a 201 without Location")
+        }
         return Reply(status: http.statusCode, headers: headers, body: data)
     }
 
