@@ -11,7 +11,8 @@ public enum InboxRoutes {
     public static func all(
         client: PostgresClient, store: EventStore, migrator: Migrator, metrics: RequestMetrics = RequestMetrics(), bellCache: BellCache? = nil,
         conversationCache: ConversationListCache? = nil, attachments: (any AttachmentValidator)? = nil, uploads: UploadSettings = .temporary,
-        unsubscribe: UnsubscribeLink? = nil, groupCommit: InlineGroupCommit = InlineGroupCommit(), more: [Route] = []
+        unsubscribe: UnsubscribeLink? = nil, groupCommit: InlineGroupCommit = InlineGroupCommit(), more: [Route] = [],
+        build: [String: String] = [:]
     ) -> [Route] {
         // One group commit for every route's inline appends: appends of one node that each had a
         // committer of its own were concurrent transactions, and an open one of another route
@@ -20,7 +21,7 @@ public enum InboxRoutes {
         let threadsInline = ConversationRoutes.inlineProjections(groupCommit: groupCommit)
         let served = OperationsRoutes.routes(client: client, migrator: migrator)
             + MetricsRoutes.routes(
-                metrics: metrics, client: client, bellCache: bellCache, conversationCache: conversationCache, groupCommit: groupCommit)
+                metrics: metrics, client: client, bellCache: bellCache, conversationCache: conversationCache, groupCommit: groupCommit, build: build)
             + BellRoutes.routes(client: client, inline: inline, cache: bellCache) + DeviceRoutes.routes(client: client)
             + PreferenceRoutes.routes(client: client, inline: inline) + SavedSearchRoutes.routes(client: client, inline: inline)
             + ConversationRoutes.routes(

@@ -90,7 +90,7 @@ public final class RequestMetrics: Sendable {
 public enum MetricsRoutes {
     public static func routes(
         metrics: RequestMetrics, client: PostgresClient, bellCache: BellCache? = nil, conversationCache: ConversationListCache? = nil,
-        groupCommit: InlineGroupCommit? = nil
+        groupCommit: InlineGroupCommit? = nil, build: [String: String] = [:]
     ) -> [Route] {
         [
             Route(
@@ -106,9 +106,16 @@ public enum MetricsRoutes {
                     } ?? "")
                 let inline = groupCommit.map { Self.inlineMetrics($0.counts) } ?? ""
                 return HTTPResponse(
-                    status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.text() + database + caches + inline)
+                    status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8",
+                    body: metrics.text() + database + caches + inline + ProcessMetrics.text() + Self.buildInfo(build))
             }
         ]
+    }
+
+    /// `inbox_build_info{version,commit} 1`: which build answers (Prometheus' info-metric idiom).
+    static func buildInfo(_ build: [String: String]) -> String {
+        let labels = build.sorted { $0.key < $1.key }.map { #"\#($0.key)="\#(RequestMetrics.escape($0.value))""# }.joined(separator: ",")
+        return "# HELP inbox_build_info The build of this process.\n# TYPE inbox_build_info gauge\ninbox_build_info{\(labels)} 1\n"
     }
 
     /// The inline writes' lines: their group commits, and by projection how many writes had it

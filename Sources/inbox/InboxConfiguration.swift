@@ -1,4 +1,5 @@
 import Foundation
+import Lifecycle
 import Identity
 import Uploads
 import Mail
@@ -25,6 +26,8 @@ struct InboxConfiguration: Sendable {
     var projectorReadIntervalMilliseconds: Int = 20
     /// `INBOX_LOG_FORMAT`: `json` when not on a terminal under `auto`.
     var logFormat: LogFormat = .auto
+    /// `INBOX_LOG_LEVEL`: the least severe line written.
+    var logLevel: Logger.Level = .info
     /// `INBOX_HTTP_HOST`, `INBOX_HTTP_PORT`: where `serve` listens (loopback by default).
     var httpHost: String = "127.0.0.1"
     var httpPort: UInt16 = 8080
@@ -213,6 +216,14 @@ struct InboxConfiguration: Sendable {
                 throw Invalid(description: "INBOX_LOG_FORMAT (--log-format) must be auto, json or text, not \"\(text)\".")
             }
             configuration.logFormat = format
+        },
+        Setting(variable: "INBOX_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
+                meaning: "the least severe line written: trace, debug, info, notice, warning, error or critical") { configuration, text in
+            guard let level = Logger.Level.allCases.first(where: { $0.description == text }) else {
+                throw Invalid(
+                    description: "INBOX_LOG_LEVEL (--log-level) must be one of \(Logger.Level.allCases.map(\.description).joined(separator: ", ")), not \"\(text)\".")
+            }
+            configuration.logLevel = level
         },
         Setting(variable: "INBOX_HTTP_HOST", flag: "--http-host", defaultValue: "127.0.0.1",
                 meaning: "IPv4 address the API listens on (0.0.0.0: every interface)") { configuration, host in

@@ -15,6 +15,6 @@ extension InboxConfiguration.LogFormat {
 extension Logger {
     /// The process's logger: one line per message on standard error, as configured.
     static func inbox(_ configuration: InboxConfiguration) -> Logger {
-        Logger(label: "inbox", handler: StreamLogHandler(format: configuration.logFormat.handlerFormat))
+        Logger(label: "inbox", level: configuration.logLevel, handler: StreamLogHandler(format: configuration.logFormat.handlerFormat))
     }
 }

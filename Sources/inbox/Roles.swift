@@ -4,6 +4,7 @@ import HTTPServer
 import Identity
 import InboxAPI
 import Lifecycle
+import LinkedLibraries
 import Mail
 import PostgresClient
 import Projections
@@ -60,11 +61,14 @@ enum Roles {
             let routes = InboxRoutes.all(
                 client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, conversationCache: conversationCache, uploads: uploads,
                 unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) },
-                more: try Self.accountRoutes(client: requestClient, validator: database.store.validator, configuration: configuration))
+                more: try Self.accountRoutes(client: requestClient, validator: database.store.validator, configuration: configuration),
+                build: ["version": "0.1.0", "commit": LinkedLibraries.buildCommit])
                 + (identity?.routes ?? [])
             let logRequest = requestLogLines(to: log)
+            // With an operations port, /metrics is answered there only: it tells whoever can call
+            // it how busy each route and projection is, which the API's public port need not.
             let api = APIServer(
-                routes: routes, gate: gate, verifier: try DevelopmentKey.verifier(configuration, log: log, identityKeys: identity?.keys),
+                routes: configuration.opsPort == nil ? routes : routes.filter { $0.pattern != "/metrics" }, gate: gate, verifier: try DevelopmentKey.verifier(configuration, log: log, identityKeys: identity?.keys),
                 services: services, metrics: metrics, rateLimiter: RateLimiter(
                     limits: RateLimiter.Limits(
                         personPerSecond: configuration.apiPersonLimit.perSecond, personBurst: configuration.apiPersonLimit.count,

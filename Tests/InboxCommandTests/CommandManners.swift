@@ -81,4 +81,14 @@ import Testing
             #expect(wrong.status == 2 && wrong.stderr.contains("takes only --once"), "\(wrong.stderr)")
         }
     }
+
+    /// INBOX_LOG_LEVEL says the least severe line written; a level it does not know is refused.
+    @Test func theLogLevelSettingFiltersTheLines() async throws {
+        let warned = try await InboxCLI.run(["version"], environment: ["INBOX_HTTP_PROT": "1", "INBOX_LOG_LEVEL": "warning"])
+        #expect(warned.stderr.contains("INBOX_HTTP_PROT"), "a warning passes warning: \(warned.stderr)")
+        let quiet = try await InboxCLI.run(["version"], environment: ["INBOX_HTTP_PROT": "1", "INBOX_LOG_LEVEL": "error"])
+        #expect(quiet.status == 0 && quiet.stderr.isEmpty, "a warning does not pass error: \(quiet.stderr)")
+        let wrong = try await InboxCLI.run(["version"], environment: ["INBOX_LOG_LEVEL": "loud"])
+        #expect(wrong.status == 2 && wrong.stderr.contains("INBOX_LOG_LEVEL (--log-level) must be one of trace, debug, info"), "\(wrong.stderr)")
+    }
 }

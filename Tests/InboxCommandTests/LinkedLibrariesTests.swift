@@ -13,7 +13,7 @@ import Testing
         let curl = try #require(result.stdoutLines.first { $0.hasPrefix("libcurl ") }, "stdout: \(result.stdout)")
         #expect(curl.contains("HTTP/2 yes"), "\(curl)")
         #expect(curl.contains("OpenSSL"), "\(curl)")
-        #expect(result.stdoutLines.first == "inbox 0.1.0")
+        #expect(result.stdoutLines.first?.hasPrefix("inbox 0.1.0 (commit ") == true, "\(result.stdout)")
         for library in ["libpq ", "OpenSSL ", "libmicrohttpd "] {
             #expect(result.stdoutLines.contains { $0.hasPrefix(library) }, "no \(library)line in \(result.stdout)")
         }

@@ -34,6 +34,16 @@ import Testing
                 let (_, response) = try await URLSession.shared.data(from: URL(string: operations + path)!)
                 #expect((response as? HTTPURLResponse)?.statusCode == status, "\(path) on the operations listener")
             }
+            // The metrics: the process's own and the build's besides the tier's; with an operations
+            // listener they are answered there only, not on the API's port.
+            let (metricsBody, _) = try await URLSession.shared.data(from: URL(string: operations + "/metrics")!)
+            let metricsText = String(decoding: metricsBody, as: UTF8.self)
+            for name in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ", "process_start_time_seconds "] {
+                #expect(metricsText.contains("\n" + name), "\(name)in /metrics")
+            }
+            #expect(metricsText.range(of: #"inbox_build_info\{commit="[^"]+",version="0\.1\.0"\} 1"#, options: .regularExpression) != nil)
+            let (_, apiMetrics) = try await URLSession.shared.data(from: URL(string: url + "/metrics")!)
+            #expect((apiMetrics as? HTTPURLResponse)?.statusCode == 404, "/metrics only on the operations listener")
 
             var request = URLRequest(url: URL(string: url + "/healthz")!)
             request.setValue("cli-test-1", forHTTPHeaderField: "X-Request-Id")
