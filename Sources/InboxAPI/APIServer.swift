@@ -13,6 +13,8 @@ public struct RequestLogLine: Sendable {
     public var status: Int
     public var duration: Duration
     public var requestId: String
+    /// The W3C trace id of the request's `traceparent`, when it had a valid one.
+    public var traceId: String? = nil
     /// The cause of a failure that is not a refusal of the request (a 500, a 503): the error's
     /// description (or an `APIError`'s `cause`), which the response never shows.
     public var error: String?
@@ -51,6 +53,7 @@ public final class APIServer: Sendable {
     public func reply(_ request: HTTPRequest) -> HTTPReply {
         let started = ContinuousClock.now
         let requestId = Self.requestId(from: request.header("X-Request-Id"))
+        let traceId = Self.traceId(from: request.header("traceparent"))
         var route: Route?
         do {
             // HEAD is GET without the body (libmicrohttpd leaves the body out).
@@ -77,7 +80,8 @@ public final class APIServer: Sendable {
                 let token = try authorize(request, for: found.access)
                 let service = found.access == .service ? try services.authenticate(request.header("Authorization")) : nil
                 let context = RequestContext(
-                    request: request, parameters: parameters, identity: identity, token: token, service: service, requestId: requestId)
+                    request: request, parameters: parameters, identity: identity, token: token, service: service, requestId: requestId,
+                    traceId: traceId)
                 let sparse = { @Sendable (response: HTTPResponse) in reserved?.apply(to: response) ?? response }
                 if let fromMemory = try found.fromMemory?(context) {
                     return .now(finish(sparse(fromMemory), request: request, route: found, requestId: requestId, started: started))
@@ -160,7 +164,7 @@ public final class APIServer: Sendable {
         log(
             RequestLogLine(
                 method: request.method.rawValue, route: route?.pattern ?? request.path, status: response.status, duration: duration,
-                requestId: requestId, error: cause))
+                requestId: requestId, traceId: Self.traceId(from: request.header("traceparent")), error: cause))
         return response
     }
 
@@ -186,6 +190,19 @@ public final class APIServer: Sendable {
 
     /// The request's id: its `X-Request-Id` when that is 1 to 128 characters of letters, digits,
     /// `.`, `_`, `-` and `:`, otherwise a new one.
+    /// The trace id of a W3C Trace Context `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`, neither
+    /// id all zeros; a later version may append fields after the flags), nil for anything else.
+    public static func traceId(from header: String?) -> String? {
+        guard let header else { return nil }
+        let parts = header.trimmingCharacters(in: .whitespaces).split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count >= 4, parts[0].count == 2, parts[0] != "ff", parts[0] != "00" || parts.count == 4,
+            parts[1].count == 32, parts[2].count == 16, parts[3].count == 2,
+            parts.prefix(4).allSatisfy({ $0.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) } }),
+            parts[1].contains(where: { $0 != "0" }), parts[2].contains(where: { $0 != "0" })
+        else { return nil }
+        return String(parts[1])
+    }
+
     static func requestId(from header: String?) -> String {
         if let header, (1...128).contains(header.utf8.count),
             header.utf8.allSatisfy({ byte in

@@ -38,7 +38,7 @@ public enum InternalEventRoutes {
                 let service = context.service ?? "unknown"
                 var events: [NewEvent] = []
                 for (index, item) in items.enumerated() {
-                    events.append(try Self.event(item, index: index, service: service, requestId: context.requestId))
+                    events.append(try Self.event(item, index: index, service: service, requestId: context.correlationId))
                 }
                 let batch = events
                 let appended: [AppendedEvent]

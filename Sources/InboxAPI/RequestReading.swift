@@ -95,11 +95,12 @@ extension RequestContext {
         return try client.withConnectionBlocking { connection in try inline.append(new, on: connection) }
     }
 
-    /// Metadata for events this request appends: its origin, the person, and the request id.
+    /// Metadata for events this request appends: its origin, the person, and its correlation id
+    /// (the `traceparent`'s trace id, else the request id).
     public var eventMetadata: EventMetadata {
         var metadata = identity.metadata
         metadata.actor = token.map { "person:\($0.subject)" }
-        metadata.correlationId = requestId
+        metadata.correlationId = correlationId
         return metadata
     }
 }

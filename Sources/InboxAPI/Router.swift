@@ -11,6 +11,12 @@ public struct RequestContext: Sendable {
     /// The calling tier's name, for `.service` routes.
     public var service: String?
     public var requestId: String
+    /// The W3C trace id of the request's `traceparent`, when it had a valid one.
+    public var traceId: String? = nil
+
+    /// What ties the events this request appends to it: its trace id when the caller traces
+    /// (W3C Trace Context), else its request id.
+    public var correlationId: String { traceId ?? requestId }
 }
 
 /// Who may call a route.

@@ -51,7 +51,7 @@ public enum UnsubscribeRoutes {
             ) { context in
                 let language = Language.negotiate(context.request.header("Accept-Language"))
                 guard let (person, target) = Self.verify(context, links) else { return Self.invalid(language) }
-                let metadata = EventMetadata(origin: .web, actor: "person:\(person)", correlationId: context.requestId, service: "inbox")
+                let metadata = EventMetadata(origin: .web, actor: "person:\(person)", correlationId: context.correlationId, service: "inbox")
                 let title = try Self.title(target, of: person, language, client: client)
                 try client.withConnectionBlocking { connection in
                     let changes: [NewEvent]

@@ -228,6 +228,7 @@ func requestLogLines(to log: Logger) -> @Sendable (RequestLogLine) -> Void {
             "durationMs": line.duration.millisecondsText, "requestId": line.requestId,
         ]
         metadata["error"] = line.error
+        metadata["traceId"] = line.traceId
         log.log(level: line.error == nil ? .info : .error, "request", metadata: metadata)
     }
 }

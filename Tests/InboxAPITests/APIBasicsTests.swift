@@ -17,6 +17,7 @@ import Threads
             status: 200, contentType: JSONAPI.mediaType,
             body: JSONAPI.encode(.object(["meta": .object([
                 "origin": .string(metadata.origin.rawValue), "appVersion": metadata.appVersion.map(JSONValue.string) ?? .null,
+                "correlationId": context.eventMetadata.correlationId.map(JSONValue.string) ?? .null,
             ])])))
     }
     static let echoBody = Route(.post, "/v1/test/echo", describedAs: RouteDescription("A test route.")) { context in
@@ -79,6 +80,31 @@ import Threads
             let cause = lines.withLock { $0.last { $0.requestId == "readyz-1" }?.error } ?? ""
             #expect(cause.contains("127.0.0.1"), "the log says where the database was looked for: \(cause)")
         }
+    }
+
+    /// A W3C `traceparent` carries its trace id into the request's log line and the correlation id
+    /// of the events it appends; without one (or with a malformed one) the request id is used.
+    @Test func aTraceparentsTraceIdIsLoggedAndCorrelatesTheEvents() async throws {
+        let lines = Locked<[RequestLogLine]>([])
+        let api = APIServer(routes: [Self.whoAmI], gate: nil) { line in lines.withLock { $0.append(line) } }
+        let server = try HTTPServer(configuration: .init(port: 0, threads: 2), replying: { api.reply($0) })
+        defer { server.shutdown() }
+        try await withTestDatabase { db in
+            let client = APITestServer(server: server, db: db)
+            let trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+            let traced = try await client.send(
+                "GET", "/v1/test/origin", headers: ["traceparent": "00-\(trace)-00f067aa0ba902b7-01", "X-Request-Id": "traced-1"])
+            #expect((traced.json["meta"] as? [String: Any])?["correlationId"] as? String == trace)
+            #expect(lines.withLock { $0.last { $0.requestId == "traced-1" }?.traceId } == trace)
+            let untraced = try await client.send("GET", "/v1/test/origin", headers: ["traceparent": "00-\(trace.uppercased())-00f067aa0ba902b7-01", "X-Request-Id": "plain-1"])
+            #expect((untraced.json["meta"] as? [String: Any])?["correlationId"] as? String == "plain-1", "a malformed traceparent is none")
+            #expect(lines.withLock { $0.last { $0.requestId == "plain-1" }?.traceId } == nil)
+        }
+        #expect(APIServer.traceId(from: "00-\(String(repeating: "0", count: 32))-00f067aa0ba902b7-01") == nil, "an all-zero trace id is invalid")
+        #expect(APIServer.traceId(from: "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01") == nil, "so is an all-zero parent")
+        #expect(APIServer.traceId(from: "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01") == nil, "version ff is invalid")
+        #expect(APIServer.traceId(from: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x") == nil, "version 00 has four fields")
+        #expect(APIServer.traceId(from: "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x") == "4bf92f3577b34da6a3ce929d0e0e4736", "a later version may add")
     }
 
     @Test func anUnknownRouteIs404AndAWrongMethodIs405WithAllow() async throws {
