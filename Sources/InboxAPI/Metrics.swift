@@ -107,9 +107,22 @@ public enum MetricsRoutes {
                 let inline = groupCommit.map { Self.inlineMetrics($0.counts) } ?? ""
                 return HTTPResponse(
                     status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8",
-                    body: metrics.text() + database + caches + inline + ProcessMetrics.text() + Self.buildInfo(build))
+                    body: metrics.text() + database + caches + inline + Self.poolMetrics(client.statistics) + ProcessMetrics.text() + Self.buildInfo(build))
             }
         ]
+    }
+
+    /// The API's pool of database connections: a pool always at its maximum with calls waiting
+    /// is what makes requests queue (INBOX_HTTP_THREADS).
+    static func poolMetrics(_ pool: PostgresClient.Statistics) -> String {
+        [
+            "# HELP inbox_db_pool_connections The API's database connections, by state.", "# TYPE inbox_db_pool_connections gauge",
+            #"inbox_db_pool_connections{state="in_use"} \#(pool.open - pool.idle)"#, #"inbox_db_pool_connections{state="idle"} \#(pool.idle)"#,
+            "# HELP inbox_db_pool_max_connections The most connections the API's pool opens.", "# TYPE inbox_db_pool_max_connections gauge",
+            "inbox_db_pool_max_connections \(pool.maximum)",
+            "# HELP inbox_db_pool_waiting Requests waiting for a database connection of the API's pool.", "# TYPE inbox_db_pool_waiting gauge",
+            "inbox_db_pool_waiting \(pool.waiting)",
+        ].joined(separator: "\n") + "\n"
     }
 
     /// `inbox_build_info{version,commit} 1`: which build answers (Prometheus' info-metric idiom).

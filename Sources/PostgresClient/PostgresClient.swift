@@ -140,6 +140,21 @@ public final class PostgresClient: Sendable {
         try await withConnection { connection in _ = try connection.query(sql, binds: binds) }
     }
 
+    /// The pool now: connections open (in use or idle), idle, calls waiting for one, and the most
+    /// it opens.
+    public struct Statistics: Sendable, Hashable {
+        public var open: Int
+        public var idle: Int
+        public var waiting: Int
+        public var maximum: Int
+    }
+
+    public var statistics: Statistics {
+        state.withLock { state in
+            Statistics(open: state.created, idle: state.idle.count, waiting: state.waiters.count, maximum: configuration.maximumConnections)
+        }
+    }
+
     /// Closes idle connections and refuses new calls; calls holding a connection finish first.
     public func close() {
         let (idle, waiters) = state.withLock { state -> ([ConnectionWorker], [Waiter]) in

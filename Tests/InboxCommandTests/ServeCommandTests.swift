@@ -38,7 +38,11 @@ import Testing
             // listener they are answered there only, not on the API's port.
             let (metricsBody, _) = try await URLSession.shared.data(from: URL(string: operations + "/metrics")!)
             let metricsText = String(decoding: metricsBody, as: UTF8.self)
-            for name in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ", "process_start_time_seconds "] {
+            for name in [
+                "process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ", "process_start_time_seconds ",
+                #"inbox_db_pool_connections{state="in_use"} "#, #"inbox_db_pool_connections{state="idle"} "#, "inbox_db_pool_max_connections ",
+                "inbox_db_pool_waiting 0",
+            ] {
                 #expect(metricsText.contains("\n" + name), "\(name)in /metrics")
             }
             #expect(metricsText.range(of: #"inbox_build_info\{commit="[^"]+",version="0\.1\.0"\} 1"#, options: .regularExpression) != nil)

@@ -83,6 +83,13 @@ import Testing
         }
         #expect(pids.count <= 3)
         #expect(pids.count >= 1)
+        // Its statistics: what it opened, all idle again, nobody waiting.
+        let statistics = db.client.statistics
+        #expect(statistics.open == pids.count && statistics.idle == pids.count && statistics.waiting == 0 && statistics.maximum == 3, "\(statistics)")
+        try await db.client.withConnection { _ in
+            let busy = db.client.statistics
+            #expect(busy.open - busy.idle == 1, "one in use: \(busy)")
+        }
     }
 
     /// Blocking libpq calls run on the connections' own threads, never on Swift's cooperative pool
