@@ -86,11 +86,12 @@ enum InboxCLI {
     static let unreachableDatabase = ["DATABASE_URL": "postgres://inbox@127.0.0.1:1/none?connect_timeout=2"]
 
     /// Runs `inbox arguments...` to completion.
+    /// `executable`: another program than `inbox` (a shell that runs it in a pipeline).
     static func run(
         _ arguments: [String], environment: [String: String] = unreachableDatabase, stdin: String? = nil,
-        timeout: Duration = .seconds(60)
+        timeout: Duration = .seconds(60), executable: URL? = nil
     ) async throws -> InboxResult {
-        let child = try RunningInbox(arguments, environment: environment, stdin: stdin)
+        let child = try RunningInbox(arguments, environment: environment, stdin: stdin, executable: executable)
         defer { child.cleanUp() }
         return try await child.waitForExit(timeout: timeout)
     }
@@ -111,9 +112,9 @@ final class RunningInbox: Sendable {
     /// The exit status as `waitpid` gave it, when this harness reaped the child itself (see `reapIfExited`).
     private let reaped = Mutex<Int32?>(nil)
 
-    fileprivate init(_ arguments: [String], environment: [String: String], stdin: String?) throws {
+    fileprivate init(_ arguments: [String], environment: [String: String], stdin: String?, executable: URL? = nil) throws {
         self.arguments = arguments
-        let binary = try InboxCLI.binary()
+        let binary = try executable ?? InboxCLI.binary()
         let files = FileManager.default
         folder = files.temporaryDirectory.appendingPathComponent("inbox-cli-test-\(UUID().uuidString)")
         try files.createDirectory(at: folder, withIntermediateDirectories: true)
