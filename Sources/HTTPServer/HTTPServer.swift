@@ -401,7 +401,9 @@ private let uriReceived: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer
 private let tooManyParametersResponse = HTTPResponse(
     status: 414, contentType: "application/vnd.api+json",
     body: #"{"jsonapi":{"version":"1.0"},"errors":[{"status":"414","code":"too_many_query_parameters","title":"URI Too Long","#
-        + #""detail":"The request has more than \#(maximumQueryParameters) query parameters."}]}"#)
+        + #""detail":"The request has more than \#(maximumQueryParameters) query parameters."}]}"#,
+    // Answered before a body is read: what follows on the connection is not a request's start.
+    headers: [("Connection", "close")])
 
 private let requestCompleted: MHD_RequestCompletedCallback = { context, connection, stateSlot, _ in
     guard let context else { return }

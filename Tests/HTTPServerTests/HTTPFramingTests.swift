@@ -97,4 +97,18 @@ import Testing
             #expect(reply.contains("too_many_query_parameters") && server.count == 0, "\(reply.prefix(300))")
         }
     }
+
+    /// A refused query with a body and a request after it on the same connection: the 414 closes
+    /// the connection, so neither the body nor what follows is read as a request.
+    @Test func aTooLongQueryWithABodyClosesTheConnection() throws {
+        let server = try Counted()
+        defer { server.server.shutdown() }
+        let query = (0..<300).map { "a=\($0 % 10)" }.joined(separator: "&")
+        let (reply, seconds) = try server.exchange(
+            "POST /x?\(query) HTTP/1.1\r\nHost: x\r\nContent-Length: 32\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+                + "GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(RawHTTPClient.statuses(reply) == [414], "\(reply.prefix(400))")
+        #expect(seconds < 2)
+        #expect(server.count == 0)
+    }
 }
