@@ -438,25 +438,14 @@ struct FramingHeaders {
     var hasTransferEncoding = false
 
     init(_ connection: OpaquePointer) {
-        let collector = PairCollector()
-        let context = Unmanaged.passUnretained(collector).toOpaque()
-        _ = MHD_get_connection_values(
-            connection, .HEADER_KIND,
-            { context, _, key, value in
-                guard let context, let key else { return .YES }
-                if strcasecmp(key, "Host") == 0 || strcasecmp(key, "Content-Length") == 0 || strcasecmp(key, "Transfer-Encoding") == 0 {
-                    Unmanaged<PairCollector>.fromOpaque(context).takeUnretainedValue().pairs.append(
-                        (String(cString: key).lowercased(), value.map { String(cString: $0) }))
-                }
-                return .YES
-            }, context)
-        for (name, value) in withExtendedLifetime(collector, { collector.pairs }) {
-            switch name {
+        for (name, value) in values(connection, kind: .HEADER_KIND) {
+            switch name.lowercased() {
             case "host": hosts += 1
             case "content-length": contentLengths.insert(value ?? "")
-            default:
+            case "transfer-encoding":
                 hasTransferEncoding = true
                 transferCodings += (value ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+            default: continue
             }
         }
     }

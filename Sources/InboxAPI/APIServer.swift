@@ -84,21 +84,21 @@ public final class APIServer: Sendable {
                     traceId: traceId)
                 let sparse = { @Sendable (response: HTTPResponse) in reserved?.apply(to: response) ?? response }
                 if let fromMemory = try found.fromMemory?(context) {
-                    return .now(finish(sparse(fromMemory), request: request, route: found, requestId: requestId, started: started))
+                    return .now(finish(sparse(fromMemory), request: request, route: found, requestId: requestId, traceId: traceId, started: started))
                 }
                 guard found.waits else {
-                    return .now(finish(sparse(try found.handler(context)), request: request, route: found, requestId: requestId, started: started))
+                    return .now(finish(sparse(try found.handler(context)), request: request, route: found, requestId: requestId, traceId: traceId, started: started))
                 }
                 return .later { [self] in
                     do {
-                        return finish(sparse(try found.handler(context)), request: request, route: found, requestId: requestId, started: started)
+                        return finish(sparse(try found.handler(context)), request: request, route: found, requestId: requestId, traceId: traceId, started: started)
                     } catch {
-                        return finish(Self.response(for: error), request: request, route: found, requestId: requestId, started: started, error: error)
+                        return finish(Self.response(for: error), request: request, route: found, requestId: requestId, traceId: traceId, started: started, error: error)
                     }
                 }
             }
         } catch {
-            return .now(finish(Self.response(for: error), request: request, route: route, requestId: requestId, started: started, error: error))
+            return .now(finish(Self.response(for: error), request: request, route: route, requestId: requestId, traceId: traceId, started: started, error: error))
         }
     }
 
@@ -145,7 +145,7 @@ public final class APIServer: Sendable {
     /// The request id on the response, the request counted in the metrics and logged (with the
     /// cause of an `error` that is not a refusal of the request).
     private func finish(
-        _ response: HTTPResponse, request: HTTPRequest, route: Route?, requestId: String, started: ContinuousClock.Instant,
+        _ response: HTTPResponse, request: HTTPRequest, route: Route?, requestId: String, traceId: String?, started: ContinuousClock.Instant,
         error: (any Error)? = nil
     ) -> HTTPResponse {
         var response = response
@@ -164,7 +164,7 @@ public final class APIServer: Sendable {
         log(
             RequestLogLine(
                 method: request.method.rawValue, route: route?.pattern ?? request.path, status: response.status, duration: duration,
-                requestId: requestId, traceId: Self.traceId(from: request.header("traceparent")), error: cause))
+                requestId: requestId, traceId: traceId, error: cause))
         return response
     }
 
