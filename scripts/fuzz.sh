@@ -50,5 +50,5 @@ echo "fuzz: inbox serve on port $port, schemathesis for at most ${seconds}s, $ex
 timeout --signal=INT --kill-after=10 "$seconds" "$venv/bin/schemathesis" --config-file "$root/scripts/fuzz.toml" run "http://127.0.0.1:$port/openapi.json" \
   --header "Authorization: Bearer $token" --max-examples "$examples" --rate-limit 18/s \
   --checks all --report junit --report-dir "$data/report" --no-color "$@" || status=$?
-echo "fuzz: server errors logged: $(grep -c '"status":"5' "$data/serve.log" || true)"
+echo "fuzz: server errors logged: $(grep -c '"status":5[0-9][0-9]' "$data/serve.log" || true)"
 exit "$status"

@@ -67,7 +67,7 @@ public struct FanoutSender: Service {
 
     public func run() async throws {
         defer { transport.shutdown() }
-        logger.info("fan-out started", metadata: ["workers": "\(options.workers)", "batch": "\(options.batchSize)"])
+        logger.info("fan-out started", metadata: ["workers": .int(options.workers), "batch": .int(options.batchSize)])
         try await withThrowingTaskGroup(of: Void.self) { group in
             for worker in 1...options.workers {
                 let loop = LeasedLoop(
@@ -123,7 +123,7 @@ struct FanoutWork: LoopWork {
         for skipped in takenOver.otherApps + decided.otherApps {
             logger.info(
                 "skipped a registration of another app (this server is not production)",
-                metadata: ["outbox": "\(skipped.outboxId)", "device": skipped.deviceId.uuidString, "appId": skipped.appId ?? "(none)"])
+                metadata: ["outbox": .int(skipped.outboxId), "device": .string(skipped.deviceId.uuidString), "appId": .string(skipped.appId ?? "(none)")])
         }
         // What was just decided is held by this fan-out; room left goes to retries.
         var claimed = takenOver.claimed + decided.claimed
@@ -135,14 +135,14 @@ struct FanoutWork: LoopWork {
         if reclaimed > 0 {
             logger.warning(
                 "took over pushes claimed by a fan-out that stopped before recording them: each may reach its phone twice",
-                metadata: ["pushes": "\(reclaimed)"])
+                metadata: ["pushes": .int(reclaimed)])
         }
         if !claimed.isEmpty {
             let lost = try await sendAndRecord(claimed, on: session)
             if !lost.isEmpty {
                 logger.warning(
                     "sent a batch after its claim ran out and another fan-out took it over: its pushes may reach their phones twice",
-                    metadata: ["batches": lost.map { "\($0.id)" }.joined(separator: ",")])
+                    metadata: ["batches": .string(lost.map { "\($0.id)" }.joined(separator: ","))])
             }
         }
         let tokens = transport.providerTokenIssuedAt()
@@ -250,11 +250,11 @@ struct FanoutWork: LoopWork {
         }
         switch resolution {
         case .deleteRegistration(let reason):
-            logger.info("deleted a dead registration", metadata: ["device": push.deviceId.uuidString, "platform": platform.rawValue, "reason": reason])
+            logger.info("deleted a dead registration", metadata: ["device": .string(push.deviceId.uuidString), "platform": .string(platform.rawValue), "reason": .string(reason)])
         case .drop(let reason):
             logger.warning(
                 "gave up a push",
-                metadata: ["device": push.deviceId.uuidString, "platform": platform.rawValue, "reason": reason, "attempts": "\(push.attempts)"])
+                metadata: ["device": .string(push.deviceId.uuidString), "platform": .string(platform.rawValue), "reason": .string(reason), "attempts": .int(push.attempts)])
         default:
             break
         }

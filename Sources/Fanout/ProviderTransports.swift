@@ -71,7 +71,7 @@ public final class APNsTransport: PushTransport {
                 do {
                     let value = try credentials.providerToken(issuedAt: now)
                     current = (value, now)
-                    logger.info("made a new APNs provider token", metadata: ["keyId": settings.keyId])
+                    logger.info("made a new APNs provider token", metadata: ["keyId": .string(settings.keyId)])
                     return value
                 } catch {
                     logger.error("cannot sign an APNs provider token", metadata: ["error": "\(error)"])
@@ -108,7 +108,7 @@ public final class APNsTransport: PushTransport {
             _ = await client.send(tried.map { request(pushes[$0], environment: environments[$0], token: providerToken, now: now) }) { slot, answer in
                 let index = tried[slot]
                 let outcome = pushOutcome(answer, classify: APNsAnswer.classify) { error in
-                    logger.warning("APNs unreachable", metadata: ["error": error.description, "host": hostURLs[index]])
+                    logger.warning("APNs unreachable", metadata: ["error": .string(error.description), "host": .string(hostURLs[index])])
                 }
                 switch outcome {
                 case .badDeviceToken where mayProbe && !alreadyProbed.contains(index), .expiredProviderToken where mayRenew:
@@ -225,7 +225,7 @@ public final class FCMTransport: PushTransport {
                 logger.info("got a new FCM access token", metadata: ["expiresIn": "\(fresh.expiresIn)"])
                 return fresh.accessToken
             } catch {
-                logger.error("cannot get an FCM access token", metadata: ["error": "\(error)", "tokenURI": settings.serviceAccount.tokenURI])
+                logger.error("cannot get an FCM access token", metadata: ["error": "\(error)", "tokenURI": .string(settings.serviceAccount.tokenURI)])
                 return nil
             }
         }
@@ -244,7 +244,7 @@ public final class FCMTransport: PushTransport {
             let expired = Locked<[Int]>([])
             _ = await client.send(tried.map { request(pushes[$0], accessToken: accessToken) }) { slot, answer in
                 let outcome = pushOutcome(answer, classify: FCMAnswer.classify) { error in
-                    logger.warning("FCM unreachable", metadata: ["error": error.description])
+                    logger.warning("FCM unreachable", metadata: ["error": .string(error.description)])
                 }
                 if outcome == .expiredProviderToken && round == 0 {
                     expired.withLock { $0.append(tried[slot]) }

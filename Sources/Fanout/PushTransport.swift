@@ -82,13 +82,13 @@ public struct LoggingTransport: PushTransport {
 
     public func send(_ pushes: [OutgoingPush], answered: @escaping @Sendable (Int, PushResult) -> Void) async {
         for (index, push) in pushes.enumerated() {
-            var metadata: [String: String] = [
-                "platform": push.platform.rawValue, "title": push.content.title, "body": push.content.body,
-                "token": String(push.token.prefix(8)) + "…",
+            var metadata: Logger.Metadata = [
+                "platform": .string(push.platform.rawValue), "title": .string(push.content.title), "body": .string(push.content.body),
+                "token": .string(String(push.token.prefix(8)) + "…"),
             ]
-            for field in push.content.data { metadata["data." + field.key] = field.value }
-            metadata["collapse"] = push.content.collapseId
-            if let badge = push.content.badge { metadata["badge"] = String(badge) }
+            for field in push.content.data { metadata["data." + field.key] = .string(field.value) }
+            metadata["collapse"] = push.content.collapseId.map(Logger.Value.string)
+            if let badge = push.content.badge { metadata["badge"] = .int(badge) }
             logger.info("push (no APNs/FCM credentials: logged, not sent)", metadata: metadata)
             answered(index, PushResult(.delivered, logged: true))
         }

@@ -61,7 +61,7 @@ public final class AppleCodeExchanger: Sendable {
                 guard response.status == 200, let answer = try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)),
                     let refreshToken = answer["refresh_token"]?.stringValue
                 else {
-                    log.warning("Apple did not exchange an authorization code", metadata: ["status": String(response.status)])
+                    log.warning("Apple did not exchange an authorization code", metadata: ["status": .int(response.status)])
                     return
                 }
                 try await client.withConnection { connection in
@@ -140,10 +140,10 @@ extension AppleCodeExchanger {
                 log.info("revoked a closed account's Apple refresh token")
             case (let failure?, true):
                 outcome.failed += 1
-                log.warning("Apple did not revoke a closed account's refresh token; trying again later", metadata: ["error": "\(failure)", "attempts": "\(attempts)"])
+                log.warning("Apple did not revoke a closed account's refresh token; trying again later", metadata: ["error": "\(failure)", "attempts": .int(attempts)])
             case (let failure?, false):
                 outcome.abandoned += 1
-                log.error("gave up revoking a closed account's Apple refresh token", metadata: ["error": "\(failure)", "attempts": "\(attempts)"])
+                log.error("gave up revoking a closed account's Apple refresh token", metadata: ["error": "\(failure)", "attempts": .int(attempts)])
             }
         }
         return outcome

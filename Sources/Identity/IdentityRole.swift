@@ -34,14 +34,14 @@ public struct IdentityRole: Sendable {
             ?? SigningKeys.load(directory: keysDirectory, signingKid: signingKid, now: now())
         if let secrets {
             let sealed = try Accounts.sealPlainSecondFactors(client: client, secrets: secrets)
-            if sealed > 0 { log.info("sealed the second factors written in the clear", metadata: ["accounts": String(sealed)]) }
+            if sealed > 0 { log.info("sealed the second factors written in the clear", metadata: ["accounts": .int(sealed)]) }
         }
         if let created {
             log.info(
                 "made the identity role's first signing key",
-                metadata: ["kid": created, "kept in": secrets == nil ? keysDirectory : "identity_signing_keys, sealed"])
+                metadata: ["kid": .string(created), "kept in": .string(secrets == nil ? keysDirectory : "identity_signing_keys, sealed")])
         }
-        log.info("signing access tokens", metadata: ["kid": keys.signingKid, "published": keys.publicKeys.keys.sorted().joined(separator: ",")])
+        log.info("signing access tokens", metadata: ["kid": .string(keys.signingKid), "published": .string(keys.publicKeys.keys.sorted().joined(separator: ","))])
         let hasher = try PasswordHasher(cost: configuration.passwordCost, concurrency: configuration.hashConcurrency)
         let providers = [configuration.apple, configuration.google].compactMap { $0 }
         let social = providers.isEmpty ? nil : try SocialTokenVerifier(providers: providers, caFile: configuration.caFile)

@@ -312,7 +312,7 @@ public struct SigningKeysReload: Service {
             let keys = self.keys
             do {
                 if try await BlockingThread.run({ try keys.reload() }) {
-                    log.info("read the signing keys again", metadata: ["signing": keys.signingKid, "published": keys.publicKeys.keys.sorted().joined(separator: ",")])
+                    log.info("read the signing keys again", metadata: ["signing": .string(keys.signingKid), "published": .string(keys.publicKeys.keys.sorted().joined(separator: ","))])
                 }
             } catch {
                 log.warning("the signing keys could not be read again; the ones held go on", metadata: ["error": "\(error)"])

@@ -425,7 +425,7 @@ public final class TokenEndpoint: Sendable {
         case .scopeNotGiven(let outside):
             throw OAuthError(400, .invalidScope, "The session was not given \(outside); the refresh token is still good.")
         case .reused:
-            log?.warning("a used refresh token was presented again: its session is ended", metadata: ["address": caller.address])
+            log?.warning("a used refresh token was presented again: its session is ended", metadata: ["address": .string(caller.address)])
             throw OAuthError.invalidGrant("The session is over: sign in again.")
         case .renewed(let session, let refresh):
             // A narrower scope for this access token only; the session keeps what it was given.
@@ -525,7 +525,7 @@ public final class TokenEndpoint: Sendable {
             return try body()
         } catch {
             if error.status >= 500, let cause = error.cause {
-                log?.error("the token endpoint failed", metadata: ["path": request.path, "status": String(error.status), "error": cause])
+                log?.error("the token endpoint failed", metadata: ["path": .string(request.path), "status": .int(error.status), "error": .string(cause)])
             }
             return error.response
         }

@@ -164,7 +164,7 @@ public struct LeasedLoop<Work: LoopWork>: Sendable {
         self.channels = channels
         self.options = options
         self.clock = clock
-        self.logger = logger.with(["loop": name])
+        self.logger = logger.with(["loop": .string(name)])
         self.isRetryable = isRetryable
         self.observe = observe
     }

@@ -25,8 +25,38 @@ public struct Logger: Sendable {
         }
     }
 
-    /// Key-value pairs written with a line. Values are text: a log line is for reading.
-    public typealias Metadata = [String: String]
+    /// Key-value pairs written with a line.
+    public typealias Metadata = [String: Value]
+
+    /// A metadata value, typed so that a JSON line says a number as a number (`"status":200`,
+    /// `"durationMs":1.25`) and a collector can compare and sum it. A string literal, an
+    /// interpolation, a number or a boolean literal makes one.
+    public enum Value: Sendable, Hashable, CustomStringConvertible, ExpressibleByStringLiteral, ExpressibleByStringInterpolation,
+        ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral, ExpressibleByBooleanLiteral
+    {
+        case string(String)
+        case integer(Int64)
+        case number(Double)
+        case bool(Bool)
+
+        public init(stringLiteral value: String) { self = .string(value) }
+        public init(integerLiteral value: Int64) { self = .integer(value) }
+        public init(floatLiteral value: Double) { self = .number(value) }
+        public init(booleanLiteral value: Bool) { self = .bool(value) }
+
+        /// A whole number of any integer type.
+        public static func int<Number: BinaryInteger>(_ value: Number) -> Value { .integer(Int64(clamping: value)) }
+
+        /// As the text format writes it.
+        public var description: String {
+            switch self {
+            case .string(let text): text
+            case .integer(let number): String(number)
+            case .number(let number): number.isFinite ? String(number) : "null"
+            case .bool(let flag): flag ? "true" : "false"
+            }
+        }
+    }
 
     public let label: String
     public var logLevel: Level
@@ -43,7 +73,7 @@ public struct Logger: Sendable {
     /// A logger that writes nothing, for code that is handed none.
     public static let silent = Logger(label: "silent", level: .critical, handler: SilentLogHandler())
 
-    public subscript(metadataKey key: String) -> String? {
+    public subscript(metadataKey key: String) -> Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }

@@ -89,7 +89,7 @@ public final class ServiceGroup: Sendable {
     private func drive() async throws {
         var progress = Progress()
         for (index, member) in members.enumerated() {
-            logger.info("starting \(member.name)", metadata: ["role": member.name])
+            logger.info("starting \(member.name)", metadata: ["role": .string(member.name)])
             progress.tasks.append(Task { [continuation] in
                 let result = await Result { try await member.service.run() }
                 continuation.yield(.finished(index, result))
@@ -110,7 +110,7 @@ public final class ServiceGroup: Sendable {
         while let event = await iterator.next() {
             switch event {
             case .signal(let number):
-                logger.info("received \(Self.signalName(number)): stopping the roles in order", metadata: ["signal": Self.signalName(number)])
+                logger.info("received \(Self.signalName(number)): stopping the roles in order", metadata: ["signal": .string(Self.signalName(number))])
                 return
             case .shutdownRequested:
                 logger.info("stopping the roles in order")
@@ -120,9 +120,9 @@ public final class ServiceGroup: Sendable {
                 let name = members[index].name
                 if case .failure(let error) = result {
                     progress.firstError = progress.firstError ?? error
-                    logger.error("\(name) failed: stopping the other roles", metadata: ["role": name, "error": "\(error)"])
+                    logger.error("\(name) failed: stopping the other roles", metadata: ["role": .string(name), "error": "\(error)"])
                 } else {
-                    logger.error("\(name) ended on its own: stopping the other roles", metadata: ["role": name])
+                    logger.error("\(name) ended on its own: stopping the other roles", metadata: ["role": .string(name)])
                 }
                 return
             case .deadline:
@@ -135,7 +135,7 @@ public final class ServiceGroup: Sendable {
     private func stop(_ index: Int, _ iterator: inout AsyncStream<Event>.Iterator, _ progress: inout Progress) async {
         let member = members[index]
         let started = ContinuousClock.now
-        logger.info("stopping \(member.name)", metadata: ["role": member.name])
+        logger.info("stopping \(member.name)", metadata: ["role": .string(member.name)])
         progress.tasks[index].cancel()
         let timer = Task { [clock, continuation] in
             try await clock.sleep(for: member.shutdownDeadline)
@@ -148,20 +148,20 @@ public final class ServiceGroup: Sendable {
                 progress.finished[other] = result
                 if case .failure(let error) = result, !(error is CancellationError) {
                     progress.firstError = progress.firstError ?? error
-                    logger.error("\(members[other].name) failed while stopping", metadata: ["role": members[other].name, "error": "\(error)"])
+                    logger.error("\(members[other].name) failed while stopping", metadata: ["role": .string(members[other].name), "error": "\(error)"])
                 }
                 if other == index {
                     let elapsed = ContinuousClock.now - started
-                    logger.info("\(member.name) stopped", metadata: ["role": member.name, "milliseconds": "\(elapsed.wholeMilliseconds)"])
+                    logger.info("\(member.name) stopped", metadata: ["role": .string(member.name), "milliseconds": .int(elapsed.wholeMilliseconds)])
                     return
                 }
             case .deadline(let other) where other == index:
-                logger.error("\(member.name) did not stop within \(member.shutdownDeadline); going on without it", metadata: ["role": member.name])
+                logger.error("\(member.name) did not stop within \(member.shutdownDeadline); going on without it", metadata: ["role": .string(member.name)])
                 return
             case .signal(let number):
                 // Said once: a burst of signals must not become a burst of lines.
                 if !progress.toldOfRepeatedSignal {
-                    logger.info("received \(Self.signalName(number)) again: already stopping", metadata: ["role": member.name])
+                    logger.info("received \(Self.signalName(number)) again: already stopping", metadata: ["role": .string(member.name)])
                     progress.toldOfRepeatedSignal = true
                 }
             case .shutdownRequested, .deadline:

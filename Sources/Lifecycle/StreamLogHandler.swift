@@ -44,7 +44,7 @@ public struct StreamLogHandler: LogHandler {
             line.append(UInt8(ascii: " "))
             line.append(contentsOf: key.utf8)
             line.append(UInt8(ascii: "="))
-            line.append(contentsOf: value.utf8)
+            line.append(contentsOf: value.description.utf8)
         }
         return line
     }
@@ -52,16 +52,21 @@ public struct StreamLogHandler: LogHandler {
     /// Keys in order, `level`, `message` and `time` winning over metadata of the same name.
     static func json(_ record: LogRecord) -> [UInt8] {
         var members = record.metadata
-        members["level"] = record.level.description
-        members["message"] = record.message
-        members["time"] = record.date.postgresText ?? ""
+        members["level"] = .string(record.level.description)
+        members["message"] = .string(record.message)
+        members["time"] = .string(record.date.postgresText ?? "")
         var line: [UInt8] = [UInt8(ascii: "{")]
         line.reserveCapacity(256)
         for (index, (key, value)) in members.sorted(by: { $0.key < $1.key }).enumerated() {
             if index > 0 { line.append(UInt8(ascii: ",")) }
             JSONString.append(key, to: &line)
             line.append(UInt8(ascii: ":"))
-            JSONString.append(value, to: &line)
+            switch value {
+            case .string(let text): JSONString.append(text, to: &line)
+            case .integer, .bool: line.append(contentsOf: value.description.utf8)
+            // JSON has no NaN nor infinity: such a number is null.
+            case .number: line.append(contentsOf: value.description.utf8)
+            }
         }
         line.append(UInt8(ascii: "}"))
         return line

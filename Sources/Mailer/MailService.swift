@@ -118,7 +118,7 @@ public struct MailSender: Sendable {
             if now() >= sendUntil {
                 let rest = Array(claimed[index...])
                 try store.release(rest, on: connection)
-                logger.warning("the relay is slow: let go of people claimed and not mailed yet", metadata: ["people": "\(rest.count)"])
+                logger.warning("the relay is slow: let go of people claimed and not mailed yet", metadata: ["people": .int(rest.count)])
                 break
             }
             let resolution = mail(person, contact: contacts[person.personId])
@@ -146,19 +146,19 @@ public struct MailSender: Sendable {
     }
 
     func log(_ person: MailOutboxStore.Claimed, contact: Contact?, _ resolution: MailOutboxStore.Resolution, _ recorded: MailOutboxStore.Recorded) {
-        var metadata: Logger.Metadata = ["person": person.personId, "stream": person.stream.key, "notifications": "\(person.items.count)"]
-        if let contact { metadata["domain"] = String(contact.address.domain) }
+        var metadata: Logger.Metadata = ["person": .string(person.personId), "stream": .string(person.stream.key), "notifications": .int(person.items.count)]
+        if let contact { metadata["domain"] = .string(String(contact.address.domain)) }
         switch (recorded, resolution) {
         case (.sent, _):
             logger.info("mailed", metadata: metadata)
         case (.retry(let at, let attempts), .temporary(let reason, _)):
-            metadata["reason"] = reason
-            metadata["attempts"] = "\(attempts)"
-            metadata["retryAt"] = ISO8601DateFormatter().string(from: at)
+            metadata["reason"] = .string(reason)
+            metadata["attempts"] = .int(attempts)
+            metadata["retryAt"] = .string(ISO8601DateFormatter().string(from: at))
             logger.warning("a mail failed for now; it is tried again later", metadata: metadata)
         case (.dropped(let attempts), .temporary(let reason, _)), (.dropped(let attempts), .permanent(let reason)):
-            metadata["reason"] = reason
-            metadata["attempts"] = "\(attempts)"
+            metadata["reason"] = .string(reason)
+            metadata["attempts"] = .int(attempts)
             logger.warning("gave up a mail", metadata: metadata)
         case (.noContact, _):
             logger.info("dropped mail for a person without a contact", metadata: metadata)

@@ -109,7 +109,7 @@ extension MailSender {
         var outcome = TransactionalMail.Sent()
         let due = try TransactionalMail.take(limit: limit, claimFor: store.settings.claimFor.inSeconds, now: now(), on: connection)
         for mail in due {
-            var metadata: Logger.Metadata = ["kind": mail.kind, "attempts": "\(mail.attempts)"]
+            var metadata: Logger.Metadata = ["kind": .string(mail.kind), "attempts": .int(mail.attempts)]
             guard mail.expiresAt > now(), let recipient = try? MailAddress(mail.recipient) else {
                 _ = try connection.query("DELETE FROM mail_transactional WHERE id = $1", mail.id)
                 outcome.dropped += 1

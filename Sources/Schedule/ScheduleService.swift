@@ -91,7 +91,7 @@ struct ScheduleWork: LoopWork {
             if !state.waitingForProjections {
                 logger.warning(
                     "the read models are behind the log: the reminder check waits for them",
-                    metadata: ["projections": outcome.projectionsBehind.joined(separator: ",")])
+                    metadata: ["projections": .string(outcome.projectionsBehind.joined(separator: ","))])
             }
             state.waitingForProjections = true
             return .wait(min(interval, Self.retryWhileBehind))
@@ -100,7 +100,7 @@ struct ScheduleWork: LoopWork {
         if !outcome.reminders.isEmpty {
             logger.info(
                 "reminded shops of buyers waiting for an answer",
-                metadata: ["shops": "\(outcome.reminders.count)", "messages": "\(outcome.messages)", "shopsHeldBack": "\(outcome.shopsHeldBack)"])
+                metadata: ["shops": .int(outcome.reminders.count), "messages": .int(outcome.messages), "shopsHeldBack": .int(outcome.shopsHeldBack)])
         }
         return .wait(interval)
     }

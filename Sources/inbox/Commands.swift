@@ -38,7 +38,7 @@ extension Command {
     ) { arguments, configuration, log in
         try expectNoArguments(arguments, command: "run")
         try await withDatabase(configuration, log: log, migrate: true) { database in
-            log.info("the inbox tier is running", metadata: ["database": database.description])
+            log.info("the inbox tier is running", metadata: ["database": .string(database.description)])
             let (api, pool) = try await Roles.api(database: database, configuration: configuration, log: log, withIdentity: true)
             defer { pool.close() }
             FileHandle.standardOutput.write(Data(gettingStarted(configuration).utf8))
@@ -132,8 +132,8 @@ extension Command {
         try expectNoArguments(arguments, command: "migrate")
         try await withDatabase(configuration, log: log, migrate: false) { database in
             let applied = try await database.migrator.migrate(client: database.client)
-            if applied.isEmpty { log.info("migrations are current", metadata: ["count": "\(database.migrator.migrations.count)"]) }
-            for migration in applied { log.info("applied migration", metadata: ["file": migration.fileName]) }
+            if applied.isEmpty { log.info("migrations are current", metadata: ["count": .int(database.migrator.migrations.count)]) }
+            for migration in applied { log.info("applied migration", metadata: ["file": .string(migration.fileName)]) }
         }
     }
 

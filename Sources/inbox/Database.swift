@@ -46,7 +46,7 @@ func installPersonalDataKeys(_ configuration: InboxConfiguration, client: Postgr
                 guard FileManager.default.createFile(atPath: made, contents: Data(SecureRandom.bytes(32)), attributes: [.posixPermissions: 0o600]) else {
                     throw UsageError(description: "Cannot write the personal data key to \(made).")
                 }
-                log.info("made the key-encryption key of the people's data keys", metadata: ["path": made])
+                log.info("made the key-encryption key of the people's data keys", metadata: ["path": .string(made)])
             }
         }
         path = made
@@ -94,7 +94,7 @@ func withDatabase(
                 description: "there is no database in \(directory.path): `inbox run` or `inbox migrate` makes one there "
                     + "(INBOX_DATA_DIR says where), or set DATABASE_URL.")
         }
-        log.info("using the embedded PostgreSQL", metadata: ["directory": directory.path])
+        log.info("using the embedded PostgreSQL", metadata: ["directory": .string(directory.path)])
         startedEmbedded = try await cluster.start()
         embedded = cluster
         connection = cluster.connection
@@ -108,7 +108,7 @@ func withDatabase(
     let work = Task {
         if migrate {
             for applied in try await migrator.migrate(client: client) {
-                log.info("applied migration", metadata: ["file": applied.fileName])
+                log.info("applied migration", metadata: ["file": .string(applied.fileName)])
             }
         }
         try await installPersonalDataKeys(configuration, client: client, log: log)

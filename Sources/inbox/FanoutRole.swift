@@ -32,7 +32,7 @@ extension Roles {
             } catch {
                 throw UsageError(description: "INBOX_APNS_KEY_FILE (--apns-key-file): \(keyFile) is not a .p8 key APNs can use (\(error)).")
             }
-            log.info("iOS pushes go to APNs", metadata: ["production": settings.productionURL, "development": settings.developmentURL, "keyId": keyId])
+            log.info("iOS pushes go to APNs", metadata: ["production": .string(settings.productionURL), "development": .string(settings.developmentURL), "keyId": .string(keyId)])
         } else {
             ios = LoggingTransport(logger: log)
             log.notice("no INBOX_APNS_KEY_FILE: iOS pushes are logged, not sent")
@@ -48,7 +48,7 @@ extension Roles {
             var settings = FCMTransport.Settings(serviceAccount: account)
             settings.baseURL = configuration.fcmURL
             android = FCMTransport(settings: settings, client: try pushClient(configuration), logger: log)
-            log.info("Android pushes go to FCM", metadata: ["url": settings.baseURL, "project": account.projectId])
+            log.info("Android pushes go to FCM", metadata: ["url": .string(settings.baseURL), "project": .string(account.projectId)])
         } else {
             android = LoggingTransport(logger: log)
             log.notice("no INBOX_FCM_SERVICE_ACCOUNT: Android pushes are logged, not sent")

@@ -278,7 +278,7 @@ extension Command {
                         appleClientId: settings.apple?.audiences.sorted().first, validator: validator, on: connection)
                 }
             }
-            log.info("erased a person", metadata: ["person": person, "key": outcome.deletedKey ? "deleted" : "none", "account": outcome.closedAccount ? "closed" : "none"])
+            log.info("erased a person", metadata: ["person": .string(person), "key": outcome.deletedKey ? "deleted" : "none", "account": outcome.closedAccount ? "closed" : "none"])
             print(
                 "erased \(person): "
                     + (outcome.deletedKey ? "their data key is deleted" : "no data key was left (nothing sealed of theirs, or erased before)")
@@ -304,7 +304,7 @@ extension Command {
                 throw UsageError(description: "inbox personal-data rewrap needs INBOX_PERSONAL_DATA_KEY_FILE (the new key) and INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE (the old one).")
             }
             let rewrapped = try await database.client.withConnection { connection in try keys.rewrap(on: connection) }
-            log.info("rewrapped the people's data keys", metadata: ["rewrapped": "\(rewrapped)"])
+            log.info("rewrapped the people's data keys", metadata: ["rewrapped": .int(rewrapped)])
             print("rewrapped \(rewrapped) data keys under INBOX_PERSONAL_DATA_KEY_FILE; the previous key file can now be dropped from every node")
         }
     }

@@ -33,7 +33,7 @@ struct Inbox {
         for (variable, closest) in InboxConfiguration.unknownVariables(in: ProcessInfo.processInfo.environment) {
             log.warning(
                 "\(variable) is not a setting of inbox and is ignored" + (closest.map { "; did you mean \($0)?" } ?? " (`inbox help` lists the settings)"),
-                metadata: ["variable": variable])
+                metadata: ["variable": .string(variable)])
         }
         do {
             try await command.run(rest, configuration, log)

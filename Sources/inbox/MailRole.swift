@@ -19,8 +19,8 @@ extension Roles {
             throw UsageError(description: "\(error)")
         }
         switch mail.delivery {
-        case .smtp(let settings): log.info("mail goes to the relay", metadata: ["url": settings.url, "from": mail.from.address])
-        case .folder(let folder): log.notice("no INBOX_SMTP_URL: mails are written to a folder, not sent", metadata: ["folder": folder])
+        case .smtp(let settings): log.info("mail goes to the relay", metadata: ["url": .string(settings.url), "from": .string(mail.from.address)])
+        case .folder(let folder): log.notice("no INBOX_SMTP_URL: mails are written to a folder, not sent", metadata: ["folder": .string(folder)])
         }
         var links: MailRenderer.Links?
         if let publicURL = configuration.publicURL {

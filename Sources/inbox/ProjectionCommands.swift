@@ -48,7 +48,7 @@ enum ProjectionCommands {
         let lock = try await replayer.lock()
         defer { lock.close() }
         let names = projections.map(\.name).joined(separator: ", ")
-        log.info("replaying into new tables beside the live ones", metadata: ["projections": names])
+        log.info("replaying into new tables beside the live ones", metadata: ["projections": .string(names)])
         try await replayer.prepare()
         let onTerminal = isatty(STDERR_FILENO) != 0
         let printer = ProgressPrinter(onTerminal: onTerminal)
@@ -56,15 +56,15 @@ enum ProjectionCommands {
         printer.finish()
         if let last = printer.last {
             log.info("replayed the log", metadata: [
-                "events": "\(last.eventsDone)", "eventsPerSecond": "\(Int(last.eventsPerSecond))",
-                "seconds": String(format: "%.1f", last.elapsed.inSeconds),
+                "events": .int(last.eventsDone), "eventsPerSecond": .int(Int(last.eventsPerSecond)),
+                "seconds": .number((last.elapsed.inSeconds * 10).rounded() / 10),
             ])
         }
         if swap {
             try await replayer.swap()
-            log.info("swapped the new tables in", metadata: ["projections": names])
+            log.info("swapped the new tables in", metadata: ["projections": .string(names)])
         } else {
-            log.info("built the new tables without swapping them in", metadata: ["schemas": projections.map(Replayer.schemaName(for:)).joined(separator: ", ")])
+            log.info("built the new tables without swapping them in", metadata: ["schemas": .string(projections.map(Replayer.schemaName(for:)).joined(separator: ", "))])
         }
     }
 

@@ -195,7 +195,7 @@ struct APIService: Service {
         if let operationsServer { announce("the operations listener", port: operationsServer.port) }
         listening?.arrived()
         await waitUntilCancelled()
-        log.info("\(name) takes no new connection; finishing the requests in flight", metadata: ["inFlight": String(server.requestsInFlight)])
+        log.info("\(name) takes no new connection; finishing the requests in flight", metadata: ["inFlight": .int(server.requestsInFlight)])
         let grace = gracePeriod
         try await BlockingThread.run {
             operationsServer?.shutdown(gracePeriod: grace)
@@ -205,17 +205,15 @@ struct APIService: Service {
 
     private func announce(_ name: String, port: UInt16) {
         let url = "http://\(configuration.httpHost):\(port)"
-        log.info("serving \(name)", metadata: ["url": url])
+        log.info("serving \(name)", metadata: ["url": .string(url)])
         FileHandle.standardOutput.write(Data("\(name.prefix(1).uppercased() + name.dropFirst()) listens on \(url) (try \(url)/healthz).\n".utf8))
     }
 }
 
 extension Duration {
-    /// `12.34`: milliseconds with two decimals, written without a formatter (one per request line).
-    var millisecondsText: String {
-        let hundredths = components.seconds * 100_000 + components.attoseconds / 10_000_000_000_000
-        let fraction = hundredths % 100
-        return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
+    /// Milliseconds rounded to hundredths (`12.34`), the request line's `durationMs`.
+    var milliseconds: Double {
+        Double(components.seconds * 100_000 + components.attoseconds / 10_000_000_000_000) / 100
     }
 }
 
@@ -224,11 +222,11 @@ extension Duration {
 func requestLogLines(to log: Logger) -> @Sendable (RequestLogLine) -> Void {
     { line in
         var metadata: Logger.Metadata = [
-            "method": line.method, "route": line.route, "status": String(line.status),
-            "durationMs": line.duration.millisecondsText, "requestId": line.requestId,
+            "method": .string(line.method), "route": .string(line.route), "status": .int(line.status),
+            "durationMs": .number(line.duration.milliseconds), "requestId": .string(line.requestId),
         ]
-        metadata["error"] = line.error
-        metadata["traceId"] = line.traceId
+        metadata["error"] = line.error.map(Logger.Value.string)
+        metadata["traceId"] = line.traceId.map(Logger.Value.string)
         log.log(level: line.error == nil ? .info : .error, "request", metadata: metadata)
     }
 }

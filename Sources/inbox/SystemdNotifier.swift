@@ -47,6 +47,6 @@ struct SystemdNotifier: Service {
 
     private func notify(_ state: String) {
         let result = sd_notify(0, state)
-        if result < 0 { log.warning("sd_notify failed", metadata: ["errno": String(-result), "state": state]) }
+        if result < 0 { log.warning("sd_notify failed", metadata: ["errno": .int(-result), "state": .string(state)]) }
     }
 }

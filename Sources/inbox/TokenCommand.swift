@@ -37,16 +37,16 @@ enum DevelopmentKey {
             moreKeys = { kid in identityKeys.publicKeys[kid] }
         }
         if let identityKeys {
-            log.info("verifying the identity role's access tokens", metadata: ["kids": identityKeys.publicKeys.keys.sorted().joined(separator: ",")])
+            log.info("verifying the identity role's access tokens", metadata: ["kids": .string(identityKeys.publicKeys.keys.sorted().joined(separator: ","))])
         }
         if let path = configuration.tokenKeysPath {
             let keys = try TokenKeys.load(path: path)
-            log.info("verifying access tokens with the identity tier's keys", metadata: ["path": path, "kids": keys.keys.keys.sorted().joined(separator: ",")])
+            log.info("verifying access tokens with the identity tier's keys", metadata: ["path": .string(path), "kids": .string(keys.keys.keys.sorted().joined(separator: ","))])
             return TokenVerifier(keys: keys, moreKeys: moreKeys)
         }
         let key = try load(dataDirectory: configuration.dataDirectory)
         log.info("verifying access tokens with the development key (set INBOX_TOKEN_KEYS in production)", metadata: [
-            "path": configuration.dataDirectory + "/dev-token-key.pem",
+            "path": .string(configuration.dataDirectory + "/dev-token-key.pem"),
         ])
         return TokenVerifier(keys: TokenKeys(keys: [kid: try key.publicKey]), moreKeys: moreKeys)
     }

@@ -323,7 +323,7 @@ import Testing
             let pushes = handler.records.filter { $0.message.hasPrefix("push (no APNs/FCM credentials") }
             #expect(pushes.count == 1)
             #expect(pushes.first?.metadata["data.event"] == "new_sign_in")
-            #expect(pushes.first?.metadata["title"] == BellTexts.title(event: "new_sign_in", category: "security", .fr))
+            #expect(pushes.first?.metadata["title"] == .string(BellTexts.title(event: "new_sign_in", category: "security", .fr)))
             #expect(pushes.first?.metadata["token"] == "some-tok…", "not the whole token: it is a credential")
             #expect(try await db.counter("logged.android") == 1)
             #expect(try await db.counter("sent.android") == 0)

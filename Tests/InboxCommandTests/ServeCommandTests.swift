@@ -77,8 +77,9 @@ import Testing
             let object = try #require(JSONSerialization.jsonObject(with: Data(logLine.utf8)) as? [String: Any])
             #expect(object["message"] as? String == "request")
             #expect(object["route"] as? String == "/healthz")
-            #expect(object["status"] as? String == "200")
-            #expect(object["durationMs"] != nil)
+            // Typed values: numbers as JSON numbers, so a collector can compare and sum them.
+            #expect(object["status"] as? Int == 200 && !logLine.contains(#""status":"200""#))
+            #expect(object["durationMs"] is Double || object["durationMs"] is Int, "\(logLine)")
             #expect(result.stderr.contains("the API stopped"))
         }
     }

@@ -59,6 +59,21 @@ import Testing
         #expect(line.hasPrefix(#"{"level":"warning","message":"#))
     }
 
+    /// Numbers and booleans are JSON's own in a JSON line (a collector compares and sums them), and
+    /// a number JSON cannot hold is null; the text line writes each as it reads.
+    @Test func aJSONLineWritesNumbersAndBooleansTyped() throws {
+        let record = LogRecord(
+            level: .info, label: "test", message: "request",
+            metadata: ["status": .int(200), "durationMs": .number(1.25), "cached": true, "route": "/healthz", "bad": .number(.nan), "quoted": "200"],
+            date: Date(timeIntervalSince1970: 0))
+        let line = StreamLogHandler.jsonLine(record)
+        #expect(line.contains(#""status":200"#) && line.contains(#""durationMs":1.25"#) && line.contains(#""cached":true"#))
+        #expect(line.contains(#""bad":null"#) && line.contains(#""quoted":"200""#))
+        let object = try #require(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(object["status"] as? Int == 200 && object["route"] as? String == "/healthz")
+        #expect(StreamLogHandler.textLine(record).hasPrefix("info: request bad=null cached=true durationMs=1.25 quoted=200 route=/healthz status=200"))
+    }
+
     @Test func aTextLineIsTheLevelTheMessageAndTheMetadataInOrder() {
         let record = LogRecord(level: .info, label: "test", message: "took the lease", metadata: ["projection": "bell", "backend": "42"], date: Date())
         #expect(StreamLogHandler.textLine(record) == "info: took the lease backend=42 projection=bell")

@@ -58,7 +58,7 @@ import Testing
                 try await clock.waitForSleepers()
             }
             let line = log.records.first { $0.message == "reminded shops of buyers waiting for an answer" }
-            #expect(line?.metadata["shops"] == "1" && line?.metadata["messages"] == "1", "one line per check that reminded")
+            #expect(line?.metadata["shops"] == 1 && line?.metadata["messages"] == 1, "one line per check that reminded")
             // A new process: a new service, a new session, the same state.
             let again = RecordingLogHandler()
             try await runSchedule(db, now: now.addingTimeInterval(3 * hour), log: again) { clock in

@@ -82,7 +82,7 @@ public final class Projector: Service {
         report: @escaping @Sendable (Report) -> Void = { _ in }
     ) {
         self.projection = projection
-        let logger = logger.with(["projection": projection.name])
+        let logger = logger.with(["projection": .string(projection.name)])
         let work = ProjectorWork(projection: projection, options: options, logger: logger, report: report, configuration: configuration)
         loop = LeasedLoop(
             name: "project-\(projection.name)", work: work, configuration: configuration,
@@ -181,7 +181,7 @@ struct ProjectorWork: LoopWork {
             state.skipped = nil
             state.batchSize = full ? min(state.batchSize * 2, options.maximumBatchSize) : options.batchSize
             if !parked.isEmpty {
-                logger.error("parked events that could not be applied", metadata: ["parked": "\(parked.count)", "checkpoint": "\(checkpoint)"])
+                logger.error("parked events that could not be applied", metadata: ["parked": .int(parked.count), "checkpoint": "\(checkpoint)"])
             }
             report(.applied(events: count, parked: parked.count, checkpoint: checkpoint))
             return .more
@@ -394,7 +394,7 @@ struct ProjectorWork: LoopWork {
             live < projection.version
                 ? "the live tables are of an older version: run `inbox replay --projection \(name)`"
                 : "the live tables are of a newer version than this release: this node waits",
-            metadata: ["live": "\(live)", "release": "\(projection.version)"])
+            metadata: ["live": .int(live), "release": .int(projection.version)])
         report(.versionMismatch(live: live, code: projection.version))
     }
 }
