@@ -5,11 +5,11 @@ SHELL := /bin/bash
 APT_PACKAGES := libpq-dev libssl-dev libcurl4-openssl-dev libnghttp2-dev libmicrohttpd-dev libmagic-dev libvips-dev libjansson-dev libargon2-dev libsystemd-dev pkg-config postgresql
 # The push tests' peers: APNs and FCM mocks (python3-h2), nghttpd for the HTTP/2 client's tests, h2load for the benchmark;
 # the mail tests' SMTP server (python3-aiosmtpd); python3-venv for moto's S3 server (PyPI, scripts/test-s3.sh).
-TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server nghttp2-client python3-aiosmtpd python3-venv
+TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server nghttp2-client python3-aiosmtpd python3-venv python3-jsonschema
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: help deps test-deps install-packages build run test test-ha deb test-deb bench bench-release bench-baseline fuzz clean
+.PHONY: help deps test-deps install-packages build run test test-ha deb test-deb bench bench-release bench-baseline fuzz test-client clean
 
 help:
 	@echo "make run    build and run the tier on an embedded PostgreSQL in .inbox/postgres"
@@ -58,19 +58,25 @@ run: build
 TIMED_SUITES := PromptShutdown|SystemdNotifyTests|ConnectionFlood|HTTP2ClientPromptness|SignInTiming|RequestTimeoutTests|UploadRoutesTests|LeasedLoopTests|GapSafetyTests|ProjectorReadIntervalTests
 
 # The database is stopped and removed whether the tests pass or fail; the exit code is the tests'.
+# Every answer the tests' clients get is kept (INBOX_TEST_ANSWERS_DIR, a few of each route and
+# status) and checked at the end against the official JSON:API 1.0 schema and the OpenAPI
+# document's schema of its operation and status (scripts/check-answers.py); every operation of
+# the document must have had a successful answer.
 test: test-deps
 	@scripts/build-commit.sh
 	$(SWIFT) build --build-tests
 	@dir=$$(scripts/test-postgres.sh start) || exit 1; \
 	s3=$$(scripts/test-s3.sh start) || { scripts/test-postgres.sh stop "$$dir"; exit 1; }; \
-	trap 'scripts/test-postgres.sh stop "$$dir"; scripts/test-s3.sh stop "$${s3#* }"' EXIT; \
+	answers=$$(mktemp -d /tmp/inbox-answers.XXXXXX); \
+	trap 'scripts/test-postgres.sh stop "$$dir"; scripts/test-s3.sh stop "$${s3#* }"; rm -rf "$$answers"' EXIT; \
 	echo "test database: $$dir; test object store: $${s3% *}"; \
-	export INBOX_TEST_DATABASE_URL="postgres:///postgres?host=$$dir&user=inbox" INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" INBOX_TEST_S3_URL="$${s3% *}"; \
+	export INBOX_TEST_DATABASE_URL="postgres:///postgres?host=$$dir&user=inbox" INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" INBOX_TEST_S3_URL="$${s3% *}" INBOX_TEST_ANSWERS_DIR="$$answers"; \
 	$(SWIFT) test --skip-build --disable-xctest --skip '$(TIMED_SUITES)' && \
 	for suite in $$(echo '$(TIMED_SUITES)' | tr '|' ' '); do \
 	  echo "a timed suite, on its own: $$suite"; \
 	  $(SWIFT) test --skip-build --disable-xctest --filter "$$suite" || exit 1; \
-	done
+	done && \
+	python3 scripts/check-answers.py --require-success --ignore-prefix /v1/test/ "$$answers"
 
 # PostgreSQL failover (docs/operations.md): Debian's etcd and Patroni run three PostgreSQL servers on
 # loopback, two `inbox run` nodes take traffic, and the primary is switched over, crashed and lost.

@@ -276,6 +276,7 @@ let package = Package(
             name: "InboxCommandTests",
             dependencies: [
                 "InboxTesting", "LinkedLibraries", "Crypto", "InboxSimulation", "Projections", "EventLog", "PostgresClient", "InboxDomain",
+                "HTTPTesting",
             ],
             swiftSettings: swiftSettings),
     ]

@@ -14,8 +14,8 @@ import InboxDomain
 /// | `POST /internal/v1/accounts` | service credential | the website's sign-up: a new account |
 /// | `GET`, `PATCH /internal/v1/accounts/{personId}` | service credential | an account; its password, verification, block |
 ///
-/// The OAuth routes are not in the JSON:API OpenAPI document: they are OAuth's, described in
-/// docs/identity.md.
+/// The OAuth routes answer in OAuth's shapes (RFC 6749), never JSON:API; the OpenAPI document
+/// describes them with their form bodies and errors (`OAuthSchemas`), docs/identity.md in full.
 public enum IdentityRoutes {
     public static let tokenPath = "/oauth/token"
     public static let appleReturnPath = "/oauth/apple/return"
@@ -24,12 +24,11 @@ public enum IdentityRoutes {
 
     public static func routes(endpoint: TokenEndpoint, keys: SigningKeys, administration: AccountAdministration) throws -> [Route] {
         let jwks = JSONAPI.bytes(try keys.jwks)
-        let oauth = RouteDescription("OAuth 2.0 (docs/identity.md)", responses: [200: .other(mediaType: "application/json", schema: Schema.anyObject)])
         return [
-            Route(.post, tokenPath, describedAs: oauth) { context in endpoint.token(context.request) },
-            Route(.post, appleReturnPath, describedAs: oauth) { context in endpoint.appleReturn(context.request) },
-            Route(.post, revokePath, describedAs: oauth) { context in endpoint.revoke(context.request) },
-            Route(.get, keysPath, waits: false, describedAs: oauth) { _ in
+            Route(.post, tokenPath, describedAs: OAuthSchemas.token) { context in endpoint.token(context.request) },
+            Route(.post, appleReturnPath, describedAs: OAuthSchemas.appleReturn) { context in endpoint.appleReturn(context.request) },
+            Route(.post, revokePath, describedAs: OAuthSchemas.revoke) { context in endpoint.revoke(context.request) },
+            Route(.get, keysPath, waits: false, describedAs: OAuthSchemas.keys) { _ in
                 // Public and rarely changing: caches may keep it a few minutes (a new key is added
                 // well before it signs, docs/tokens.md).
                 HTTPResponse(status: 200, headers: [("Content-Type", "application/json"), ("Cache-Control", "public, max-age=300")], body: jwks)
@@ -65,17 +64,22 @@ enum AccountRoutes {
     static let type = "accounts"
 
     static func routes(_ administration: AccountAdministration) -> [Route] {
-        let attributes: [String: JSONValue] = [
+        // What a sign-up gives (its id too, for an account another tier already named), and what a change may.
+        let creating: [String: JSONValue] = [
             "email": Schema.string(maximumLength: 254), "password": Schema.string(maximumLength: 1024), "givenName": Schema.string(),
-            "familyName": Schema.string(), "emailVerified": Schema.boolean, "blocked": Schema.boolean, "blockedReason": Schema.string(maximumLength: 1000),
+            "familyName": Schema.string(), "emailVerified": Schema.boolean,
+        ]
+        let changing: [String: JSONValue] = [
+            "password": Schema.string(maximumLength: 1024), "emailVerified": Schema.boolean, "blocked": Schema.boolean,
+            "blockedReason": Schema.string(maximumLength: 1000),
         ]
         return [
             Route(
                 .post, "/internal/v1/accounts", access: .service,
                 describedAs: RouteDescription(
                     "Makes an account (the website's sign-up; service credential): 201, or 409 when the address has one.",
-                    body: Schema.resourceDocument(type: type, attributes: attributes, required: ["email"], id: false),
-                    responses: [201: .document(Schema.document)])
+                    body: Schema.resourceDocument(type: type, attributes: creating, required: ["email"], id: true),
+                    responses: [201: .document(Schema.document)]).returning(Self.account)
             ) { context in
                 let data = try context.resourceDocument()
                 try requireType(data)
@@ -93,7 +97,7 @@ enum AccountRoutes {
                 return JSONAPI.response(status: 201, .object(["data": resource(account)]))
                     .locating("/internal/v1/accounts/" + JSONAPI.pathSegment(account.personId))
             },
-            Route(.get, "/internal/v1/accounts/{personId}", access: .service, describedAs: RouteDescription("An account (service credential).")) {
+            Route(.get, "/internal/v1/accounts/{personId}", access: .service, describedAs: RouteDescription("An account (service credential).").returning(Self.account)) {
                 context in
                 let personId = context.parameters["personId"] ?? ""
                 guard let account = try run({ try administration.find(personId: personId) }) else {
@@ -105,7 +109,7 @@ enum AccountRoutes {
                 .patch, "/internal/v1/accounts/{personId}", access: .service,
                 describedAs: RouteDescription(
                     "Changes an account (service credential): a new password (every session ends), the address verified, a block.",
-                    body: Schema.resourceDocument(type: type, attributes: attributes, required: [], id: true))
+                    body: Schema.resourceDocument(type: type, attributes: changing, required: [], id: true)).returning(Self.account)
             ) { context in
                 let personId = context.parameters["personId"] ?? ""
                 let data = try context.resourceDocument()
@@ -142,6 +146,15 @@ enum AccountRoutes {
             ]),
         ])
     }
+
+    /// An account as `resource` writes it.
+    static let account = Schema.single(
+        Schema.resource(
+            "Account", type: type,
+            attributes: [
+                "email": Schema.text, "emailVerified": Schema.boolean, "givenName": Schema.text, "familyName": Schema.text, "blocked": Schema.boolean,
+                "secondFactor": Schema.boolean, "hasPassword": Schema.boolean,
+            ]))
 
     /// `data.type` is `expected` (the accounts' by default), else `409` at `/data/type`.
     static func requireType(_ data: [String: JSONValue], _ expected: String = type) throws(APIError) {
@@ -203,4 +216,94 @@ enum AccountRoutes {
             }
         }
     }
+}
+
+/// How the OpenAPI document describes the OAuth routes: form-encoded bodies (RFC 6749 §4.3, the
+/// app guide's grants), OAuth's JSON answers and errors (§5.1, §5.2), Apple's `form_post`.
+enum OAuthSchemas {
+    static let string = JSONValue.object(["type": .string("string"), "maxLength": .integer(1024)])
+
+    /// `{error, error_description}` and the members the app guide adds to some.
+    static let error = JSONValue.object([
+        "type": .string("object"), "required": .array([.string("error")]),
+        "properties": .object([
+            "error": .object(["type": .string("string")]), "error_description": .object(["type": .string("string")]),
+            "challenge": .object(["type": .string("string")]), "challenge_expires_in": .object(["type": .string("integer")]),
+            "attempts_remaining": .object(["type": .string("integer")]), "contact_url": .object(["type": .string("string")]),
+        ]),
+    ])
+
+    /// `X-Wristler-App`, which the app sends on every request (an app below the minimum is refused).
+    static let app = QueryParameter(
+        AppIdentity.headerName, .object(["type": .string("string"), "pattern": .string("^((ios|android)/[0-9]{1,6}(\\.[0-9]{1,6}){0,3})?$")]),
+        "ios/<version> or android/<version>; an app below the minimum gets 426 app_update_required.")
+
+    static let token = RouteDescription(
+        "The sign-in (OAuth 2.0 token endpoint): a password and its second factor, Apple or Google, a guest, a refresh (docs/identity.md).",
+        headers: [app],
+        formBody: .object([
+            "type": .string("object"), "required": .array([.string("grant_type"), .string("client_id")]),
+            "properties": .object([
+                "grant_type": Schema.choice([TokenEndpoint.grantPassword, TokenEndpoint.grantSocial, TokenEndpoint.grantGuest, TokenEndpoint.grantRefresh]),
+                "client_id": string, "scope": string, "username": string, "password": string, "challenge": string, "otp": string,
+                "provider": Schema.choice(["apple", "google"]), "id_token": .object(["type": .string("string"), "maxLength": .integer(Int64(SocialTokenVerifier.maximumTokenBytes))]),
+                "nonce": string, "handoff": string, "authorization_code": .object(["type": .string("string"), "maxLength": .integer(2048)]),
+                "given_name": string, "family_name": string, "refresh_token": string, "device": string,
+            ]),
+        ]),
+        responses: [
+            200: .other(
+                mediaType: "application/json",
+                schema: .object([
+                    "type": .string("object"), "required": .array(["access_token", "token_type", "expires_in", "scope"].map(JSONValue.string)),
+                    "additionalProperties": .bool(false),
+                    "properties": .object([
+                        "access_token": .object(["type": .string("string")]), "token_type": .object(["type": .string("string"), "const": .string("Bearer")]),
+                        "expires_in": .object(["type": .string("integer")]), "scope": .object(["type": .string("string")]),
+                        "refresh_token": .object(["type": .string("string")]),
+                    ]),
+                ]))
+        ],
+        errors: .json(error))
+
+    static let appleReturn = RouteDescription(
+        "The end of Sign in with Apple's web flow (its form_post): 303 to the app's link with a one-time handoff and state, or error.",
+        formBody: .object([
+            "type": .string("object"),
+            "properties": .object([
+                "id_token": .object(["type": .string("string"), "maxLength": .integer(Int64(SocialTokenVerifier.maximumTokenBytes))]),
+                "code": string, "state": string, "user": .object(["type": .string("string"), "maxLength": .integer(2048)]), "error": string,
+            ]),
+        ]),
+        responses: [303: .redirect("To the app's link, with handoff and state, or error.")], errors: .json(error))
+
+    static let revoke = RouteDescription(
+        "Revokes a refresh token and its session (RFC 7009): 200 whether or not it was known.", headers: [app],
+        formBody: .object([
+            "type": .string("object"), "required": .array([.string("token"), .string("client_id")]),
+            "properties": .object(["token": string, "token_type_hint": Schema.choice(["refresh_token", "access_token"]), "client_id": string]),
+        ]),
+        responses: [200: .noContent], errors: .json(error))
+
+    static let keys = RouteDescription(
+        "The public keys access tokens are signed with (a JSON Web Key Set, RFC 7517).",
+        responses: [
+            200: .other(
+                mediaType: "application/json",
+                schema: .object([
+                    "type": .string("object"), "required": .array([.string("keys")]),
+                    "properties": .object([
+                        "keys": .object([
+                            "type": .string("array"),
+                            "items": .object([
+                                "type": .string("object"), "required": .array(["kty", "kid"].map(JSONValue.string)),
+                                "properties": .object([
+                                    "kty": .object(["type": .string("string")]), "kid": .object(["type": .string("string")]),
+                                    "use": .object(["type": .string("string")]), "alg": .object(["type": .string("string")]),
+                                ]),
+                            ]),
+                        ])
+                    ]),
+                ]))
+        ])
 }

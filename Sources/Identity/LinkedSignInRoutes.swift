@@ -36,7 +36,7 @@ public enum LinkedSignInRoutes {
         return [
             Route(
                 .get, "/v1/me/linked-sign-ins", access: .signedIn(scope: .accountSecurityWrite),
-                describedAs: RouteDescription("The Apple and Google sign-ins linked to the account.")
+                describedAs: RouteDescription("The Apple and Google sign-ins linked to the account.").returning(Schema.list(Self.link, links: false))
             ) { context in
                 let personId = context.token?.subject ?? ""
                 let links = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try Self.links(personId, on: connection) }
@@ -44,7 +44,9 @@ public enum LinkedSignInRoutes {
             },
             Route(
                 .post, "/v1/me/linked-sign-ins", access: .signedIn(scope: .accountSecurityWrite),
-                describedAs: RouteDescription("Links a sign-in with Apple or Google: its ID token and the nonce given to the SDK.", body: body)
+                describedAs: RouteDescription(
+                    "Links a sign-in with Apple or Google: its ID token and the nonce given to the SDK.", body: body,
+                    responses: [201: .document(Schema.document)]).returning(Schema.single(Self.link))
             ) { context in
                 let personId = context.token?.subject ?? ""
                 let data = try context.resourceDocument()
@@ -176,4 +178,8 @@ public enum LinkedSignInRoutes {
             "attributes": .object(["provider": .string(link.provider), "linkedAt": .string(MeRoutes.timestamp(link.linkedAt))]),
         ])
     }
+}
+
+extension LinkedSignInRoutes {
+    static let link = Schema.resource("LinkedSignIn", type: type, attributes: ["provider": Schema.choice(["apple", "google"]), "linkedAt": Schema.timestamp])
 }

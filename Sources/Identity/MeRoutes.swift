@@ -35,7 +35,7 @@ public enum MeRoutes {
         return [
             Route(
                 .get, "/v1/me", access: .signedIn(scope: nil),
-                describedAs: RouteDescription("The signed-in person's account: names, address, how they sign in, where it was made.")
+                describedAs: RouteDescription("The signed-in person's account: names, address, how they sign in, where it was made.").returning(Self.person)
             ) { context in
                 let personId = context.token?.subject ?? ""
                 let (account, providers, language, pending) = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
@@ -49,7 +49,7 @@ public enum MeRoutes {
                 .patch, "/v1/me", access: .signedIn(scope: .accountWrite),
                 describedAs: RouteDescription(
                     "Changes the names and the language mail is written in; a new email starts its verification (the address changes when its link is followed).",
-                    body: Schema.resourceDocument(type: type, attributes: attributes, required: [], id: false))
+                    body: Schema.resourceDocument(type: type, attributes: attributes, required: [], id: false)).returning(Self.person)
             ) { context in
                 let personId = context.token?.subject ?? ""
                 let data = try context.resourceDocument()
@@ -119,7 +119,7 @@ public enum MeRoutes {
             },
             Route(
                 .get, "/v1/me/sessions", access: .signedIn(scope: .accountSecurityWrite),
-                describedAs: RouteDescription("The sign-ins still open, newest first, never paged; `current` marks this one.")
+                describedAs: RouteDescription("The sign-ins still open, newest first, never paged; `current` marks this one.").returning(Schema.list(Self.session, links: false))
             ) { context in
                 let token = context.token
                 let sessions = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
@@ -284,4 +284,23 @@ public enum MeRoutes {
             ]),
         ])
     }
+}
+
+extension MeRoutes {
+    /// The person's own account as `resource` writes it.
+    static let person = Schema.single(
+        Schema.resource(
+            "Person", type: type,
+            attributes: [
+                "email": Schema.text, "emailVerified": Schema.boolean, "givenName": Schema.text, "familyName": Schema.text, "hasPassword": Schema.boolean,
+                "secondFactor": Schema.boolean, "providers": Schema.array(Schema.choice(["apple", "google"])), "language": Schema.nullable(Schema.text),
+                "createdAt": Schema.timestamp, "createdWith": Schema.record(["origin": Schema.text, "appVersion": Schema.nullable(Schema.text)]),
+                "emailChange": Schema.nullable(Schema.record(["email": Schema.text, "expiresAt": Schema.timestamp])),
+            ], links: true))
+    static let session = Schema.resource(
+        "Session", type: sessionType,
+        attributes: [
+            "signedInAt": Schema.timestamp, "lastUsedAt": Schema.timestamp, "platform": Schema.text, "appVersion": Schema.nullable(Schema.text),
+            "method": Schema.nullable(Schema.text), "device": Schema.nullable(Schema.text), "current": Schema.boolean,
+        ])
 }

@@ -66,7 +66,9 @@ public enum SecondFactorRoutes {
         return [
             Route(
                 .post, "/v1/me/second-factor", access: .signedIn(scope: .accountSecurityWrite),
-                describedAs: RouteDescription("Starts enrolling a second factor: the otpauth:// URI for the authenticator, for ten minutes.")
+                describedAs: RouteDescription(
+                    "Starts enrolling a second factor: the otpauth:// URI for the authenticator, for ten minutes.",
+                    responses: [201: .document(Schema.document)]).returning(Self.document)
             ) { context in
                 let personId = context.token?.subject ?? ""
                 let secret = TOTP.newSecret()
@@ -93,7 +95,7 @@ public enum SecondFactorRoutes {
                     status: 201,
                     .object([
                         "data": .object([
-                            "type": .string(type),
+                            "type": .string(type), "id": .string(context.person),
                             "attributes": .object([
                                 "enabled": .bool(false), "otpauthUri": .string(totp.uri(account: account.email)), "secret": .string(Base32.encode(secret)),
                                 "expiresAt": .string(MeRoutes.timestamp(now().addingTimeInterval(enrolmentLifetime))),
@@ -103,7 +105,7 @@ public enum SecondFactorRoutes {
             },
             Route(
                 .post, "/v1/me/second-factor/confirmation", access: .signedIn(scope: .accountSecurityWrite),
-                describedAs: RouteDescription("Turns the second factor on with a code from the authenticator; answers the recovery codes, once.", body: codeBody)
+                describedAs: RouteDescription("Turns the second factor on with a code from the authenticator; answers the recovery codes, once.", body: codeBody).returning(Self.document)
             ) { context in
                 let personId = context.token?.subject ?? ""
                 let given = try code(context, personId)
@@ -138,28 +140,28 @@ public enum SecondFactorRoutes {
                     }
                 }
                 let codes = try outcome.get()
-                return JSONAPI.response(.object(["data": Self.resource(enabled: true, recoveryCodes: codes)]))
+                return JSONAPI.response(.object(["data": Self.resource(person: context.person, enabled: true, recoveryCodes: codes)]))
             },
             Route(
                 .post, "/v1/me/second-factor/removal", access: .signedIn(scope: .accountSecurityWrite),
-                describedAs: RouteDescription("Turns the second factor off, with the authenticator's current code or a recovery code.", body: codeBody)
+                describedAs: RouteDescription("Turns the second factor off, with the authenticator's current code or a recovery code.", body: codeBody).returning(Self.document)
             ) { context in
                 try withCurrentCode(context) { personId, connection in
                     _ = try Accounts.disableSecondFactor(personId: personId, on: connection)
                     try MeRoutes.append(SecondFactorDisabled(personId: personId), by: personId, context, validator, on: connection)
                 }
-                return JSONAPI.response(.object(["data": Self.resource(enabled: false, recoveryCodes: nil)]))
+                return JSONAPI.response(.object(["data": Self.resource(person: context.person, enabled: false, recoveryCodes: nil)]))
             },
             Route(
                 .post, "/v1/me/recovery-codes", access: .signedIn(scope: .accountSecurityWrite),
-                describedAs: RouteDescription("Ten new recovery codes, shown once; the old ones stop working. Needs a current code.", body: codeBody)
+                describedAs: RouteDescription("Ten new recovery codes, shown once; the old ones stop working. Needs a current code.", body: codeBody).returning(Self.document)
             ) { context in
                 let codes = try withCurrentCode(context) { personId, connection in
                     let codes = try Accounts.replaceRecoveryCodes(personId: personId, on: connection)
                     try MeRoutes.append(RecoveryCodesRenewed(personId: personId), by: personId, context, validator, on: connection)
                     return codes
                 }
-                return JSONAPI.response(.object(["data": Self.resource(enabled: true, recoveryCodes: codes)]))
+                return JSONAPI.response(.object(["data": Self.resource(person: context.person, enabled: true, recoveryCodes: codes)]))
             },
         ]
     }
@@ -171,11 +173,21 @@ public enum SecondFactorRoutes {
     /// What seals a pending secret: the table and the person.
     static func purpose(_ personId: String) -> String { "identity_totp_pending/\(personId)" }
 
-    static func resource(enabled: Bool, recoveryCodes: [String]?) -> JSONValue {
+    /// The person's second factor (one per person: its id is theirs).
+    static func resource(person: String, enabled: Bool, recoveryCodes: [String]?) -> JSONValue {
         var attributes: [String: JSONValue] = ["enabled": .bool(enabled)]
         if let recoveryCodes { attributes["recoveryCodes"] = .array(recoveryCodes.map(JSONValue.string)) }
-        return .object(["type": .string(type), "attributes": .object(attributes)])
+        return .object(["type": .string(type), "id": .string(person), "attributes": .object(attributes)])
     }
+
+    /// The documents of its answers: an enrolment's secret and URI, or the state and new codes.
+    static let document = Schema.single(
+        Schema.resource(
+            "SecondFactor", type: type,
+            attributes: [
+                "enabled": Schema.boolean, "otpauthUri": Schema.text, "secret": Schema.text, "expiresAt": Schema.timestamp,
+                "recoveryCodes": Schema.array(Schema.text),
+            ], optional: ["otpauthUri", "secret", "expiresAt", "recoveryCodes"]))
 
     /// An account's limit as the API's `429`, `detail` saying what was tried too often.
     static func limited(_ detail: String, _ body: () throws -> Void) throws {

@@ -15,7 +15,7 @@ public enum BellRoutes {
                 .get, "/v1/me/notifications", access: .signedIn(scope: .accountRead),
                 describedAs: RouteDescription(
                     "The bell: notifications about the person, newest first, in cursor pages; meta.unread.",
-                    query: QueryParameter.cursorPage + [QueryParameter("filter[unread]", Schema.choice(["true", "false"]), "Only unread (true) or read (false) entries.")]),
+                    query: QueryParameter.cursorPage + [QueryParameter("filter[unread]", Schema.choice(["true", "false"]), "Only unread (true) or read (false) entries.")]).returning(Self.page),
                 fromMemory: { context in
                     guard let cache else { return nil }
                     let list = try ListRequest(context)
@@ -43,7 +43,7 @@ public enum BellRoutes {
                 .patch, "/v1/me/notifications/{id}", access: .signedIn(scope: .accountWrite),
                 describedAs: RouteDescription(
                     "Marks one notification read (attributes.read: true).",
-                    body: Schema.resourceDocument(type: "notifications", attributes: ["read": .object(["const": .bool(true)])], required: ["read"], id: true))
+                    body: Schema.resourceDocument(type: "notifications", attributes: ["read": .object(["type": .string("boolean"), "const": .bool(true)])], required: ["read"], id: true)).returning(Schema.single(Self.entry))
             ) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
@@ -167,4 +167,15 @@ public enum BellRoutes {
     static func notFound(_ id: String) -> APIError {
         APIError(status: 404, code: .notFound, detail: "You have no notification \(id).")
     }
+}
+
+extension BellRoutes {
+    /// A bell entry as the API writes it (`listDocument`, `resource`).
+    static let entry = Schema.resource(
+        "Notification", type: "notifications",
+        attributes: [
+            "category": Schema.text, "event": Schema.text, "ids": .object(["type": .string("object"), "additionalProperties": Schema.text]),
+            "read": Schema.boolean, "readAt": Schema.nullable(Schema.timestamp), "createdAt": Schema.timestamp, "title": Schema.text,
+        ])
+    static let page = Schema.list(entry, meta: Schema.record(["unread": Schema.wholeNumber]))
 }

@@ -30,14 +30,14 @@ public enum BlockRoutes {
             [
                 "data": Schema.object(
                     [
-                        "type": .object(["const": .string(type)]),
+                        "type": .object(["type": .string("string"), "const": .string(type)]),
                         "relationships": Schema.object(["blocked": Schema.object(["data": target], required: ["data"])], required: ["blocked"]),
                     ], required: ["relationships", "type"])
             ], required: ["data"])
         return [
             Route(
                 .get, "/v1/me/blocks", access: .signedIn(scope: .accountRead),
-                describedAs: RouteDescription("The people and shops you block, newest first, in numbered pages.", query: QueryParameter.numberedPage)
+                describedAs: RouteDescription("The people and shops you block, newest first, in numbered pages.", query: QueryParameter.numberedPage).returning(Schema.list(Self.block))
             ) { context in
                 let (number, size) = try context.numberedPage()
                 let rows = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
@@ -57,7 +57,7 @@ public enum BlockRoutes {
                 .post, "/v1/me/blocks", access: .signedIn(scope: .accountWrite),
                 describedAs: RouteDescription(
                     "Blocks a person or a shop: the threads between you close at once. Blocking again answers the block (200).", body: body,
-                    responses: [200: .document(Schema.document), 201: .document(Schema.document)])
+                    responses: [200: .document(Schema.document), 201: .document(Schema.document)]).returning(Schema.single(Self.block))
             ) { context in
                 let (blockedType, blockedId) = try Self.target(context)
                 let person = context.person
@@ -239,4 +239,14 @@ public enum BlockRoutes {
             "links": .object(["self": .string("/v1/me/blocks/\(Documents.pathSegment(id(blockedType, blockedId)))")]),
         ])
     }
+}
+
+extension BlockRoutes {
+    /// A block as `resource` writes it: the blocked person or shop is its relationship.
+    static let block = Schema.resource(
+        "Block", type: type, attributes: ["blockedAt": Schema.timestamp, "origin": Schema.text, "appVersion": Schema.nullable(Schema.text)],
+        relationships: [
+            "blocked": Schema.object(
+                ["data": Schema.record(["type": Schema.choice(["people", "shops"]), "id": Schema.text])], required: ["data"])
+        ], links: true)
 }

@@ -26,7 +26,7 @@ public enum ContactRoutes {
                         type: type,
                         attributes: ["email": Schema.string(maximumLength: 254), "language": Schema.choice(Language.allCases.map(\.rawValue))],
                         required: ["email", "language"], id: true),
-                    responses: [200: .document(Schema.document), 201: .document(Schema.document)])
+                    responses: [200: .document(Schema.document), 201: .document(Schema.document)]).returning(Self.contact)
             ) { context in
                 let person = try Self.person(context)
                 let data = try context.resourceDocument()
@@ -48,7 +48,7 @@ public enum ContactRoutes {
                 let answer = Documents.response(status: created ? 201 : 200, ["data": resource(contact)])
                 return created ? answer.locating("/internal/v1/contacts/" + Documents.pathSegment(person)) : answer
             },
-            Route(.get, path, access: .service, describedAs: RouteDescription("A person's mail address and language (service credential).")) { context in
+            Route(.get, path, access: .service, describedAs: RouteDescription("A person's mail address and language (service credential).").returning(Self.contact)) { context in
                 let person = try Self.person(context)
                 guard let contact = try client.withConnectionBlocking(retryIfFoundDead: true, { try Contacts.get(personId: person, on: $0) }) else {
                     throw APIError(status: 404, code: .notFound, detail: "\(person) has no contact.")
@@ -86,4 +86,9 @@ public enum ContactRoutes {
             ]),
         ])
     }
+}
+
+extension ContactRoutes {
+    static let contact = Schema.single(
+        Schema.resource("Contact", type: type, attributes: ["email": Schema.text, "language": Schema.text, "updatedAt": Schema.timestamp]))
 }

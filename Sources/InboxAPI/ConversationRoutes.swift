@@ -61,9 +61,9 @@ public enum ConversationRoutes {
             ], required: ["amount", "currency"]),
     ]
     static let patchSchemas: [String: JSONValue] = [
-        "unread": .object(["const": .bool(false), "description": .string("false: marks this side read up to the newest message.")]),
+        "unread": .object(["type": .string("boolean"), "const": .bool(false), "description": .string("false: marks this side read up to the newest message.")]),
         "archived": Schema.boolean,
-        "noReplyNeeded": .object(["const": .bool(true), "description": .string("Seller side only: the shop need not answer until the buyer writes again.")]),
+        "noReplyNeeded": .object(["type": .string("boolean"), "const": .bool(true), "description": .string("Seller side only: the shop need not answer until the buyer writes again.")]),
     ]
 
     static let listQuery: [QueryParameter] =
@@ -87,7 +87,7 @@ public enum ConversationRoutes {
                 .get, path, access: .signedIn(scope: .messagesRead),
                 describedAs: RouteDescription(
                     "The person's conversations on one side, by last activity, newest first, in cursor pages; meta.unread is that side's badge.",
-                    query: listQuery)
+                    query: listQuery).returning(Schema.list(Self.conversation, meta: Schema.record(["unread": Schema.wholeNumber])))
             ) { context in
                 let limit = try context.pageLimit()
                 let cursor = try context.pageCursor()
@@ -129,7 +129,7 @@ public enum ConversationRoutes {
                     headers: [idempotencyParameter],
                     body: Schema.resourceDocument(
                         type: type, attributes: messageSchemas.merging(["watchId": Schema.string(maximumLength: 200)]) { $1 }, required: ["watchId"]),
-                    responses: [201: .document(Schema.document), 200: .document(Schema.document)])
+                    responses: [201: .document(Schema.document), 200: .document(Schema.document)]).returning(Schema.single(Self.conversation, included: Self.message))
             ) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, type, id: nil)
@@ -148,7 +148,7 @@ public enum ConversationRoutes {
                 let answer = response(status: created ? 201 : 200, thread, side: .buyer, including: (message, viewer: person))
                 return replayed(created ? answer.locating(path + "/" + Documents.pathSegment(thread.conversationId)) : answer, repeated)
             },
-            Route(.get, path + "/{id}", access: .signedIn(scope: .messagesRead), describedAs: RouteDescription("One conversation, as the caller's side sees it.")) {
+            Route(.get, path + "/{id}", access: .signedIn(scope: .messagesRead), describedAs: RouteDescription("One conversation, as the caller's side sees it.").returning(Schema.single(Self.conversation))) {
                 context in
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
@@ -164,7 +164,7 @@ public enum ConversationRoutes {
                 .patch, path + "/{id}", access: .signedIn(scope: .messagesWrite),
                 describedAs: RouteDescription(
                     "Marks the caller's side read (unread: false), archives or restores it (archived), or says the shop need not answer (noReplyNeeded: true, seller side).",
-                    body: Schema.resourceDocument(type: type, attributes: patchSchemas, id: true))
+                    body: Schema.resourceDocument(type: type, attributes: patchSchemas, id: true)).returning(Schema.single(Self.conversation))
             ) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
@@ -212,7 +212,7 @@ public enum ConversationRoutes {
                 .get, path + "/{id}/messages", access: .signedIn(scope: .messagesRead),
                 describedAs: RouteDescription(
                     "The messages of a conversation, newest first, in cursor pages that neither skip nor repeat while messages arrive.",
-                    query: QueryParameter.cursorPage)
+                    query: QueryParameter.cursorPage).returning(Schema.list(Self.message))
             ) { context in
                 let id = context.parameters["id"] ?? ""
                 let limit = try context.pageLimit()
@@ -229,7 +229,7 @@ public enum ConversationRoutes {
                 var links: [String: JSONValue] = ["self": Documents.link(path, [("page[limit]", String(limit)), ("page[cursor]", cursor?.token)])]
                 if let next = page.next { links["next"] = Documents.link(path, [("page[limit]", String(limit)), ("page[cursor]", next.token)]) }
                 var document = DocumentWriter()
-                document.member("data", each: page.rows) { messageResource($0, viewer: person, side: side, to: &$1) }
+                document.member("data", each: page.rows) { messageResource($0, in: id, viewer: person, side: side, to: &$1) }
                 document.member("links", .object(links))
                 return document.response()
             },
@@ -237,7 +237,7 @@ public enum ConversationRoutes {
                 .post, path + "/{id}/messages", access: .signedIn(scope: .messagesWrite),
                 describedAs: RouteDescription(
                     "Writes in a conversation: a body, attachments (handles the caller uploaded) and an optional offer.",
-                    headers: [idempotencyParameter], body: Schema.resourceDocument(type: messageType, attributes: messageSchemas), responses: [201: .document(Schema.document)])
+                    headers: [idempotencyParameter], body: Schema.resourceDocument(type: messageType, attributes: messageSchemas), responses: [201: .document(Schema.document)]).returning(Schema.single(Self.message))
             ) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
@@ -265,7 +265,7 @@ public enum ConversationRoutes {
                 cache?.changed(Self.listSubjects(buyer: access.buyerId, shop: access.shopId))
                 let message = input.message(event, recorded: appended[0].event)
                 var document = DocumentWriter()
-                document.member("data") { messageResource(message, viewer: person, side: side, to: &$0) }
+                document.member("data") { messageResource(message, in: id, viewer: person, side: side, to: &$0) }
                 return replayed(document.response(status: 201), !appended[0].wasAppended)
             },
         ]
@@ -509,19 +509,41 @@ public enum ConversationRoutes {
                         party.string("type", "people", &text)
                     }
                 }
+                // Also the shop's and the watch's relationships; kept as attributes since /v1 never
+                // removes a field (the app guide).
                 attributes.string("shopId", thread.shopId, &text)
                 attributes.string("side", side.rawValue, &text)
                 attributes.bool("unread", thread.unread, &text)
                 attributes.string("watchId", thread.watchId, &text)
             }
             resource.string("id", thread.conversationId, &text)
+            let link = path + "/" + Documents.pathSegment(thread.conversationId)
+            resource.object("links", &text) { links, text in links.string("self", link, &text) }
+            // The thread's messages, its shop and its watch (JSON:API relationships; the watch and
+            // the shop are the catalogue's resources, so only their linkage).
+            resource.object("relationships", &text) { relationships, text in
+                relationships.object("messages", &text) { messages, text in
+                    messages.object("links", &text) { links, text in links.string("related", link + "/messages", &text) }
+                }
+                relationships.object("shop", &text) { shop, text in linkage(thread.shopId, type: "shops", in: &shop, &text) }
+                relationships.object("watch", &text) { watch, text in linkage(thread.watchId, type: "watches", in: &watch, &text) }
+            }
             resource.string("type", type, &text)
+        }
+    }
+
+    /// A relationship's `data`: the resource identifier of `id`, or null.
+    private static func linkage(_ id: String?, type: String, in relationship: inout ObjectWriter, _ text: inout JSONText) {
+        guard let id else { return relationship.value("data", .null, &text) }
+        relationship.object("data", &text) { data, text in
+            data.string("id", id, &text)
+            data.string("type", type, &text)
         }
     }
 
     /// A message as `viewer` on `side` sees it: `mine` when they wrote it; who on the shop's side
     /// wrote it only for the shop's side.
-    static func messageResource(_ message: ThreadMessage, viewer: String, side: ConversationSide, to text: inout JSONText) {
+    static func messageResource(_ message: ThreadMessage, in conversation: String, viewer: String, side: ConversationSide, to text: inout JSONText) {
         ObjectWriter.write(&text) { resource, text in
             resource.object("attributes", &text) { attributes, text in
                 attributes.value("attachmentHandles", .array(message.attachmentHandles.map(JSONValue.string)), &text)
@@ -536,6 +558,15 @@ public enum ConversationRoutes {
             resource.string("id", message.id, &text)
             // An erased message keeps its place in the thread: body null, meta.erased true.
             if message.body == nil { resource.object("meta", &text) { meta, text in meta.bool("erased", true, &text) } }
+            resource.object("relationships", &text) { relationships, text in
+                relationships.object("conversation", &text) { thread, text in
+                    thread.object("data", &text) { data, text in
+                        data.string("id", conversation, &text)
+                        data.string("type", type, &text)
+                    }
+                    thread.object("links", &text) { links, text in links.string("related", path + "/" + Documents.pathSegment(conversation), &text) }
+                }
+            }
             resource.string("type", messageType, &text)
         }
     }
@@ -547,7 +578,7 @@ public enum ConversationRoutes {
         var document = DocumentWriter()
         document.member("data") { resource(thread, side: side, to: &$0) }
         if let (message, viewer) = message {
-            document.member("included", each: [message]) { messageResource($0, viewer: viewer, side: side, to: &$1) }
+            document.member("included", each: [message]) { messageResource($0, in: thread.conversationId, viewer: viewer, side: side, to: &$1) }
         }
         return document.response(status: status)
     }
@@ -666,4 +697,36 @@ struct MessageInput: Sendable {
             id: event.messageId, seq: recorded.streamVersion, authorSide: event.authorSide.rawValue, authorId: event.authorId, body: event.body.text,
             attachmentHandles: event.attachmentHandles, offer: event.offer, sentAt: recorded.recordedAt)
     }
+}
+
+extension ConversationRoutes {
+    /// A thread as `resource` writes it for one side: `noReplyNeeded` on the seller's only.
+    static let conversation = Schema.resource(
+        "Conversation", type: type,
+        attributes: [
+            "archived": Schema.boolean, "closed": Schema.boolean, "kind": Schema.text, "lastActivityAt": Schema.timestamp,
+            "lastMessage": Schema.nullable(
+                Schema.record(
+                    ["authorSide": Schema.text, "body": Schema.nullable(Schema.text), "erased": .object(["type": .string("boolean"), "const": .bool(true)]), "id": Schema.text,
+                     "sentAt": Schema.nullable(Schema.timestamp)], optional: ["erased"])),
+            "noReplyNeeded": Schema.boolean,
+            "otherParty": Schema.record(["id": Schema.nullable(Schema.text), "type": Schema.choice(["shops", "wristler", "people"])]),
+            "side": Schema.choice(["buyer", "seller"]), "unread": Schema.boolean, "shopId": Schema.nullable(Schema.text),
+            "watchId": Schema.nullable(Schema.text),
+        ], optional: ["noReplyNeeded"],
+        relationships: [
+            "messages": Schema.relationship(linkage: nil, related: true), "shop": Schema.relationship(linkage: "shops", nullable: true, related: false),
+            "watch": Schema.relationship(linkage: "watches", nullable: true, related: false),
+        ], links: true)
+    /// A message as `messageResource` writes it: `authorId` for the shop's side and one's own;
+    /// an erased one with body null and `meta.erased`.
+    static let message = Schema.resource(
+        "Message", type: messageType,
+        attributes: [
+            "attachmentHandles": Schema.array(Schema.text), "authorId": Schema.text, "authorSide": Schema.text, "body": Schema.nullable(Schema.text),
+            "mine": Schema.boolean, "offer": Schema.nullable(Schema.record(["amount": Schema.wholeNumber, "currency": Schema.text])),
+            "sentAt": Schema.timestamp,
+        ], optional: ["authorId"],
+        relationships: ["conversation": Schema.relationship(linkage: type, related: true)],
+        meta: Schema.record(["erased": .object(["type": .string("boolean"), "const": .bool(true)])]))
 }

@@ -34,7 +34,7 @@ public enum DeviceRoutes {
     static let rules: [String: JSONValue] = [
         "not": .object([
             "required": .array([.string("platform"), .string("apnsEnvironment")]),
-            "properties": .object(["platform": .object(["const": .string("android")]), "apnsEnvironment": .object(["type": .string("string")])]),
+            "properties": .object(["platform": .object(["type": .string("string"), "const": .string("android")]), "apnsEnvironment": .object(["type": .string("string")])]),
         ])
     ]
 
@@ -47,7 +47,7 @@ public enum DeviceRoutes {
                     "Registers a push token: 200 for the same token, 201 for a new one or one taken over.",
                     body: Schema.resourceDocument(
                         type: "devices", attributes: Self.schemas(pushToken: true), required: ["platform", "pushToken"], rules: Self.rules),
-                    responses: [200: .document(Schema.document), 201: .document(Schema.document)])
+                    responses: [200: .document(Schema.document), 201: .document(Schema.document)]).returning(Schema.single(Self.device))
             ) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, "devices", id: nil)
@@ -65,7 +65,7 @@ public enum DeviceRoutes {
             },
             Route(
                 .get, "/v1/me/devices", access: .signedIn(scope: scope),
-                describedAs: RouteDescription("The person's push registrations, in numbered pages; pushToken is never returned.", query: QueryParameter.numberedPage)
+                describedAs: RouteDescription("The person's push registrations, in numbered pages; pushToken is never returned.", query: QueryParameter.numberedPage).returning(Schema.list(Self.device))
             ) { context in
                 let (number, size) = try context.numberedPage()
                 let rows = try registry.devices(of: context.person, limit: size + 1, offset: (number - 1) * size)
@@ -77,7 +77,7 @@ public enum DeviceRoutes {
                 }
                 return Documents.response(["data": .array(rows.prefix(size).map(\.resource)), "links": .object(links)])
             },
-            Route(.get, "/v1/me/devices/{id}", access: .signedIn(scope: scope), describedAs: RouteDescription("One registration.")) { context in
+            Route(.get, "/v1/me/devices/{id}", access: .signedIn(scope: scope), describedAs: RouteDescription("One registration.").returning(Schema.single(Self.device))) { context in
                 let id = try Self.id(context)
                 guard let device = try registry.device(id, of: context.person) else { throw Self.notFound() }
                 return Documents.response(["data": device.resource])
@@ -86,7 +86,7 @@ public enum DeviceRoutes {
                 .patch, "/v1/me/devices/{id}", access: .signedIn(scope: scope),
                 describedAs: RouteDescription(
                     "Changes a registration (not its pushToken: 422).",
-                    body: Schema.resourceDocument(type: "devices", attributes: Self.schemas(pushToken: false), id: true, rules: Self.rules))
+                    body: Schema.resourceDocument(type: "devices", attributes: Self.schemas(pushToken: false), id: true, rules: Self.rules)).returning(Schema.single(Self.device))
             ) { context in
                 let id = try Self.id(context)
                 let data = try context.resourceDocument()
@@ -159,4 +159,15 @@ extension Device {
             ]),
         ])
     }
+}
+
+extension DeviceRoutes {
+    /// A registration as `Device.resource` writes it (never its push token).
+    static let device = Schema.resource(
+        "Device", type: "devices",
+        attributes: [
+            "platform": Schema.text, "appId": Schema.nullable(Schema.text), "appVersion": Schema.nullable(Schema.text),
+            "name": Schema.nullable(Schema.text), "locale": Schema.nullable(Schema.text), "apnsEnvironment": Schema.nullable(Schema.text),
+            "createdAt": Schema.timestamp, "updatedAt": Schema.timestamp,
+        ])
 }

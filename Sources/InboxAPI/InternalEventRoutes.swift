@@ -9,10 +9,14 @@ import PostgresClient
 /// pointing at it (`/data/3/attributes/payload/offer/amount`); idempotency keys make retries safe.
 ///
 /// ```
-/// {"data": [{"type": "events", "attributes": {"stream": "order-o1", "type": "order_paid",
+/// {"data": [{"type": "events", "attributes": {"stream": "order-o1", "eventType": "order_paid",
 ///   "payload": {...}, "idempotencyKey": "orders:o1:paid", "schemaVersion": 1,
 ///   "metadata": {"origin": "app:ios", "appVersion": "2.4.0", "actor": "...", "correlationId": "..."}}}]}
 /// ```
+///
+/// The event's type is `eventType`: JSON:API forbids an attribute named `type`. The name it had
+/// before, `type`, is still read from requests (one of the two, not both), for tiers written
+/// against it; answers say `eventType`.
 public enum InternalEventRoutes {
     static let maximumBatch = 1000
 
@@ -22,7 +26,7 @@ public enum InternalEventRoutes {
                 .post, "/internal/v1/events", access: .service,
                 describedAs: RouteDescription(
                     "Other tiers append a batch of catalogue events, all or nothing (service credential).", body: Self.batchSchema,
-                    responses: [200: .document(Schema.document), 201: .document(Schema.document)])
+                    responses: [200: .document(Schema.document), 201: .document(Schema.document)]).returning(Self.appended)
             ) { context in
                 guard !context.request.body.isEmpty else {
                     throw APIError(status: 400, code: .malformedJSON, detail: "The body is not valid JSON.", source: .pointer(""))
@@ -67,7 +71,7 @@ public enum InternalEventRoutes {
                     .object([
                         "type": .string("events"), "id": .string(String(item.event.position)),
                         "attributes": .object([
-                            "stream": .string(item.event.streamId), "type": .string(item.event.type),
+                            "stream": .string(item.event.streamId), "eventType": .string(item.event.type),
                             "version": .integer(item.event.streamVersion), "appended": .bool(item.wasAppended),
                             "recordedAt": Documents.timestamp(item.event.recordedAt),
                         ]),
@@ -87,10 +91,10 @@ public enum InternalEventRoutes {
         ])
         let attributes = Schema.object(
             [
-                "stream": Schema.stringWithoutNUL, "type": Schema.stringWithoutNUL, "payload": Schema.objectWithoutNUL,
+                "stream": Schema.stringWithoutNUL, "eventType": Schema.stringWithoutNUL, "payload": Schema.objectWithoutNUL,
                 "schemaVersion": Schema.integer(1...1000), "idempotencyKey": Schema.stringWithoutNUL, "metadata": metadata,
-            ], required: ["stream", "type", "payload"])
-        let event = Schema.object(["type": .object(["const": .string("events")]), "attributes": attributes], required: ["type", "attributes"])
+            ], required: ["stream", "eventType", "payload"])
+        let event = Schema.object(["type": .object(["type": .string("string"), "const": .string("events")]), "attributes": attributes], required: ["type", "attributes"])
         return Schema.object(
             ["data": .object(["type": .string("array"), "minItems": .integer(1), "maxItems": .integer(Int64(maximumBatch)), "items": event])],
             required: ["data"])
@@ -106,12 +110,16 @@ public enum InternalEventRoutes {
         else {
             throw APIError(status: 422, code: .invalidEvent, detail: "Each item is {type: events, attributes: {...}}.", source: .pointer(base))
         }
-        let known: Set<String> = ["stream", "type", "payload", "schemaVersion", "idempotencyKey", "metadata"]
+        let known: Set<String> = ["stream", "eventType", "type", "payload", "schemaVersion", "idempotencyKey", "metadata"]
         if let unknown = attributes.keys.sorted().first(where: { !known.contains($0) }) {
             throw refuse(unknown, "\(unknown) is not an attribute of an event.")
         }
         guard case .string(let stream)? = attributes["stream"] else { throw refuse("stream", "stream is required (a string).") }
-        guard case .string(let type)? = attributes["type"] else { throw refuse("type", "type is required (a string).") }
+        if attributes["eventType"] != nil && attributes["type"] != nil {
+            throw refuse("type", "type is the former name of eventType: send one of them.")
+        }
+        let typeName = attributes["type"] != nil ? "type" : "eventType"
+        guard case .string(let type)? = attributes[typeName] else { throw refuse(typeName, "eventType is required (a string).") }
         guard case .object(let payload)? = attributes["payload"] else { throw refuse("payload", "payload is required (an object).") }
         var schemaVersion = 1
         if let value = attributes["schemaVersion"] {
@@ -144,4 +152,14 @@ public enum InternalEventRoutes {
             streamId: stream, type: type, schemaVersion: schemaVersion, payloadJSON: JSONAPI.encode(.object(payload)), metadata: metadata,
             idempotencyKey: key)
     }
+}
+
+extension InternalEventRoutes {
+    /// Each event of the batch, appended now or found under its idempotency key.
+    static let appended = Schema.list(
+        Schema.resource(
+            "AppendedEvent", type: "events",
+            attributes: [
+                "stream": Schema.text, "eventType": Schema.text, "version": Schema.wholeNumber, "appended": Schema.boolean, "recordedAt": Schema.timestamp,
+            ]), links: false)
 }

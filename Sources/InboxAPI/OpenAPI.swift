@@ -10,15 +10,33 @@ public enum OpenAPI {
         var paths: [String: [String: JSONValue]] = [:]
         for route in routes {
             let described = route.description
-            var responses: [String: JSONValue] = [
-                "default": .object([
+            var responses: [String: JSONValue] = [:]
+            switch described.errors {
+            case .jsonAPI:
+                responses["default"] = .object([
                     "description": .string("A JSON:API error document: {errors: [{status, code, title, detail, source}]}."),
                     "content": .object([JSONAPI.mediaType: .object(["schema": Schema.errors])]),
                 ])
-            ]
+            case .json(let schema):
+                responses["default"] = .object([
+                    "description": .string("An OAuth 2.0 error (RFC 6749 §5.2): {error, error_description}."),
+                    "content": .object(["application/json": .object(["schema": schema])]),
+                ])
+            }
             for (status, response) in described.responses {
                 switch response {
                 case .noContent: responses[String(status)] = .object(["description": .string("No content.")])
+                case .bytes(let mediaTypes):
+                    let binary: JSONValue = .object(["type": .string("string"), "format": .string("binary")])
+                    responses[String(status)] = .object([
+                        "description": .string("The file's bytes, of the type it was stored with."),
+                        "content": .object(Dictionary(uniqueKeysWithValues: mediaTypes.map { ($0, JSONValue.object(["schema": binary])) })),
+                    ])
+                case .redirect(let description):
+                    responses[String(status)] = .object([
+                        "description": .string(description),
+                        "headers": .object(["Location": .object(["required": .bool(true), "schema": .object(["type": .string("string")])])]),
+                    ])
                 case .document(let schema):
                     responses[String(status)] = .object([
                         "description": .string("A JSON:API document."), "content": .object([JSONAPI.mediaType: .object(["schema": schema])]),
@@ -38,6 +56,10 @@ public enum OpenAPI {
                 var content: [String: JSONValue] = [JSONAPI.mediaType: .object(["schema": body])]
                 if let multipart = described.multipartBody { content["multipart/form-data"] = .object(["schema": multipart]) }
                 operation["requestBody"] = .object(["required": .bool(true), "content": .object(content)])
+            } else if let form = described.formBody {
+                operation["requestBody"] = .object([
+                    "required": .bool(true), "content": .object(["application/x-www-form-urlencoded": .object(["schema": form])]),
+                ])
             }
             switch route.access {
             case .open: operation["security"] = .array([])
@@ -73,13 +95,17 @@ public enum OpenAPI {
             if !parameters.isEmpty { operation["parameters"] = .array(parameters) }
             paths[route.pattern, default: [:]][route.method.rawValue.lowercased()] = .object(operation)
         }
+        // Each resource schema with a title becomes a component of its name, which client
+        // generators make a model of, and the operations refer to it.
+        var schemas = Schema.components
+        let described = hoist(.object(paths.mapValues { .object($0) }), into: &schemas)
         return .object([
             "openapi": .string("3.1.0"),
             "info": .object([
                 "title": .string("Wristler inbox tier"), "version": .string("1"),
                 "description": .string("The bell, devices, notification preferences, saved searches, conversations and file uploads of the Wristler app (JSON:API 1.0)."),
             ]),
-            "paths": .object(paths.mapValues { .object($0) }),
+            "paths": described,
             "components": .object([
                 "securitySchemes": .object([
                     "accessToken": .object(["type": .string("http"), "scheme": .string("bearer"), "bearerFormat": .string("JWT (ES256)")]),
@@ -88,9 +114,28 @@ public enum OpenAPI {
                         "description": .string("A service credential of INBOX_SERVICE_CREDENTIALS (name=secret): Authorization: Bearer <secret>."),
                     ]),
                 ]),
-                "schemas": .object(Schema.components),
+                "schemas": .object(schemas),
             ]),
         ])
+    }
+
+    /// `value` with every object schema that has a `title` moved into `components` under it and
+    /// referred to; two different schemas of one title are a mistake of the routes' descriptions.
+    static func hoist(_ value: JSONValue, into components: inout [String: JSONValue]) -> JSONValue {
+        switch value {
+        case .object(var members):
+            for (name, member) in members { members[name] = hoist(member, into: &components) }
+            if case .string(let title)? = members["title"], members["type"] == .string("object") {
+                assert(components[title] == nil || components[title] == .object(members), "two schemas are titled \(title)")
+                components[title] = .object(members)
+                return .object(["$ref": .string("#/components/schemas/" + title)])
+            }
+            return .object(members)
+        case .array(let items):
+            return .array(items.map { hoist($0, into: &components) })
+        default:
+            return value
+        }
     }
 
     /// `get_v1_me_devices_id`: unique per method and path.

@@ -11,10 +11,10 @@ public enum OperationsRoutes {
     /// unreachable": the database's address and user go to the log).
     public static func routes(client: PostgresClient, migrator: Migrator) -> [Route] {
         [
-            Route(.get, "/healthz", waits: false, describedAs: RouteDescription("The process is up.")) { _ in
+            Route(.get, "/healthz", waits: false, describedAs: RouteDescription("The process is up.").returning(Self.status)) { _ in
                 JSONAPI.response(.object(["meta": .object(["status": .string("ok")])]))
             },
-            Route(.get, "/readyz", describedAs: RouteDescription("The database answers and every migration is applied.")) { _ in
+            Route(.get, "/readyz", describedAs: RouteDescription("The database answers and every migration is applied.").returning(Self.status)) { _ in
                 let pending: [Migration]
                 do {
                     pending = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in try migrator.pending(on: connection) }
@@ -31,4 +31,9 @@ public enum OperationsRoutes {
             },
         ]
     }
+}
+
+extension OperationsRoutes {
+    /// `{"meta": {"status": ...}}`.
+    static let status = Schema.record(["meta": Schema.record(["status": Schema.text]), "jsonapi": Schema.version], optional: ["jsonapi"])
 }

@@ -15,7 +15,7 @@ public enum PreferenceRoutes {
         [
             Route(
                 .get, path, access: .signedIn(scope: .accountRead),
-                describedAs: RouteDescription("Every category's push and email switch, with labels in the reader's language.")
+                describedAs: RouteDescription("Every category's push and email switch, with labels in the reader's language.").returning(Self.preferences)
             ) { context in
                 let person = context.person
                 let stored = try Self.stored(person: person, client: client)
@@ -24,7 +24,7 @@ public enum PreferenceRoutes {
             Route(
                 .patch, path, access: .signedIn(scope: .accountWrite),
                 describedAs: RouteDescription(
-                    "Switches channels on or off; a locked channel cannot be turned off (422).", body: Self.changeSchema)
+                    "Switches channels on or off; a locked channel cannot be turned off (422).", body: Self.changeSchema).returning(Self.preferences)
             ) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, type, id: nil)
@@ -91,7 +91,7 @@ public enum PreferenceRoutes {
             Schema.object(
                 Dictionary(
                     uniqueKeysWithValues: NotificationChannel.allCases.map {
-                        ($0.rawValue, PreferenceRules.isLocked(category, $0) ? .object(["const": .bool(true)]) : Schema.boolean)
+                        ($0.rawValue, PreferenceRules.isLocked(category, $0) ? .object(["type": .string("boolean"), "const": .bool(true)]) : Schema.boolean)
                     }))
         }
         let categories = NotificationCategory.allCases.filter { !PreferenceRules.isManagedPerSearch($0) }.map { ($0.rawValue, channels($0)) }
@@ -151,4 +151,23 @@ public enum PreferenceRoutes {
         response.headers.append(("Content-Language", language.rawValue))
         return response
     }
+}
+
+extension PreferenceRoutes {
+    /// Every category's channels (null where each saved search decides) and its labels.
+    static let preferences = Schema.single(
+        Schema.resource(
+            "NotificationPreferences", type: type,
+            attributes: [
+                "categories": .object([
+                    "type": .string("object"),
+                    "additionalProperties": Schema.record(["push": Schema.nullable(Schema.boolean), "email": Schema.nullable(Schema.boolean)]),
+                ]),
+                "labels": .object([
+                    "type": .string("object"),
+                    "additionalProperties": Schema.record(
+                        ["title": Schema.text, "locked": Schema.array(Schema.text), "lockedNote": Schema.text, "managedPerSearch": Schema.boolean],
+                        optional: ["locked", "lockedNote", "managedPerSearch"]),
+                ]),
+            ]))
 }

@@ -23,7 +23,7 @@ public enum QuickReplyRoutes {
         return [
             Route(
                 .get, "/v1/sellers/{sellerId}/quick-replies", access: .signedIn(scope: .messagesRead),
-                describedAs: RouteDescription("The shop's quick replies, in numbered pages, oldest first.", query: QueryParameter.numberedPage)
+                describedAs: RouteDescription("The shop's quick replies, in numbered pages, oldest first.", query: QueryParameter.numberedPage).returning(Schema.list(Self.reply))
             ) { context in
                 let shop = context.parameters["sellerId"] ?? ""
                 let (number, size) = try context.numberedPage()
@@ -41,7 +41,7 @@ public enum QuickReplyRoutes {
             },
             Route(
                 .post, "/v1/sellers/{sellerId}/quick-replies", access: .signedIn(scope: .messagesWrite),
-                describedAs: RouteDescription("Adds a quick reply to the shop (at most 100).", body: write, responses: [201: .document(Schema.document)])
+                describedAs: RouteDescription("Adds a quick reply to the shop (at most 100).", body: write, responses: [201: .document(Schema.document)]).returning(Schema.single(Self.reply))
             ) { context in
                 let shop = context.parameters["sellerId"] ?? ""
                 let body = try Self.body(context, id: nil)
@@ -70,7 +70,7 @@ public enum QuickReplyRoutes {
             },
             Route(
                 .patch, "/v1/sellers/{sellerId}/quick-replies/{id}", access: .signedIn(scope: .messagesWrite),
-                describedAs: RouteDescription("Changes a quick reply's text.", body: change)
+                describedAs: RouteDescription("Changes a quick reply's text.", body: change).returning(Schema.single(Self.reply))
             ) { context in
                 let shop = context.parameters["sellerId"] ?? ""
                 guard let id = UUID(uuidString: context.parameters["id"] ?? "") else { throw Self.notFound }
@@ -139,4 +139,9 @@ public enum QuickReplyRoutes {
             ]),
         ])
     }
+}
+
+extension QuickReplyRoutes {
+    static let reply = Schema.resource(
+        "QuickReply", type: type, attributes: ["body": Schema.text, "createdAt": Schema.timestamp, "updatedAt": Schema.timestamp])
 }

@@ -14,19 +14,36 @@ public struct RouteDescription: Sendable {
     public var body: JSONValue?
     /// The JSON Schema of a `multipart/form-data` body the route takes besides (a file upload).
     public var multipartBody: JSONValue?
+    /// The JSON Schema of an `application/x-www-form-urlencoded` body (OAuth's endpoints), read
+    /// instead of a JSON:API document.
+    public var formBody: JSONValue?
     /// Success answers by status.
     public var responses: [Int: SuccessResponse]
+    /// What its refusals are: JSON:API error documents, or OAuth's `{error, error_description}`.
+    public var errors: ErrorShape
 
     public init(
         _ summary: String, query: [QueryParameter] = [], headers: [QueryParameter] = [], body: JSONValue? = nil, multipartBody: JSONValue? = nil,
-        responses: [Int: SuccessResponse] = [200: .document(Schema.document)]
+        formBody: JSONValue? = nil, responses: [Int: SuccessResponse] = [200: .document(Schema.document)], errors: ErrorShape = .jsonAPI
     ) {
         self.summary = summary
         self.query = query
         self.headers = headers
         self.body = body
         self.multipartBody = multipartBody
+        self.formBody = formBody
         self.responses = responses
+        self.errors = errors
+    }
+
+    /// This description with the document of each JSON:API success answer given as `schema`
+    /// (`Schema.single`, `Schema.list`), instead of any document.
+    public func returning(_ schema: JSONValue) -> RouteDescription {
+        var described = self
+        for (status, response) in responses {
+            if case .document = response { described.responses[status] = .document(schema) }
+        }
+        return described
     }
 
     /// A route answering `204 No Content`.
@@ -35,11 +52,24 @@ public struct RouteDescription: Sendable {
     }
 }
 
-/// A success answer: nothing (204), a JSON:API document of a schema, or another media type.
+/// What a route's refusals are.
+public enum ErrorShape: Sendable {
+    /// A JSON:API error document (`Schema.errors`).
+    case jsonAPI
+    /// An `application/json` object of this schema (OAuth's RFC 6749 §5.2 shape).
+    case json(JSONValue)
+}
+
+/// A success answer: nothing (204, or a 200 without a body), a redirect (`Location`), a JSON:API
+/// document of a schema, or another media type.
 public enum SuccessResponse: Sendable {
     case noContent
+    /// A `303 See Other` (or another 3xx) to its `Location`, without a body.
+    case redirect(String)
     case document(JSONValue)
     case other(mediaType: String, schema: JSONValue)
+    /// Stored bytes of one of these media types (ranges such as `image/*`).
+    case bytes(mediaTypes: [String])
 }
 
 /// A query parameter (`page[limit]`) or a header a handler reads, with the schema its validation enforces.
@@ -111,18 +141,29 @@ public enum Schema {
         }
         guard case .object(var attributesSchema) = object(properties, required: required) else { preconditionFailure("an object schema") }
         attributesSchema.merge(rules) { _, rule in rule }
-        var data: [String: JSONValue] = ["type": .object(["const": .string(type)]), "attributes": .object(attributesSchema)]
+        var data: [String: JSONValue] = ["type": .object(["type": .string("string"), "const": .string(type)]), "attributes": .object(attributesSchema)]
         if id { data["id"] = .object(["type": .string("string"), "pattern": .string("^[^\\u0000]*$"), "description": .string("The id in the URL (another is 409 id_mismatch).")]) }
         return object(["data": object(data, required: required.isEmpty ? ["type"] : ["attributes", "type"])], required: ["data"])
     }
 
     /// Any JSON without U+0000 (PostgreSQL cannot store it; a body holding it is 422), in a name
     /// or a string: what a free-form member (a saved search's query, an event's payload) may be.
-    public static let jsonWithoutNUL: JSONValue = .object(["$ref": .string("#/components/schemas/JSONWithoutNUL")])
+    /// Written out for `nestingDescribed` levels rather than as a schema that refers to itself,
+    /// which client generators cannot read (openapi-python-client drops the operations using it);
+    /// deeper values are any JSON in the document, and still refused with U+0000 by the server.
+    public static let jsonWithoutNUL: JSONValue = nested(0)
     /// An object of `jsonWithoutNUL` members.
-    public static let objectWithoutNUL: JSONValue = .object([
-        "type": .string("object"), "propertyNames": .object(["pattern": .string("^[^\\u0000]*$")]), "additionalProperties": jsonWithoutNUL,
-    ])
+    public static let objectWithoutNUL: JSONValue = objectWithoutNUL(members: jsonWithoutNUL)
+    static let nestingDescribed = 4
+
+    static func objectWithoutNUL(members: JSONValue) -> JSONValue {
+        .object(["type": .string("object"), "propertyNames": .object(["pattern": .string("^[^\\u0000]*$")]), "additionalProperties": members])
+    }
+
+    /// The reference to the free-form JSON `level` arrays or objects deep.
+    static func nested(_ level: Int) -> JSONValue {
+        .object(["$ref": .string("#/components/schemas/JSONWithoutNUL" + (level == 0 ? "" : String(level)))])
+    }
     /// A string without U+0000.
     public static let stringWithoutNUL: JSONValue = .object(["type": .string("string"), "pattern": .string("^[^\\u0000]*$")])
 
@@ -132,13 +173,22 @@ public enum Schema {
     public static let errors: JSONValue = .object(["$ref": .string("#/components/schemas/Errors")])
 
     /// The components the references above name.
-    static let components: [String: JSONValue] = [
-        "JSONWithoutNUL": .object([
-            "anyOf": .array([
-                .object(["type": .array([.string("null"), .string("boolean"), .string("number")])]), stringWithoutNUL,
-                .object(["type": .string("array"), "items": jsonWithoutNUL]), objectWithoutNUL,
+    static let components: [String: JSONValue] = freeForm.merging(fixed) { $1 }
+
+    /// `JSONWithoutNUL`, `JSONWithoutNUL1`, ...: each level's members are the next level's.
+    static let freeForm: [String: JSONValue] = Dictionary(
+        uniqueKeysWithValues: (0..<nestingDescribed).map { level in
+            let inner = level + 1 < nestingDescribed ? nested(level + 1) : .object(["description": .string("Any JSON (without U+0000).")])
+            let schema: JSONValue = .object([
+                "anyOf": .array([
+                    .object(["type": .array([.string("null"), .string("boolean"), .string("number")])]), stringWithoutNUL,
+                    .object(["type": .string("array"), "items": inner]), objectWithoutNUL(members: inner),
+                ])
             ])
-        ]),
+            return ("JSONWithoutNUL" + (level == 0 ? "" : String(level)), schema)
+        })
+
+    static let fixed: [String: JSONValue] = [
         "Document": .object([
             "type": .string("object"),
             "properties": .object([

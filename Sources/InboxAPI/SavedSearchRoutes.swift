@@ -29,7 +29,7 @@ public enum SavedSearchRoutes {
         [
             Route(
                 .get, path, access: .signedIn(scope: .accountRead),
-                describedAs: RouteDescription("The person's saved searches, in numbered pages.", query: QueryParameter.numberedPage)
+                describedAs: RouteDescription("The person's saved searches, in numbered pages.", query: QueryParameter.numberedPage).returning(Schema.list(Self.search))
             ) { context in
                 let (number, size) = try context.numberedPage()
                 let person = context.person
@@ -48,7 +48,7 @@ public enum SavedSearchRoutes {
                 .post, path, access: .signedIn(scope: .accountWrite),
                 describedAs: RouteDescription(
                     "Saves a search (name, query, interval, push).",
-                    body: Schema.resourceDocument(type: type, attributes: Self.schemas, required: ["name", "query"]), responses: [201: .document(Schema.document)])
+                    body: Schema.resourceDocument(type: type, attributes: Self.schemas, required: ["name", "query"]), responses: [201: .document(Schema.document)]).returning(Schema.single(Self.search))
             ) { context in
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, type, id: nil)
@@ -64,7 +64,7 @@ public enum SavedSearchRoutes {
                     id: event.savedSearchId, name: name, query: query, interval: interval.rawValue, push: push, createdAt: recorded, updatedAt: recorded)
                 return Documents.response(status: 201, ["data": search.resource]).locating(path + "/" + Documents.pathSegment(search.id))
             },
-            Route(.get, path + "/{id}", access: .signedIn(scope: .accountRead), describedAs: RouteDescription("One saved search.")) { context in
+            Route(.get, path + "/{id}", access: .signedIn(scope: .accountRead), describedAs: RouteDescription("One saved search.").returning(Schema.single(Self.search))) { context in
                 let id = context.parameters["id"] ?? ""
                 let person = context.person
                 guard let search = try Self.find(id: id, person: person, client: client) else { throw Self.notFound() }
@@ -72,7 +72,7 @@ public enum SavedSearchRoutes {
             },
             Route(
                 .patch, path + "/{id}", access: .signedIn(scope: .accountWrite),
-                describedAs: RouteDescription("Changes a saved search.", body: Schema.resourceDocument(type: type, attributes: Self.schemas, id: true))
+                describedAs: RouteDescription("Changes a saved search.", body: Schema.resourceDocument(type: type, attributes: Self.schemas, id: true)).returning(Schema.single(Self.search))
             ) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
@@ -184,4 +184,14 @@ struct SavedSearch: Sendable {
         if name == nil { resource["meta"] = .object(["erased": .bool(true)]) }
         return .object(resource)
     }
+}
+
+extension SavedSearchRoutes {
+    /// A saved search; its name is null once its owner's personal data is erased.
+    static let search = Schema.resource(
+        "SavedSearch", type: type,
+        attributes: [
+            "name": Schema.nullable(Schema.text), "query": Schema.objectWithoutNUL, "interval": Schema.choice(["instant", "daily", "weekly", "never"]),
+            "push": Schema.boolean, "createdAt": Schema.timestamp, "updatedAt": Schema.timestamp,
+        ])
 }

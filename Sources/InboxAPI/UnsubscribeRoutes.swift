@@ -33,7 +33,7 @@ public enum UnsubscribeRoutes {
                 .get, path, access: .open,
                 describedAs: RouteDescription(
                     "A page asking to confirm that a mail's category is no longer mailed (changes nothing: link checkers open links).",
-                    query: query, responses: [200: Self.html])
+                    query: query, responses: [200: Self.html, 400: Self.html])
             ) { context in
                 let language = Language.negotiate(context.request.header("Accept-Language"))
                 guard let (person, target) = Self.verify(context, links) else { return Self.invalid(language) }
@@ -47,7 +47,7 @@ public enum UnsubscribeRoutes {
                 .post, path, access: .open,
                 describedAs: RouteDescription(
                     "Turns the token's category's e-mail off for its person (RFC 8058 one-click: the body List-Unsubscribe=One-Click is accepted and not required).",
-                    query: query, responses: [200: Self.html])
+                    query: query, responses: [200: Self.html, 400: Self.html])
             ) { context in
                 let language = Language.negotiate(context.request.header("Accept-Language"))
                 guard let (person, target) = Self.verify(context, links) else { return Self.invalid(language) }

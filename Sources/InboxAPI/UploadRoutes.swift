@@ -93,7 +93,7 @@ public enum UploadRoutes {
                         required: ["sourceUrl"]),
                     multipartBody: Schema.object(
                         ["file": .object(["type": .string("string"), "contentMediaType": .string("application/octet-stream")])], required: ["file"]),
-                    responses: [201: .document(Schema.document)])
+                    responses: [201: .document(Schema.document)]).returning(Self.upload)
             ) { context in
                 let (bytes, origin, pointer) = try Self.file(of: context, fetcher: fetcher, slots: fetches)
                 guard let type = FileType.allowedType(of: bytes) else {
@@ -128,7 +128,7 @@ public enum UploadRoutes {
                 .get, "/v1/uploads/{handle}", access: .signedIn(scope: .messagesRead), media: .storedBytes,
                 describedAs: RouteDescription(
                     "The bytes of an upload, to its uploader and to whoever may see a message it is attached to (anybody else: 404).",
-                    responses: [200: .other(mediaType: "application/octet-stream", schema: .object(["type": .string("string")]))])
+                    responses: [200: .bytes(mediaTypes: FileType.allowed.sorted())])
             ) { context in
                 let handle = context.parameters["handle"] ?? ""
                 guard let upload = try store.upload(handle) else { throw notFound() }
@@ -269,4 +269,14 @@ final class FetchSlots: Sendable {
     }
 
     func give() { taken.wrappingSubtract(1, ordering: .releasing) }
+}
+
+extension UploadRoutes {
+    static let upload = Schema.single(
+        Schema.resource(
+            "Upload", type: "uploads",
+            attributes: [
+                "handle": Schema.text, "contentType": Schema.text, "size": Schema.wholeNumber, "createdAt": Schema.timestamp,
+                "expiresAt": Schema.timestamp,
+            ], links: true))
 }

@@ -46,8 +46,9 @@ extension Roles {
             let identity = try identity(database: database, client: requestClient, gate: AppVersionGate(client: requestClient), configuration: configuration, log: log)
             let metrics = RequestMetrics()
             let logRequest = requestLogLines(to: log)
+            let served = identity.routes + OperationsRoutes.routes(client: requestClient, migrator: database.migrator)
             let api = APIServer(
-                routes: identity.routes + OperationsRoutes.routes(client: requestClient, migrator: database.migrator), gate: nil, services: services,
+                routes: served + [OpenAPI.route(describing: served)], gate: nil, services: services,
                 metrics: metrics, log: logRequest)
             return (
                 (identity.keysReload.map { [ServiceGroup.Member("the signing keys' reading", $0, shutdownDeadline: .seconds(5))] } ?? [])

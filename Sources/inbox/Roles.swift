@@ -61,9 +61,11 @@ enum Roles {
             let routes = InboxRoutes.all(
                 client: requestClient, store: store, migrator: database.migrator, metrics: metrics, bellCache: bellCache, conversationCache: conversationCache, uploads: uploads,
                 unsubscribe: try configuration.unsubscribeKeys.map { try UnsubscribeLink(setting: $0) },
-                more: try Self.accountRoutes(client: requestClient, validator: database.store.validator, configuration: configuration),
+                // The identity role's routes are served beside these (one host, as the app guide
+                // has it) and described in the same document.
+                more: try Self.accountRoutes(client: requestClient, validator: database.store.validator, configuration: configuration)
+                    + (identity?.routes ?? []),
                 build: ["version": "0.1.0", "commit": LinkedLibraries.buildCommit])
-                + (identity?.routes ?? [])
             let logRequest = requestLogLines(to: log)
             // With an operations port, /metrics is answered there only: it tells whoever can call
             // it how busy each route and projection is, which the API's public port need not.

@@ -479,7 +479,7 @@ class Traffic:
                 self.acknowledge("message", None, message, shop_member="m%d" % i, buyer="b%d" % j)
 
     def event(self, stream, type, payload, key=None):
-        attributes = {"stream": stream, "type": type, "payload": payload, "metadata": {"origin": "api"}}
+        attributes = {"stream": stream, "eventType": type, "payload": payload, "metadata": {"origin": "api"}}
         if key:
             attributes["idempotencyKey"] = key
         return {"type": "events", "attributes": attributes}

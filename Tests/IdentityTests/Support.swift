@@ -129,7 +129,9 @@ struct IdentityHarness: Sendable {
 
     func send(_ method: String, _ path: String, headers: [String: String] = [:], body: [UInt8] = [], from: String = "127.0.0.1") async throws -> Reply {
         let port = server.port
-        return try await BlockingThread.run { try TestHTTP.exchange(port: port, method: method, path: path, headers: headers, body: body, from: from) }
+        let reply = try await BlockingThread.run { try TestHTTP.exchange(port: port, method: method, path: path, headers: headers, body: body, from: from) }
+        AnswerRecorder.record(method: method, path: path, status: reply.status, contentType: reply.header("Content-Type"), body: reply.body)
+        return reply
     }
 
     // MARK: Accounts

@@ -133,6 +133,9 @@ import Testing
                 body: Array(#"{"data":{"type":"accounts","id":"\#(personId)","attributes":{"blocked":true,"blockedReason":"fraud"}}}"#.utf8))
             #expect(block.status == 200, "\(block)")
             #expect(((block.json["data"] as? [String: Any])?["attributes"] as? [String: Any])?["blocked"] as? Bool == true)
+            let read = try await identity.send("GET", "/internal/v1/accounts/\(personId)", headers: headers)
+            #expect(read.status == 200 && (read.json["data"] as? [String: Any])?["id"] as? String == personId, "\(read)")
+            #expect(try await identity.send("GET", "/internal/v1/accounts/nobody", headers: headers).status == 404)
             #expect(try await identity.password("anna@example.com", "correct horse battery").status == 403)
             let blocked = try await identity.db.events(where: "type = 'account_blocked'").first
             #expect(try blocked?.decode(AccountBlocked.self, using: InboxCatalogue.registry).reason == "fraud", "read through the log, opened")

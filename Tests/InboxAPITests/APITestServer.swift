@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTesting
 import HTTPServer
 import InboxAPI
 import InboxTesting
@@ -50,6 +51,9 @@ struct APITestServer {
         if http.statusCode == 201, !path.hasSuffix("/messages"), !path.hasPrefix("/v1/me/second-factor"), path != "/internal/v1/events" {
             #expect(http.value(forHTTPHeaderField: "Location")?.hasPrefix("/") == true, "\(method) \(path): a 201 without Location")
         }
+        AnswerRecorder.record(
+            method: method, path: path, status: http.statusCode, contentType: http.value(forHTTPHeaderField: "Content-Type"), body: Array(data))
+        if path == "/openapi.json" { AnswerRecorder.recordDocument(Array(data), name: "openapi-api.json") }
         return Reply(status: http.statusCode, headers: headers, body: data)
     }
 

@@ -76,7 +76,14 @@ struct ConversationAPI {
         #expect(reply.status == 200, "\(String(decoding: reply.body, as: UTF8.self))")
         let data = reply.json["data"] as? [[String: Any]] ?? []
         var threads: [String: [String: Any]] = [:]
-        for item in data { threads[item["id"] as? String ?? ""] = item["attributes"] as? [String: Any] }
+        // Each thread's attributes, and the ids of its relationships' resources beside them (`shop`, `watch`).
+        for item in data {
+            var attributes = item["attributes"] as? [String: Any] ?? [:]
+            for (name, relationship) in item["relationships"] as? [String: [String: Any]] ?? [:] {
+                if let linked = relationship["data"] as? [String: Any] { attributes[name] = linked["id"] }
+            }
+            threads[item["id"] as? String ?? ""] = attributes
+        }
         return (data.compactMap { $0["id"] as? String }, (reply.json["meta"] as? [String: Any])?["unread"] as? Int ?? -1, threads)
     }
 
@@ -141,6 +148,11 @@ struct ConversationAPI {
 extension APITestServer.Reply {
     var data: [String: Any] { json["data"] as? [String: Any] ?? [:] }
     var attributes: [String: Any] { data["attributes"] as? [String: Any] ?? [:] }
+    /// `type/id` of the resource a relationship of `data` links to.
+    func relationship(_ name: String) -> String? {
+        let linked = ((data["relationships"] as? [String: [String: Any]])?[name]?["data"] as? [String: Any])
+        return linked.map { "\($0["type"] ?? "")/\($0["id"] ?? "")" }
+    }
     var pointer: String? { (firstError["source"] as? [String: Any])?["pointer"] as? String }
     var code: String? { firstError["code"] as? String }
     var text: String { String(decoding: body, as: UTF8.self) }
@@ -167,7 +179,13 @@ extension APITestServer.Reply {
             #expect(started.status == 201, "\(started.text)")
             let c = try #require(started.data["id"] as? String)
             #expect(started.attributes["side"] as? String == "buyer")
-            #expect(started.attributes["watchId"] as? String == "w1")
+            #expect(started.relationship("watch") == "watches/w1")
+            #expect(started.relationship("shop") == "shops/s1")
+            let related = (started.data["relationships"] as? [String: [String: Any]])?["messages"]?["links"] as? [String: Any]
+            #expect(related?["related"] as? String == "/v1/conversations/\(c)/messages")
+            #expect((started.data["links"] as? [String: Any])?["self"] as? String == "/v1/conversations/\(c)")
+            let first = (started.json["included"] as? [[String: Any]])?.first
+            #expect(((first?["relationships"] as? [String: [String: Any]])?["conversation"]?["data"] as? [String: Any])?["id"] as? String == c)
             #expect(started.attributes["unread"] as? Bool == false, "her own message is not unread for her")
             #expect((started.attributes["otherParty"] as? [String: Any])?["id"] as? String == "s1")
             #expect(((started.json["included"] as? [[String: Any]])?.first?["attributes"] as? [String: Any])?["mine"] as? Bool == true)
@@ -179,7 +197,7 @@ extension APITestServer.Reply {
                 #expect(seller.ids == [c] && seller.unread == 1, "\(person): \(seller)")
                 #expect(seller.threads[c]?["unread"] as? Bool == true)
                 #expect(seller.threads[c]?["noReplyNeeded"] as? Bool == false)
-                #expect(seller.threads[c]?["shopId"] as? String == "s1")
+                #expect(seller.threads[c]?["shop"] as? String == "s1")
                 #expect((seller.threads[c]?["otherParty"] as? [String: Any])?["id"] as? String == "alice")
             }
             #expect(try await api.list("sam").ids.isEmpty, "sam has no threads as a buyer")
@@ -226,7 +244,7 @@ extension APITestServer.Reply {
             let b = try #require(bobs.data["id"] as? String)
             let sue = try await api.list("sue", side: "seller")
             #expect(sue.ids == [b, c] && sue.unread == 1, "newest activity first: \(sue)")
-            #expect(sue.threads[b]?["shopId"] as? String == "s2" && sue.threads[c]?["shopId"] as? String == "s1")
+            #expect(sue.threads[b]?["shop"] as? String == "s2" && sue.threads[c]?["shop"] as? String == "s1")
             #expect(try await api.list("sam", side: "seller").ids == [c])
             outbox.append("shop s2 shop message_received \(b)")
             #expect(try await api.outbox() == outbox)

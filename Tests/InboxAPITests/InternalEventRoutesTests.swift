@@ -24,7 +24,7 @@ import Testing
 
     static func orderPaid(_ order: String, key: String? = nil, amount: String = #"{"amount":425000,"currency":"EUR"}"#) -> String {
         let idempotency = key.map { #","idempotencyKey":"\#($0)""# } ?? ""
-        return #"{"type":"events","attributes":{"stream":"order-\#(order)","type":"order_paid","payload":{"orderId":"\#(order)","buyerId":"p1","shopId":"s1","watchId":"w1","amount":\#(amount)}\#(idempotency),"metadata":{"origin":"app:ios","appVersion":"2.4.0"}}}"#
+        return #"{"type":"events","attributes":{"stream":"order-\#(order)","eventType":"order_paid","payload":{"orderId":"\#(order)","buyerId":"p1","shopId":"s1","watchId":"w1","amount":\#(amount)}\#(idempotency),"metadata":{"origin":"app:ios","appVersion":"2.4.0"}}}"#
     }
 
     @Test func aBatchIsAppendedWholeOrNotAtAllAndARetryWithItsKeysAppendsNothing() async throws {

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTesting
 import InboxTesting
 import Testing
 
@@ -55,17 +56,29 @@ import Testing
         }
     }
 
+    /// `inbox run` serves the identity role's routes beside the API's, and its OpenAPI document
+    /// describes all of them (kept for `scripts/check-answers.py`, the fullest document: with
+    /// unsubscribe links configured too).
     @Test func inboxRunVerifiesTheTokensItsIdentityRoleSignsWithNoSetting() async throws {
         try await withTestDatabase { db in
             let dataDirectory = NSTemporaryDirectory() + "inbox-run-identity-\(UUID().uuidString)"
             defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
-            let environment = InboxCLI.databaseEnvironment(db.url, ["INBOX_HTTP_PORT": "0", "INBOX_DATA_DIR": dataDirectory].merging(Self.cheapHashes) { $1 })
+            let environment = InboxCLI.databaseEnvironment(
+                db.url,
+                ["INBOX_HTTP_PORT": "0", "INBOX_DATA_DIR": dataDirectory, "INBOX_UNSUBSCRIBE_KEYS": "1:dW5zdWJzY3JpYmUta2V5LW9mLXRoZS1ydW4tdGVzdCE"].merging(
+                    Self.cheapHashes) { $1 })
             let made = try await InboxCLI.run(["account", "create", "--email", "anna@example.com"], environment: environment, stdin: "correct horse battery\n")
             #expect(made.status == 0, "\(made.stderrHead)")
             let server = try InboxCLI.start(["run"], environment: environment)
             defer { server.cleanUp() }
             let line = try await server.waitForStdoutLine(timeout: .seconds(60)) { $0.hasPrefix("The API listens on ") }
             let url = try #require(line.split(separator: " ").first { $0.hasPrefix("http://") }.map(String.init))
+            let (document, _) = try await URLSession.shared.data(from: URL(string: url + "/openapi.json")!)
+            let paths = try #require((try JSONSerialization.jsonObject(with: document) as? [String: Any])?["paths"] as? [String: Any])
+            for path in ["/oauth/token", "/oauth/revoke", "/oauth/apple/return", "/.well-known/jwks.json", "/internal/v1/accounts", "/v1/me", "/mail/unsubscribe"] {
+                #expect(paths[path] != nil, "\(path) is not in the document of inbox run")
+            }
+            AnswerRecorder.recordDocument(Array(document))
             let (status, body) = try await Self.signIn(url, scope: "account:read account:write")
             #expect(status == 200, "\(body)")
             let access = try #require(body["access_token"] as? String)
