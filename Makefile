@@ -20,7 +20,8 @@ help:
 	@echo "make bench  run the benchmarks (figures in docs/benchmarks.md)"
 	@echo "make bench-release   every benchmark against Benchmarks/baseline.json: a verdict and a report"
 	@echo "make bench-baseline  the same, writing a new Benchmarks/baseline.json to commit with the release"
-	@echo "make fuzz   schemathesis against a live server from its /openapi.json, at most 5 minutes"
+	@echo "make fuzz   schemathesis against a live server from its /openapi.json, at most 8 minutes"
+	@echo "make test-client  a client generated from /openapi.json (openapi-python-client) walks the app guide's path"
 	@echo "make deps   install the Debian packages the build needs"
 
 # Installs only what is missing, so a machine that has everything never touches apt.
@@ -124,10 +125,17 @@ bench-baseline: deps
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench release --baseline $(BASELINE) --write-baseline $(BASELINE) $(RELEASE_ARGS)
 
 # schemathesis (PyPI, into .build/fuzz-venv when missing) against `inbox serve` on a throwaway
-# PostgreSQL, driven by /openapi.json: FUZZ_SECONDS (300) and FUZZ_EXAMPLES per operation (25);
+# PostgreSQL, driven by /openapi.json: FUZZ_SECONDS (480) and FUZZ_EXAMPLES per operation (25);
 # FUZZ_ARGS go to `schemathesis run`. Not part of `make test`.
 fuzz: build
 	scripts/fuzz.sh $(FUZZ_ARGS)
+
+# openapi-python-client (PyPI, into .build/client-venv when missing) generates a client from a live
+# `inbox run`'s /openapi.json into .build/client, and Tests/Client/app_guide_path.py walks the app
+# guide's path through it: sign in, a device, the bell, a thread and its reply, the shop reading
+# it (scripts/client-test.sh). An operation of the path the generator skips fails it.
+test-client: build
+	scripts/client-test.sh
 
 clean:
 	rm -rf .build
