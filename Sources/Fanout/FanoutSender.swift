@@ -169,7 +169,14 @@ struct FanoutWork: LoopWork {
         let inbox = AnswerInbox()
         let transport = transport
         let sending = Task {
-            if !outgoing.isEmpty { await transport.send(outgoing) { slot, result in inbox.add(slot, result) } }
+            let started = ContinuousClock.now
+            if !outgoing.isEmpty {
+                await transport.send(outgoing) { slot, result in
+                    var timed = result
+                    timed.latency = .now - started
+                    inbox.add(slot, timed)
+                }
+            }
             inbox.finish()
         }
         var lost: [FanoutStore.Batch] = []
@@ -179,9 +186,14 @@ struct FanoutWork: LoopWork {
             // crash can send again this moment's answers besides what was in flight.
             let answers = await inbox.next(gathering: Self.gathering, upTo: Self.gathered)
             let answeredAt = now()
+            // How long each provider took, counted with the answers' outcomes.
+            var latencies: [String: Int] = [:]
             for (slot, result) in answers ?? [] {
                 let push = claimed[slots[slot]]
                 ready.append((push, resolution(push, result, at: answeredAt)))
+                if !result.logged, let latency = result.latency {
+                    PushLatency.count(latency.inSeconds, provider: PushLatency.provider(outgoing[slot].platform), into: &latencies)
+                }
             }
             var finishing: [FanoutStore.Batch] = []
             for (push, _) in ready {
@@ -190,8 +202,8 @@ struct FanoutWork: LoopWork {
                 if unanswered[batch.id] == 0 { finishing.append(batch) }
             }
             if !ready.isEmpty || !finishing.isEmpty {
-                let resolutions = ready, finished = finishing
-                lost += try await session.run { try store.record(resolutions, finishing: finished, on: $0) }
+                let resolutions = ready, finished = finishing, counted = latencies
+                lost += try await session.run { try store.record(resolutions, finishing: finished, counting: counted, on: $0) }
                 ready = []
             }
             if answers == nil { break }

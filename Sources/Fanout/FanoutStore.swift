@@ -336,10 +336,12 @@ public struct FanoutStore: Sendable {
     /// push of a batch to try again given a row of its own (the only time a first try writes one),
     /// a dead registration deleted, a learned APNs host stored. Returns the batches that were no
     /// longer this caller's (taken over by another fan-out because this one outlived its claim):
-    /// their pushes may go out twice.
+    /// their pushes may go out twice. `extra` counters (the providers' latencies) are added with
+    /// the answers' own.
     @discardableResult
     public func record(
-        _ resolutions: [(claimed: Claimed, resolution: Resolution)], finishing: [Batch] = [], on connection: PostgresConnection
+        _ resolutions: [(claimed: Claimed, resolution: Resolution)], finishing: [Batch] = [], counting extra: [String: Int] = [:],
+        on connection: PostgresConnection
     ) throws -> [Batch] {
         if resolutions.isEmpty && finishing.isEmpty { return [] }
         var finished: [Int64] = []
@@ -391,6 +393,15 @@ public struct FanoutStore: Sendable {
                 onlyCounts = false
                 counts[outcome, default: 0] += 1
                 if reclaimed { counts["reclaimed", default: 0] += 1 }
+            }
+        }
+        if !extra.isEmpty {
+            // Kept with a batch's own counts when there is one (summed with them), else counted now.
+            if let batch = answered.keys.min() {
+                answered[batch]!.counts.merge(extra, uniquingKeysWith: +)
+            } else {
+                counts.merge(extra, uniquingKeysWith: +)
+                onlyCounts = false
             }
         }
         let finishingBatches = Set(finishing.map(\.id))

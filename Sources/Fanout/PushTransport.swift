@@ -40,6 +40,8 @@ public struct PushResult: Sendable, Hashable {
     public var learnedEnvironment: APNsEnvironment?
     /// Written to the log instead of sent (no credentials for the platform): counted as `logged`.
     public var logged: Bool
+    /// From the start of the send to this answer (`PushLatency`); set by the fan-out.
+    public var latency: Duration? = nil
 
     public init(_ outcome: PushOutcome, learnedEnvironment: APNsEnvironment? = nil, logged: Bool = false) {
         self.outcome = outcome

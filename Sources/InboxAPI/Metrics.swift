@@ -246,12 +246,13 @@ public enum MetricsRoutes {
             "# HELP inbox_push_total Pushes by outcome (sent, failed, deleted registrations, retried, skipped, reclaimed) and platform or reason.",
             "# TYPE inbox_push_total counter",
         ]
-        for counter in status.counters {
+        for counter in status.counters where !PushLatency.isLatency(counter.name) {
             let parts = counter.name.split(separator: ".", maxSplits: 1)
             let outcome = String(parts[0])
             let detail = parts.count > 1 ? String(parts[1]) : ""
             lines.append("inbox_push_total{outcome=\"\(RequestMetrics.escape(outcome))\",detail=\"\(RequestMetrics.escape(detail))\"} \(counter.count)")
         }
+        lines += PushLatency.metricLines(status.counters)
         lines += ["# HELP inbox_push_provider_token_age_seconds Age of each node's APNs provider token and FCM access token.",
                   "# TYPE inbox_push_provider_token_age_seconds gauge"]
         for token in status.providerTokens {

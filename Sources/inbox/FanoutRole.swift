@@ -86,7 +86,7 @@ extension Roles {
                 + "\(status.sending) being sent (\(status.abandoned) left by a stopped fan-out), "
                 + "\(status.pending) to try again (oldest \(Int(status.oldestPendingSeconds)) s)"
         ]
-        for counter in status.counters { lines.append("push \(counter.name): \(counter.count)") }
+        for counter in status.counters where !PushLatency.isLatency(counter.name) { lines.append("push \(counter.name): \(counter.count)") }
         for token in status.providerTokens {
             lines.append("push provider token \(token.provider) of \(token.node): \(Int(token.ageSeconds)) s old")
         }

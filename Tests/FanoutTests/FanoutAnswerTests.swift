@@ -327,6 +327,7 @@ import Testing
             #expect(pushes.first?.metadata["token"] == "some-tok…", "not the whole token: it is a credential")
             #expect(try await db.counter("logged.android") == 1)
             #expect(try await db.counter("sent.android") == 0)
+            #expect(try await db.counter("latency.fcm.count") == 0, "a push logged went to no provider")
         }
     }
 

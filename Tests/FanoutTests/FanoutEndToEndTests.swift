@@ -111,6 +111,15 @@ import Testing
             #expect(signIn.headers["apns-id"]?.count == 36, "an apns-id of the push's own")
             #expect(try await db.counter("sent.ios") == 3)
             #expect(try await db.counter("sent.android") == 5)
+            // Every answer's latency, per provider, as /metrics' histogram shows it.
+            #expect(try await db.counter("latency.apns.count") == 3)
+            #expect(try await db.counter("latency.fcm.count") == 5)
+            let counters = try await db.client.withConnection { try FanoutStore.status(on: $0) }.counters
+            let lines = PushLatency.metricLines(counters)
+            #expect(lines.contains(#"inbox_push_provider_duration_seconds_bucket{provider="fcm",le="+Inf"} 5"#), "\(lines)")
+            #expect(lines.contains(#"inbox_push_provider_duration_seconds_count{provider="apns"} 3"#), "\(lines)")
+            let sum = lines.first { $0.hasPrefix(#"inbox_push_provider_duration_seconds_sum{provider="apns"}"#) }
+            #expect(sum.flatMap { Double($0.split(separator: " ").last ?? "") }.map { $0 > 0 && $0 < 30 } == true, "\(String(describing: sum))")
         }
     }
 }
