@@ -30,6 +30,9 @@ public final class Projector: Service {
         /// with COPY, with its checkpoint, in one transaction (`INBOX_REPLAY_MEMORY_EVENTS`; about
         /// half a GiB a million events of the benchmark's mix). 0: batch by batch through SQL from the start.
         public var inMemoryEvents = 2_000_000
+        /// The in-memory catch-up's batches (a replay's). A projector told to stop while it catches
+        /// up stops after the batch it is folding, and writes what it folded.
+        public var inMemoryBatch = 20_000
         public var pollInterval: Duration = .seconds(1)
         /// How often a node without the lease tries to take it.
         public var leaseRetry: Duration = .milliseconds(500)
@@ -45,9 +48,10 @@ public final class Projector: Service {
         public init(
             batchSize: Int = 1000, maximumBatchSize: Int = 10_000, inMemoryEvents: Int = 2_000_000, pollInterval: Duration = .seconds(1),
             leaseRetry: Duration = .milliseconds(500), backoff: Backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5)),
-            readInterval: Duration = .milliseconds(20)
+            readInterval: Duration = .milliseconds(20), inMemoryBatch: Int = 20_000
         ) {
             self.readInterval = max(.zero, readInterval)
+            self.inMemoryBatch = max(1, inMemoryBatch)
             self.batchSize = max(1, batchSize)
             self.maximumBatchSize = max(self.batchSize, maximumBatchSize)
             self.inMemoryEvents = max(0, inMemoryEvents)
@@ -285,11 +289,14 @@ struct ProjectorWork: LoopWork {
     /// `options.inMemoryEvents` events, the next batch read while one is folded; then the rows,
     /// the outbox, the dead letters and the checkpoint written in one transaction that first locks
     /// the checkpoint row and checks it has not moved, as every batch does. A process killed
-    /// before that commit has written nothing, and starts again.
+    /// before that commit has written nothing, and starts again. Told to stop (its task
+    /// cancelled), it reads no further batch: it writes what it has folded, so the role stops
+    /// within a batch's fold and that write rather than the whole catch-up, and keeps that work;
+    /// the next holder of the lease goes on batch by batch from there.
     private func catchUpInMemory(
         _ type: any ReplayFold.Type, from expected: ProjectionPosition, first: DecodedBatch, state: inout State, on session: LeasedSession
     ) async throws -> Outcome {
-        let projection = self.projection, types = projection.eventTypes, limit = Self.inMemoryBatch
+        let projection = self.projection, types = projection.eventTypes, limit = options.inMemoryBatch
         // Ended once the batches are read (after a read still under way, should a fold throw).
         let reader = PostgresSession(configuration: configuration, applicationName: "inbox-project-\(projection.name)-reader")
         defer { reader.close() }
@@ -305,11 +312,11 @@ struct ProjectorWork: LoopWork {
             events += batch.records.count
             last = end
             let next =
-                more && events < options.inMemoryEvents
+                more && events < options.inMemoryEvents && !Task.isCancelled
                 ? Task { try await reader.run { connection in try Self.read(after: end, limit: limit, types: types, on: connection) } } : nil
             unreadable += ProjectionBatchApplier.unreadable(batch, projection: projection)
             try await fold.apply(batch.events.filter { types.contains($0.record.type) }, projection: projection)
-            guard let next else { break }
+            guard let next, !Task.isCancelled else { break }
             batch = try await next.value
         }
         let through = last, unreadableEvents = unreadable
@@ -343,9 +350,6 @@ struct ProjectorWork: LoopWork {
             return .refused
         }
     }
-
-    /// The batches of an in-memory catch-up: a replay's.
-    static let inMemoryBatch = 20_000
 
     /// A fold's side write (`ReplayFold.sideWrite`), started at once in a transaction of its own on
     /// a session of its own, which a connection's thread waits for.
