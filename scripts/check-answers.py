@@ -465,6 +465,23 @@ def main():
         failed_answers += bool(failures)
     operations = checker.operations
 
+    # The document's request examples: every body has one, and each is valid against its schema.
+    example_problems = []
+    for (method, template), (operation, location) in operations.items():
+        content = (operation.get("requestBody") or {}).get("content") or {}
+        for media, entry in content.items():
+            if media == "multipart/form-data" or not isinstance(entry, dict):
+                continue
+            schema = entry.get("schema") or {}
+            examples = schema.get("examples") if isinstance(schema, dict) else None
+            if not examples:
+                example_problems.append(f"{method} {template} {media}: no example of its body")
+                continue
+            for index, example in enumerate(examples):
+                schema_location = pointer(*location, "requestBody", "content", media, "schema")
+                for line in checker.schemas.check(schema_location, example, canonical(example)):
+                    example_problems.append(f"{method} {template} {media}: example {index}: {line}")
+
     # Coverage.
     # A redirect is the success of a route that answers one (Apple's return).
     missing_success = [op for op in operations if not any(200 <= s < 400 for s in seen[op])]
@@ -473,8 +490,10 @@ def main():
         print(f"note: --allow-missing {m} {p} names no operation of the document")
     required_missing = [op for op in missing_success if op not in allowed] if args.require_success else []
 
-    if groups or required_missing:
+    if groups or required_missing or example_problems:
         print(f"FAILURES ({len(groups)} groups)")
+        for line in example_problems:
+            print(f"  [examples] {line}")
         for (method, label, status, check), group in groups.items():
             example, example_path = group["example"]
             print(f"  {method} {label} {status} [{check}]: {group['count']} answer(s), e.g. {example}"
@@ -501,10 +520,10 @@ def main():
             print(f"  {op[0]} {op[1]}" + ("  (allowed)" if op in allowed else ""))
     print()
 
-    failures = failed_answers + len(required_missing)
+    failures = failed_answers + len(required_missing) + len(example_problems)
     answered = sum(1 for op in operations if seen[op])
     succeeded = len(operations) - len(missing_success)
-    detail = f"{failed_answers} answers failing a check"
+    detail = f"{failed_answers} answers failing a check, {len(example_problems)} request examples missing or invalid"
     if args.require_success:
         detail += f", {len(required_missing)} operations without a required 2xx"
     print(f"check-answers: {len(answers)} answers checked, {failures} failures ({detail}), "

@@ -24,7 +24,7 @@ public enum ContactRoutes {
                     "Sets a person's mail address and mail language (service credential); 201 when the person had none.",
                     body: Schema.resourceDocument(
                         type: type,
-                        attributes: ["email": Schema.string(maximumLength: 254), "language": Schema.choice(Language.allCases.map(\.rawValue))],
+                        attributes: ["email": Schema.string(maximumLength: 254, pattern: Self.addressPattern), "language": Schema.choice(Language.allCases.map(\.rawValue))],
                         required: ["email", "language"], id: true),
                     responses: [200: .document(Schema.document), 201: .document(Schema.document)]).returning(Self.contact)
             ) { context in
@@ -89,6 +89,11 @@ public enum ContactRoutes {
 }
 
 extension ContactRoutes {
+    /// `MailAddress.isValid` as a pattern: dot-separated atoms of RFC 5322's atext, at most 64
+    /// before the `@`, then DNS labels of letters, digits and inner hyphens.
+    static let addressPattern =
+        "^(?=[^@]{1,64}@)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+
     static let contact = Schema.single(
         Schema.resource("Contact", type: type, attributes: ["email": Schema.text, "language": Schema.text, "updatedAt": Schema.timestamp]))
 }

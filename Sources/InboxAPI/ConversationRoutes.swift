@@ -40,6 +40,18 @@ public enum ConversationRoutes {
     static let idempotencyParameter = QueryParameter(
         idempotencyHeader, Schema.string(maximumLength: maximumIdempotencyKeyBytes, pattern: "^[!-~]{1,100}$"),
         "A key of the client's for this message (a fresh UUID, say): sending the same write again with it, after a lost answer, writes nothing and answers what the first wrote (Idempotent-Replayed: true); with another body, offer, attachments or thread it is 422 idempotency_key_reused.")
+    /// A message has a body that is not blank, or an attachment (`MessageInput`); an offer alone is
+    /// not a message.
+    static let messageRules: [String: JSONValue] = [
+        "anyOf": .array([
+            .object(["required": .array([.string("body")]), "properties": .object(["body": .object(["type": .string("string"), "pattern": .string("\\S")])])]),
+            .object([
+                "required": .array([.string("attachmentHandles")]),
+                "properties": .object(["attachmentHandles": .object(["type": .string("array"), "minItems": .integer(1)])]),
+            ]),
+        ])
+    ]
+
     static let messageSchemas: [String: JSONValue] = [
         "body": .object([
             "type": .string("string"), "maxLength": .integer(Int64(maximumBodyLength)),
@@ -128,7 +140,8 @@ public enum ConversationRoutes {
                     "Starts a conversation with a watch's shop with its first message; a second start about the same watch answers the existing thread (200) with the message appended to it.",
                     headers: [idempotencyParameter],
                     body: Schema.resourceDocument(
-                        type: type, attributes: messageSchemas.merging(["watchId": Schema.string(maximumLength: 200)]) { $1 }, required: ["watchId"]),
+                        type: type, attributes: messageSchemas.merging(["watchId": Schema.string(maximumLength: 200)]) { $1 }, required: ["watchId"],
+                        rules: messageRules),
                     responses: [201: .document(Schema.document), 200: .document(Schema.document)]).returning(Schema.single(Self.conversation, included: Self.message))
             ) { context in
                 let data = try context.resourceDocument()
@@ -237,7 +250,7 @@ public enum ConversationRoutes {
                 .post, path + "/{id}/messages", access: .signedIn(scope: .messagesWrite),
                 describedAs: RouteDescription(
                     "Writes in a conversation: a body, attachments (handles the caller uploaded) and an optional offer.",
-                    headers: [idempotencyParameter], body: Schema.resourceDocument(type: messageType, attributes: messageSchemas), responses: [201: .document(Schema.document)]).returning(Schema.single(Self.message))
+                    headers: [idempotencyParameter], body: Schema.resourceDocument(type: messageType, attributes: messageSchemas, rules: messageRules), responses: [201: .document(Schema.document)]).returning(Schema.single(Self.message))
             ) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()

@@ -91,7 +91,8 @@ public enum InternalEventRoutes {
         ])
         let attributes = Schema.object(
             [
-                "stream": Schema.stringWithoutNUL, "eventType": Schema.stringWithoutNUL, "payload": Schema.objectWithoutNUL,
+                "stream": Schema.string(maximumLength: 200, pattern: "^[^\\u0000]*$"), "eventType": Schema.string(maximumLength: 200, pattern: "^[^\\u0000]*$"),
+                "payload": Schema.objectWithoutNUL,
                 "schemaVersion": Schema.integer(1...1000), "idempotencyKey": Schema.stringWithoutNUL, "metadata": metadata,
             ], required: ["stream", "eventType", "payload"])
         let event = Schema.object(["type": .object(["type": .string("string"), "const": .string("events")]), "attributes": attributes], required: ["type", "attributes"])
@@ -121,6 +122,9 @@ public enum InternalEventRoutes {
         let typeName = attributes["type"] != nil ? "type" : "eventType"
         guard case .string(let type)? = attributes[typeName] else { throw refuse(typeName, "eventType is required (a string).") }
         guard case .object(let payload)? = attributes["payload"] else { throw refuse("payload", "payload is required (an object).") }
+        guard JSONValue.object(payload).nesting <= Schema.freeFormNesting else {
+            throw refuse("payload", "payload nests objects and arrays more than \(Schema.freeFormNesting) deep.")
+        }
         var schemaVersion = 1
         if let value = attributes["schemaVersion"] {
             guard let number = value.integerValue, (1...1000).contains(number) else { throw refuse("schemaVersion", "schemaVersion is a whole number from 1.") }

@@ -52,13 +52,15 @@ public enum OpenAPI {
             var operation: [String: JSONValue] = [
                 "summary": .string(described.summary), "operationId": .string(operationId(route)), "responses": .object(responses),
             ]
+            let example = OpenAPIExamples.request("\(route.method.rawValue) \(route.pattern)")
             if let body = described.body {
-                var content: [String: JSONValue] = [JSONAPI.mediaType: .object(["schema": body])]
+                var content: [String: JSONValue] = [JSONAPI.mediaType: .object(["schema": example.map { body.adding("examples", .array([$0])) } ?? body])]
                 if let multipart = described.multipartBody { content["multipart/form-data"] = .object(["schema": multipart]) }
                 operation["requestBody"] = .object(["required": .bool(true), "content": .object(content)])
             } else if let form = described.formBody {
                 operation["requestBody"] = .object([
-                    "required": .bool(true), "content": .object(["application/x-www-form-urlencoded": .object(["schema": form])]),
+                    "required": .bool(true),
+                    "content": .object(["application/x-www-form-urlencoded": .object(["schema": example.map { form.adding("examples", .array([$0])) } ?? form])]),
                 ])
             }
             switch route.access {

@@ -96,6 +96,15 @@ public struct QueryParameter: Sendable {
     ]
 }
 
+extension JSONValue {
+    /// This object schema with one more keyword (`default`, `examples`).
+    func adding(_ keyword: String, _ value: JSONValue) -> JSONValue {
+        guard case .object(var members) = self else { return self }
+        members[keyword] = value
+        return .object(members)
+    }
+}
+
 /// JSON Schema (2020-12, as OpenAPI 3.1 has it) of what the routes read and write.
 public enum Schema {
     public static func string(maximumLength: Int = 200, pattern: String? = nil) -> JSONValue {
@@ -136,7 +145,9 @@ public enum Schema {
         type: String, attributes: [String: JSONValue], required: [String] = [], id: Bool = false, rules: [String: JSONValue] = [:]
     ) -> JSONValue {
         var properties = attributes
-        for (name, schema) in attributes where !required.contains(name) && schema != boolean {
+        // A boolean may not be null (`Attributes.bool`), with a default or without; one of a single
+        // value (`const`) may, as absent (`ConversationRoutes.only`).
+        for (name, schema) in attributes where !required.contains(name) && (schema["type"] != .string("boolean") || schema["const"] != nil) {
             properties[name] = .object(["anyOf": .array([schema, .object(["type": .string("null")])])])
         }
         guard case .object(var attributesSchema) = object(properties, required: required) else { preconditionFailure("an object schema") }
@@ -147,14 +158,17 @@ public enum Schema {
     }
 
     /// Any JSON without U+0000 (PostgreSQL cannot store it; a body holding it is 422), in a name
-    /// or a string: what a free-form member (a saved search's query, an event's payload) may be.
-    /// Written out for `nestingDescribed` levels rather than as a schema that refers to itself,
-    /// which client generators cannot read (openapi-python-client drops the operations using it);
-    /// deeper values are any JSON in the document, and still refused with U+0000 by the server.
+    /// or a string: what a free-form member (a saved search's query, an event's payload) may be,
+    /// nested at most `freeFormNesting` objects and arrays deep, the member itself included
+    /// (deeper is 422, `JSONValue.nesting`). Written out level by level rather than as a schema
+    /// that refers to itself, which client generators cannot read (openapi-python-client drops
+    /// the operations using it); the deepest level holds no more objects or arrays.
     public static let jsonWithoutNUL: JSONValue = nested(0)
-    /// An object of `jsonWithoutNUL` members.
+    /// An object of `jsonWithoutNUL` members: a free-form member.
     public static let objectWithoutNUL: JSONValue = objectWithoutNUL(members: jsonWithoutNUL)
-    static let nestingDescribed = 4
+    /// How deep a free-form member's objects and arrays may nest, itself included.
+    public static let freeFormNesting = 6
+    static var nestingDescribed: Int { freeFormNesting }
 
     static func objectWithoutNUL(members: JSONValue) -> JSONValue {
         .object(["type": .string("object"), "propertyNames": .object(["pattern": .string("^[^\\u0000]*$")]), "additionalProperties": members])
@@ -175,17 +189,16 @@ public enum Schema {
     /// The components the references above name.
     static let components: [String: JSONValue] = freeForm.merging(fixed) { $1 }
 
-    /// `JSONWithoutNUL`, `JSONWithoutNUL1`, ...: each level's members are the next level's.
+    /// `JSONWithoutNUL`, `JSONWithoutNUL1`, ...: each level's members are the next level's, and
+    /// the last (inside `freeFormNesting` - 1 containers and the member's own object) holds scalars only.
     static let freeForm: [String: JSONValue] = Dictionary(
         uniqueKeysWithValues: (0..<nestingDescribed).map { level in
-            let inner = level + 1 < nestingDescribed ? nested(level + 1) : .object(["description": .string("Any JSON (without U+0000).")])
-            let schema: JSONValue = .object([
-                "anyOf": .array([
-                    .object(["type": .array([.string("null"), .string("boolean"), .string("number")])]), stringWithoutNUL,
-                    .object(["type": .string("array"), "items": inner]), objectWithoutNUL(members: inner),
-                ])
-            ])
-            return ("JSONWithoutNUL" + (level == 0 ? "" : String(level)), schema)
+            var choices: [JSONValue] = [.object(["type": .array([.string("null"), .string("boolean"), .string("number")])]), stringWithoutNUL]
+            if level + 1 < nestingDescribed {
+                let inner = nested(level + 1)
+                choices += [.object(["type": .string("array"), "items": inner]), objectWithoutNUL(members: inner)]
+            }
+            return ("JSONWithoutNUL" + (level == 0 ? "" : String(level)), .object(["anyOf": .array(choices)]))
         })
 
     static let fixed: [String: JSONValue] = [

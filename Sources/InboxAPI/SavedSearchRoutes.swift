@@ -22,7 +22,7 @@ public enum SavedSearchRoutes {
         "query": .object([
             "allOf": .array([Schema.objectWithoutNUL]), "description": .string("The search, as the catalogue tier understands it (at most 16 KiB)."),
         ]),
-        "interval": Schema.choice(intervals), "push": Schema.boolean,
+        "interval": Schema.choice(intervals).adding("default", .string("daily")), "push": Schema.boolean.adding("default", .bool(true)),
     ]
 
     public static func routes(client: PostgresClient, inline: InlineProjections = InlineProjections()) -> [Route] {
@@ -124,6 +124,11 @@ public enum SavedSearchRoutes {
         case .object(let members)?:
             guard JSONAPI.bytes(.object(members)).count <= 16_384 else {
                 throw APIError(status: 422, code: .invalidField, detail: "query is larger than 16 KiB.", source: Attributes.pointer("query"))
+            }
+            guard JSONValue.object(members).nesting <= Schema.freeFormNesting else {
+                throw APIError(
+                    status: 422, code: .invalidField, detail: "query nests objects and arrays more than \(Schema.freeFormNesting) deep.",
+                    source: Attributes.pointer("query"))
             }
             return .object(members)
         default:

@@ -89,7 +89,7 @@ public enum UploadRoutes {
                 describedAs: RouteDescription(
                     "Uploads an image or video (up to 10 MB, its type read from its bytes): one file part of a multipart/form-data body, or a sourceUrl to fetch it from. Answers its handle.",
                     body: Schema.resourceDocument(
-                        type: "uploads", attributes: ["sourceUrl": Schema.string(maximumLength: 2048, pattern: "^[hH][tT][tT][pP][sS]?://")],
+                        type: "uploads", attributes: ["sourceUrl": Schema.string(maximumLength: 2048, pattern: "^[hH][tT][tT][pP][sS]?://[^/?#@:]+")],
                         required: ["sourceUrl"]),
                     multipartBody: Schema.object(
                         ["file": .object(["type": .string("string"), "contentMediaType": .string("application/octet-stream")])], required: ["file"]),

@@ -132,3 +132,14 @@ extension StringProtocol {
     /// Whether the text holds U+0000, which PostgreSQL's text cannot store.
     public var containsNUL: Bool { utf8.contains(0) }
 }
+
+extension JSONValue {
+    /// How deep objects and arrays nest in this value: 0 for a scalar, 1 for `{}` or `[1]`.
+    public var nesting: Int {
+        switch self {
+        case .array(let items): 1 + (items.lazy.map(\.nesting).max() ?? 0)
+        case .object(let members): 1 + (members.values.lazy.map(\.nesting).max() ?? 0)
+        default: 0
+        }
+    }
+}

@@ -68,4 +68,26 @@ import Testing
             }
         }
     }
+
+    /// A query nests objects and arrays at most `Schema.freeFormNesting` deep, itself included, as
+    /// the OpenAPI document says (its deepest level holds no container): deeper is 422.
+    @Test func aQueryNestedDeeperThanTheDocumentSaysIsRefused() async throws {
+        try await Self.withSavedSearchAPI { client in
+            let headers = [
+                "Authorization": "Bearer " + (try AccessTokenTests.signer.mint(subject: "alice", scopes: [.accountRead, .accountWrite])),
+                "Content-Type": "application/vnd.api+json",
+            ]
+            func nested(_ depth: Int) -> String {
+                (1..<depth).reduce("1") { inner, level in level % 2 == 0 ? "[\(inner)]" : #"{"a":\#(inner)}"# }
+            }
+            for (depth, status) in [(Schema.freeFormNesting, 201), (Schema.freeFormNesting + 1, 422)] {
+                let query = #"{"q":\#(nested(depth))}"#
+                let reply = try await client.send(
+                    "POST", "/v1/me/saved-searches", headers: headers,
+                    body: Data(#"{"data":{"type":"saved-searches","attributes":{"name":"Deep","query":\#(query)}}}"#.utf8))
+                #expect(reply.status == status, "a query \(depth) deep: \(String(decoding: reply.body, as: UTF8.self))")
+                if status == 422 { #expect(reply.pointer == "/data/attributes/query") }
+            }
+        }
+    }
 }
