@@ -92,6 +92,11 @@ public enum Accounts {
     /// Whether `email` is plausibly an address: one `@` with something either side, no spaces or
     /// control characters, at most 254 bytes (RFC 5321's path limit). Not a full RFC 5322 parser:
     /// the address is proven by the mail sent to it, not by its syntax.
+    /// `isPlausibleEmail` (after `normalized`) as the OpenAPI document's pattern: no space or
+    /// control byte, one `@` between two non-empty parts, the domain not starting or ending with a dot.
+    public static let emailPattern =
+        "^[ \\t]*[^\\u0000-\\u0020\\u007F@]+@[^\\u0000-\\u0020\\u007F@.]([^\\u0000-\\u0020\\u007F@]*[^\\u0000-\\u0020\\u007F@.])?[ \\t]*$"
+
     public static func isPlausibleEmail(_ email: String) -> Bool {
         let bytes = Array(email.utf8)
         guard (3...254).contains(bytes.count), !bytes.contains(where: { $0 <= 0x20 || $0 == 0x7F }) else { return false }

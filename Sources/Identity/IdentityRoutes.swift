@@ -66,7 +66,7 @@ enum AccountRoutes {
     static func routes(_ administration: AccountAdministration) -> [Route] {
         // What a sign-up gives (its id too, for an account another tier already named), and what a change may.
         let creating: [String: JSONValue] = [
-            "email": Schema.string(maximumLength: 254), "password": Schema.string(maximumLength: 1024), "givenName": Schema.string(),
+            "email": Schema.string(maximumLength: 254, pattern: Accounts.emailPattern), "password": Schema.string(maximumLength: 1024), "givenName": Schema.string(),
             "familyName": Schema.string(), "emailVerified": Schema.boolean,
         ]
         let changing: [String: JSONValue] = [

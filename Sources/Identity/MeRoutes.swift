@@ -31,7 +31,7 @@ public enum MeRoutes {
         var attributes: [String: JSONValue] = [
             "givenName": Self.nameSchema, "familyName": Self.nameSchema, "language": Schema.choice(languages),
         ]
-        if verification != nil { attributes["email"] = Schema.string(maximumLength: 254) }
+        if verification != nil { attributes["email"] = Schema.string(maximumLength: 254, pattern: Accounts.emailPattern) }
         return [
             Route(
                 .get, "/v1/me", access: .signedIn(scope: nil),

@@ -23,6 +23,19 @@ import Testing
         #expect(totp.code(step: step) == String(code.suffix(6)))
     }
 
+    /// The OpenAPI document's pattern for an account's address takes what the routes take
+    /// (`Accounts.isPlausibleEmail` after `normalized`): a looser one let make fuzz send "0".
+    @Test func theEmailPatternTakesWhatTheAccountRoutesTake() throws {
+        let expression = try NSRegularExpression(pattern: Accounts.emailPattern)
+        for sample in [
+            "anna@example.com", "0", "", "a@b", "ab", "a@.b", "a@b.", "@b.nl", "a@", "a b@c.nl", "a@b@c.nl", " anna@example.com ", "\tanna@example.com",
+            "année@exämple.com", "a\u{7F}@b.nl", "a@b\u{1}.nl", "x@y.z",
+        ] {
+            let matches = expression.firstMatch(in: sample, range: NSRange(sample.startIndex..., in: sample)) != nil
+            #expect(matches == Accounts.isPlausibleEmail(Accounts.normalized(sample)), "\(sample.debugDescription): the pattern says \(matches)")
+        }
+    }
+
     @Test func aTOTPCodeMatchesOneStepEitherSideAndNeverAStepAlreadyAccepted() {
         let totp = TOTP(secret: TOTP.newSecret())
         let now = Date(timeIntervalSince1970: 1_800_000_015)
