@@ -255,7 +255,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "BenchmarkVerdictTests", dependencies: ["BenchmarkVerdict"], swiftSettings: swiftSettings),
+            name: "BenchmarkVerdictTests", dependencies: ["BenchmarkVerdict", "InboxSimulation"], swiftSettings: swiftSettings),
         .testTarget(
             name: "InboxDomainTests", dependencies: ["InboxDomain"], swiftSettings: swiftSettings),
         .testTarget(

@@ -1,6 +1,7 @@
 import EventLog
 import Foundation
 import InboxDomain
+import InboxSimulation
 
 /// A buyer's message in a conversation: most of what the inbox appends.
 struct MessageSent: EventPayload {
@@ -30,18 +31,6 @@ struct ConversationStarted: EventPayload {
     var listingId: String
 }
 
-/// A small, fast, seedable generator, so every run appends the same mix to the same streams.
-struct SplitMix64: RandomNumberGenerator, Sendable {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// Builds realistic events the way the API does: typed payloads encoded by `NewEvent(streamId:payload:...)`
 /// (JSONEncoder), app metadata, a fresh idempotency key per event and one correlation id per request (batch).

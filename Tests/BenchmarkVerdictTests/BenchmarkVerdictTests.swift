@@ -1,5 +1,6 @@
 import BenchmarkVerdict
 import Foundation
+import InboxSimulation
 import Testing
 
 #if canImport(FoundationXML)
@@ -137,17 +138,8 @@ import Testing
 /// The A B A B judgement (`PairedRule`), on pairs made with a known slowdown and noise: how often it
 /// is right is what `docs/benchmarks.md` must then show on the real machine with planted slowdowns.
 @Suite struct PairedRuleTests {
-    /// A small, seeded generator (SplitMix64): the same pairs on every run.
-    struct Seeded: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
+    /// Seeded: the same pairs on every run.
+    typealias Seeded = SplitMix64
 
     /// A rate with multiplicative noise of about `noise` (normal in the log, Box–Muller).
     static func noisy(_ rate: Double, _ noise: Double, _ random: inout Seeded) -> Double {
@@ -188,7 +180,7 @@ import Testing
     /// judged the other way at most once in 100 (seeded: 979 and 974 of 1,000 right, 2 and 3 wrong,
     /// the rest inconclusive).
     @Test func aFifthSlowerIsCaughtAndTheSameBuildPassesNineTimesInTen() {
-        var random = Seeded(state: 20261205)
+        var random = Seeded(seed: 20261205)
         let rule = PairedRule.standard
         var outcomes: [Double: [PairedJudgement.Outcome: Int]] = [:]
         for slowdown in [0.0, 0.2] {
