@@ -41,14 +41,19 @@ public enum ConversationRoutes {
         idempotencyHeader, Schema.string(maximumLength: maximumIdempotencyKeyBytes, pattern: "^[!-~]{1,100}$"),
         "A key of the client's for this message (a fresh UUID, say): sending the same write again with it, after a lost answer, writes nothing and answers what the first wrote (Idempotent-Replayed: true); with another body, offer, attachments or thread it is 422 idempotency_key_reused.")
     /// A message has a body that is not blank, or an attachment (`MessageInput`); an offer alone is
-    /// not a message.
+    /// not a message. Said as what is refused (`not`: neither), which client generators leave
+    /// aside, where an `anyOf` beside the properties made openapi-python-client drop the operation.
     static let messageRules: [String: JSONValue] = [
-        "anyOf": .array([
-            .object(["required": .array([.string("body")]), "properties": .object(["body": .object(["type": .string("string"), "pattern": .string("\\S")])])]),
-            .object([
-                "required": .array([.string("attachmentHandles")]),
-                "properties": .object(["attachmentHandles": .object(["type": .string("array"), "minItems": .integer(1)])]),
-            ]),
+        "not": .object([
+            "allOf": .array([
+                .object(["not": .object(["required": .array([.string("body")]), "properties": .object(["body": .object(["type": .string("string"), "pattern": .string("\\S")])])])]),
+                .object([
+                    "not": .object([
+                        "required": .array([.string("attachmentHandles")]),
+                        "properties": .object(["attachmentHandles": .object(["type": .string("array"), "minItems": .integer(1)])]),
+                    ])
+                ]),
+            ])
         ])
     ]
 
