@@ -10,15 +10,30 @@ import Foundation
 /// further than its own rounds (or the baseline's) were apart, so the fall is not the machine's
 /// noise as measured. The floor keeps a figure whose rounds happened to agree closely from failing
 /// on a few percent.
+///
+/// A margin wider than `judgeable` cannot tell a fall of that much from the noise: such a figure is
+/// **inconclusive** (unless it fell even past its wide margin), and so is the release verdict, to be
+/// run again, never passed.
 public struct MarginRule: Codable, Sendable, Equatable {
     public var floor: Double
     public var multiplier: Double
+    /// The widest margin a figure is judged with: the fall the gate must catch (a fifth).
+    public var judgeable: Double
 
-    public static let standard = MarginRule(floor: 0.05, multiplier: 1)
+    public static let standard = MarginRule(floor: 0.05, multiplier: 1, judgeable: 0.20)
 
-    public init(floor: Double, multiplier: Double) {
+    public init(floor: Double, multiplier: Double, judgeable: Double = 0.20) {
         self.floor = floor
         self.multiplier = multiplier
+        self.judgeable = judgeable
+    }
+
+    /// A report written before `judgeable` existed reads as the standard's.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        floor = try container.decode(Double.self, forKey: .floor)
+        multiplier = try container.decode(Double.self, forKey: .multiplier)
+        judgeable = try container.decodeIfPresent(Double.self, forKey: .judgeable) ?? Self.standard.judgeable
     }
 
     public func margin(baseline: [Double], run: [Double]) -> Double {
@@ -29,7 +44,8 @@ public struct MarginRule: Codable, Sendable, Equatable {
     public var statement: String {
         "margin = max(\(Int((floor * 100).rounded())) %, \(multiplier == 1 ? "" : "\(multiplier) × ")the larger spread of the baseline's "
             + "and this run's rounds), spread = (max − min) ÷ median of the per-round ratios; a figure fails when its median ratio "
-            + "is below the baseline's × (1 − margin)"
+            + "is below the baseline's × (1 − margin); a figure whose margin is over \(Int((judgeable * 100).rounded())) % and that did not fall "
+            + "is inconclusive (run again)"
     }
 }
 
@@ -40,6 +56,9 @@ public struct FigureVerdict: Codable, Sendable, Equatable {
         case passed
         /// Below it.
         case fell
+        /// Not below it, but its margin is wider than a fall the gate must catch (`MarginRule.judgeable`):
+        /// the rounds were too far apart to tell. Never a pass.
+        case inconclusive
         /// In the baseline, not measured in this run (a configuration gone or skipped).
         case missing
         /// Measured, not in the baseline (a configuration since added): reported, not gated.
@@ -71,6 +90,9 @@ public struct FigureVerdict: Codable, Sendable, Equatable {
         case .passed, .fell:
             return "\(name): \(Self.format(ratio)) of \(ceiling ?? "its ceiling"), baseline \(Self.format(baselineRatio)), "
                 + "margin \(String(format: "%.0f", (margin ?? 0) * 100)) % (passes from \(Self.format(threshold)))"
+        case .inconclusive:
+            return "\(name): \(Self.format(ratio)) of \(ceiling ?? "its ceiling"), baseline \(Self.format(baselineRatio)), "
+                + "margin \(String(format: "%.0f", (margin ?? 0) * 100)) %: its rounds are too far apart to catch a fall; run again"
         }
     }
 
@@ -83,7 +105,17 @@ public struct ReleaseVerdict: Codable, Sendable, Equatable {
     public var figures: [FigureVerdict]
 
     public var failures: [FigureVerdict] { figures.filter(\.failed) }
-    public var passed: Bool { failures.isEmpty }
+    /// The figures that could not be judged.
+    public var inconclusive: [FigureVerdict] { figures.filter { $0.outcome == .inconclusive } }
+    /// Every gated figure was judged, and none fell.
+    public var passed: Bool { failures.isEmpty && inconclusive.isEmpty }
+
+    /// `PASSED`, `FAILED: ids` (a fall wins over doubt), or `INCONCLUSIVE, run again: ids`.
+    public var answer: String {
+        if !failures.isEmpty { return "FAILED: \(failures.map(\.id).joined(separator: ", "))" }
+        if !inconclusive.isEmpty { return "INCONCLUSIVE, run again: \(inconclusive.map(\.id).joined(separator: ", "))" }
+        return "PASSED"
+    }
 
     public init(rule: MarginRule, figures: [FigureVerdict]) {
         self.rule = rule
@@ -103,9 +135,10 @@ public struct ReleaseVerdict: Codable, Sendable, Equatable {
             }
             let margin = rule.margin(baseline: oldRatios, run: ratios)
             let threshold = oldRatio * (1 - margin)
+            let outcome: FigureVerdict.Outcome = ratio < threshold ? .fell : margin > rule.judgeable ? .inconclusive : .passed
             verdicts.append(
                 FigureVerdict(
-                    id: figure.id, title: figure.title, ceiling: figure.ceiling, outcome: ratio < threshold ? .fell : .passed, ratio: ratio,
+                    id: figure.id, title: figure.title, ceiling: figure.ceiling, outcome: outcome, ratio: ratio,
                     baselineRatio: oldRatio, margin: margin, threshold: threshold))
         }
         let measured = Set(run.filter(\.isGated).map(\.id))

@@ -206,7 +206,11 @@ enum ReleaseCommand {
             FileHandle.standardError.write(Data("inbox-bench: cannot write the report: \(error)\n".utf8))
             return 3
         }
-        if failedToRun { status = 3 } else if options.writeBaselinePath == nil, verdict?.passed == false { status = 1 }
+        if failedToRun {
+            status = 3
+        } else if options.writeBaselinePath == nil, let verdict, !verdict.passed {
+            status = verdict.failures.isEmpty ? 4 : 1
+        }
         return status
     }
 
@@ -389,13 +393,18 @@ struct ReleaseRecord: Codable, Sendable {
             lines.append("note: the baseline was run with another plan (\(baselinePlan.joined(separator: "; "))): ratios may differ for that alone")
         }
         for figure in verdict.figures {
-            lines.append("  \(figure.outcome == .fell ? "FELL   " : figure.outcome == .missing ? "MISSING" : figure.outcome == .new ? "new    " : "ok     ") \(figure.line)")
+            let label =
+                switch figure.outcome {
+                case .fell: "FELL   "
+                case .missing: "MISSING"
+                case .new: "new    "
+                case .inconclusive: "UNSURE "
+                case .passed: "ok     "
+                }
+            lines.append("  \(label) \(figure.line)")
         }
-        let failed = verdict.failures
         lines.append(
-            failed.isEmpty
-                ? "PASSED: \(verdict.figures.filter { $0.outcome == .passed }.count) gated figures within their margins"
-                : "FAILED: \(failed.map(\.id).joined(separator: ", "))")
+            verdict.passed ? "PASSED: \(verdict.figures.filter { $0.outcome == .passed }.count) gated figures within their margins" : verdict.answer)
         return lines.joined(separator: "\n")
     }
 

@@ -81,7 +81,7 @@ struct ReleaseReport {
         if !record.failures.isEmpty {
             answer = "NOT COMPLETE: \(record.failures.keys.sorted().joined(separator: ", ")) could not run"
         } else if let verdict {
-            answer = verdict.passed ? "PASSED" : "FAILED: \(verdict.failures.map(\.id).joined(separator: ", "))"
+            answer = verdict.answer
         } else {
             answer = "no baseline to judge against"
         }
@@ -95,7 +95,7 @@ struct ReleaseReport {
             table { border-collapse: collapse; margin: 1em 0; font-size: 14px; }
             th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }
             td.n { text-align: right; font-variant-numeric: tabular-nums; }
-            tr.fell td { background: #ffebee; } tr.missing td { background: #fff3e0; }
+            tr.fell td { background: #ffebee; } tr.missing td { background: #fff3e0; } tr.inconclusive td { background: #fffde7; }
             .answer { font-size: 1.6em; font-weight: bold; color: \(colour); }
             .small { color: #555; font-size: 13px; }
             </style></head><body>

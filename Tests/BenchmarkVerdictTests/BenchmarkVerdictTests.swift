@@ -55,6 +55,29 @@ import Testing
         #expect(failure.line.contains("0.500"))
     }
 
+    /// Rounds too far apart to catch a fall of a fifth (the committed baseline's
+    /// `http/thread-messages`: 0.123, 0.094, 0.072, a margin of 54 %, which passed from 0.043 and so
+    /// could not fail) are inconclusive, and so is the release: run again, never passed. A figure
+    /// that fell even past its wide margin still fails, and a fall wins over doubt.
+    @Test func roundsTooFarApartAreInconclusiveNeverPassed() throws {
+        let baseline = Self.baseline([Self.figure("http/thread-messages", ratios: [0.123, 0.094, 0.072]), Self.figure("append/a", ratios: [0.49, 0.50, 0.51])])
+        let unsure = ReleaseVerdict.judge(
+            run: [Self.figure("http/thread-messages", ratios: [0.090, 0.100, 0.110]), Self.figure("append/a", ratios: [0.49, 0.50, 0.51])], baseline: baseline)
+        #expect(!unsure.passed && unsure.failures.isEmpty)
+        #expect(unsure.inconclusive.map(\.id) == ["http/thread-messages"])
+        #expect(unsure.answer == "INCONCLUSIVE, run again: http/thread-messages")
+        #expect(try #require(unsure.inconclusive.first).line.contains("run again"))
+        let fell = ReleaseVerdict.judge(
+            run: [Self.figure("http/thread-messages", ratios: [0.030, 0.031, 0.032]), Self.figure("append/a", ratios: [0.49, 0.50, 0.51])], baseline: baseline)
+        #expect(fell.figures.first?.outcome == .fell, "a fall past even a wide margin")
+        let both = ReleaseVerdict.judge(
+            run: [Self.figure("http/thread-messages", ratios: [0.090, 0.100, 0.110]), Self.figure("append/a", ratios: [0.40, 0.41, 0.42])], baseline: baseline)
+        #expect(both.answer == "FAILED: append/a")
+        // A report written before the rule had its bound reads as the standard rule.
+        let old = try JSONDecoder().decode(MarginRule.self, from: Data(#"{"floor":0.05,"multiplier":1}"#.utf8))
+        #expect(old == .standard)
+    }
+
     @Test func absoluteRatesAreNeverGated() {
         // The rate halved, the ratio held: the machine was busier, the tier no slower.
         let verdict = ReleaseVerdict.judge(
