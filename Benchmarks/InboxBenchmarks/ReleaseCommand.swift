@@ -7,7 +7,8 @@ import Lifecycle
 /// at the scale of `ReleasePlan`, then a verdict against the committed baseline, a report with
 /// plots and the JSON. Exit status: 0 when every gated figure is within its margin, 1 when one
 /// fell (each named on stdout), 2 for a usage mistake, 3 when a benchmark could not run or the
-/// baseline could not be read, 130 when interrupted.
+/// baseline could not be read, 4 when none fell but some could not be judged (run again), 130 when
+/// interrupted.
 ///
 /// Gated are only the ratios to a same-run ceiling (the server-side insert, `/healthz`, h2load):
 /// the absolute rates are reported beside them, never gated, because the machines are shared.
@@ -52,7 +53,8 @@ enum ReleaseCommand {
               --help                 this text
 
             exit status: 0 passed, 1 a gated figure fell below its baseline by more than its margin,
-            2 usage, 3 a benchmark failed or the baseline is missing or unreadable, 130 interrupted.
+            2 usage, 3 a benchmark failed or the baseline is missing or unreadable, 4 inconclusive
+            (none fell, some rounds too far apart to judge: run again), 130 interrupted.
 
             the plan:
             \(ReleasePlan.steps.map { "  \($0.benchmark.rawValue.padding(toLength: 11, withPad: " ", startingAt: 0)) \($0.summary)" }.joined(separator: "\n"))
