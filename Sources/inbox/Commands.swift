@@ -251,7 +251,9 @@ extension Command {
           swift run inbox status
           curl -d grant_type=urn:wristler:guest -d client_id=wristler-app http://\(configuration.httpHost):\(configuration.httpPort)/oauth/token
         \(Roles.mailDestination(configuration))
-        Ctrl-C stops, and stops the embedded database.
+        \(configuration.databaseURL == nil
+            ? "Ctrl-C stops the tier, and the embedded PostgreSQL when this command started it."
+            : "Ctrl-C stops the tier; the PostgreSQL of DATABASE_URL keeps running.")
 
         """
     }
