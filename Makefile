@@ -77,7 +77,7 @@ test: test-deps
 	  echo "a timed suite, on its own: $$suite"; \
 	  $(SWIFT) test --skip-build --disable-xctest --filter "$$suite" || exit 1; \
 	done && \
-	python3 scripts/check-answers.py --require-success --ignore-prefix /v1/test/ "$$answers"
+	/usr/bin/python3 scripts/check-answers.py --require-success --ignore-prefix /v1/test/ "$$answers"
 
 # PostgreSQL failover (docs/operations.md): Debian's etcd and Patroni run three PostgreSQL servers on
 # loopback, two `inbox run` nodes take traffic, and the primary is switched over, crashed and lost.

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Checks recorded HTTP answers of `inbox serve` against JSON:API 1.0 and the server's own OpenAPI.
 
 DIR holds `openapi.json` (the server's /openapi.json, OpenAPI 3.1) and any number of
