@@ -20,7 +20,7 @@ help:
 	@echo "make bench  run the benchmarks (figures in docs/benchmarks.md)"
 	@echo "make bench-release   every benchmark against Benchmarks/baseline.json: a verdict and a report"
 	@echo "make bench-baseline  the same, writing a new Benchmarks/baseline.json to commit with the release"
-	@echo "make fuzz   schemathesis against a live server from its /openapi.json, at most 8 minutes"
+	@echo "make fuzz   schemathesis against a live server from its /openapi.json, at most 10 minutes"
 	@echo "make test-client  a client generated from /openapi.json (openapi-python-client) walks the app guide's path"
 	@echo "make deps   install the Debian packages the build needs"
 
@@ -125,7 +125,7 @@ bench-baseline: deps
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench release --baseline $(BASELINE) --write-baseline $(BASELINE) $(RELEASE_ARGS)
 
 # schemathesis (PyPI, into .build/fuzz-venv when missing) against `inbox serve` on a throwaway
-# PostgreSQL, driven by /openapi.json: FUZZ_SECONDS (480) and FUZZ_EXAMPLES per operation (25);
+# PostgreSQL, driven by /openapi.json: FUZZ_SECONDS (600) and FUZZ_EXAMPLES per operation (25);
 # FUZZ_ARGS go to `schemathesis run`. Not part of `make test`.
 fuzz: build
 	scripts/fuzz.sh $(FUZZ_ARGS)

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # `make fuzz`: schemathesis (PyPI) against a live `inbox serve`, driven by its own /openapi.json.
 # A throwaway PostgreSQL, a fresh data folder (the development token key), a free port, a person's
-# development token; bounded by FUZZ_SECONDS (480) and FUZZ_EXAMPLES per operation (25); everything
+# development token; bounded by FUZZ_SECONDS (600) and FUZZ_EXAMPLES per operation (25); everything
 # it started is stopped however it ends. The document is first checked with openapi-spec-validator. Exit status: schemathesis's (0: no failure of any check).
 #   INBOX_BIN    the binary to fuzz (default .build/debug/inbox, built by `make fuzz`)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 inbox=${INBOX_BIN:-$root/.build/debug/inbox}
 venv=$root/.build/fuzz-venv
-seconds=${FUZZ_SECONDS:-480}
+seconds=${FUZZ_SECONDS:-600}
 examples=${FUZZ_EXAMPLES:-25}
 
 if ! [ -x "$venv/bin/schemathesis" ] || ! [ -x "$venv/bin/openapi-spec-validator" ]; then
