@@ -192,7 +192,7 @@ struct FanoutWork: LoopWork {
                 let push = claimed[slots[slot]]
                 ready.append((push, resolution(push, result, at: answeredAt)))
                 if !result.logged, let latency = result.latency {
-                    PushLatency.count(latency.inSeconds, provider: PushLatency.provider(outgoing[slot].platform), into: &latencies)
+                    PushLatency.count(latency.inSeconds, platform: outgoing[slot].platform, into: &latencies)
                 }
             }
             var finishing: [FanoutStore.Batch] = []

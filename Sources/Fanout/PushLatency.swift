@@ -16,12 +16,27 @@ public enum PushLatency {
         }
     }
 
-    /// Adds one answer that took `seconds` from `provider` to `counts`.
-    static func count(_ seconds: Double, provider: String, into counts: inout [String: Int]) {
+    /// A provider's counter names, made once rather than for every push.
+    struct Names {
+        let buckets: [String]
+        let count: String
+        let sum: String
+
+        init(_ provider: String) {
+            buckets = (0...PushLatency.bounds.count).map { PushLatency.prefix + provider + ".le." + String($0) }
+            count = PushLatency.prefix + provider + ".count"
+            sum = PushLatency.prefix + provider + ".sum_us"
+        }
+    }
+    static let names: [PushPlatform: Names] = [.ios: Names(provider(.ios)), .android: Names(provider(.android))]
+
+    /// Adds one answer of `platform`'s provider that took `seconds` to `counts`.
+    static func count(_ seconds: Double, platform: PushPlatform, into counts: inout [String: Int]) {
+        guard let names = names[platform] else { return }
         let bucket = bounds.firstIndex { seconds <= $0 } ?? bounds.count
-        counts[prefix + provider + ".le." + String(bucket), default: 0] += 1
-        counts[prefix + provider + ".count", default: 0] += 1
-        counts[prefix + provider + ".sum_us", default: 0] += Int(max(0, seconds) * 1_000_000)
+        counts[names.buckets[bucket], default: 0] += 1
+        counts[names.count, default: 0] += 1
+        counts[names.sum, default: 0] += Int(max(0, seconds) * 1_000_000)
     }
 
     /// Whether a counter of `push_counters` is one of these (not a push's outcome).

@@ -222,31 +222,27 @@ enum AccountRoutes {
 /// app guide's grants), OAuth's JSON answers and errors (§5.1, §5.2), Apple's `form_post`.
 enum OAuthSchemas {
     static let string = JSONValue.object(["type": .string("string"), "maxLength": .integer(1024)])
+    static let idToken = JSONValue.object(["type": .string("string"), "maxLength": .integer(Int64(SocialTokenVerifier.maximumTokenBytes))])
 
     /// `{error, error_description}` and the members the app guide adds to some.
     static let error = JSONValue.object([
         "type": .string("object"), "required": .array([.string("error")]),
         "properties": .object([
-            "error": .object(["type": .string("string")]), "error_description": .object(["type": .string("string")]),
-            "challenge": .object(["type": .string("string")]), "challenge_expires_in": .object(["type": .string("integer")]),
-            "attempts_remaining": .object(["type": .string("integer")]), "contact_url": .object(["type": .string("string")]),
+            "error": Schema.text, "error_description": Schema.text,
+            "challenge": Schema.text, "challenge_expires_in": Schema.wholeNumber,
+            "attempts_remaining": Schema.wholeNumber, "contact_url": Schema.text,
         ]),
     ])
 
-    /// `X-Wristler-App`, which the app sends on every request (an app below the minimum is refused).
-    static let app = QueryParameter(
-        AppIdentity.headerName, .object(["type": .string("string"), "pattern": .string("^((ios|android)/[0-9]{1,6}(\\.[0-9]{1,6}){0,3})?$")]),
-        "ios/<version> or android/<version>; an app below the minimum gets 426 app_update_required.")
-
     static let token = RouteDescription(
         "The sign-in (OAuth 2.0 token endpoint): a password and its second factor, Apple or Google, a guest, a refresh (docs/identity.md).",
-        headers: [app],
+        headers: [QueryParameter.appIdentity],
         formBody: .object([
             "type": .string("object"), "required": .array([.string("grant_type"), .string("client_id")]),
             "properties": .object([
                 "grant_type": Schema.choice([TokenEndpoint.grantPassword, TokenEndpoint.grantSocial, TokenEndpoint.grantGuest, TokenEndpoint.grantRefresh]),
                 "client_id": string, "scope": string, "username": string, "password": string, "challenge": string, "otp": string,
-                "provider": Schema.choice(["apple", "google"]), "id_token": .object(["type": .string("string"), "maxLength": .integer(Int64(SocialTokenVerifier.maximumTokenBytes))]),
+                "provider": Schema.choice(["apple", "google"]), "id_token": idToken,
                 "nonce": string, "handoff": string, "authorization_code": .object(["type": .string("string"), "maxLength": .integer(2048)]),
                 "given_name": string, "family_name": string, "refresh_token": string, "device": string,
             ]),
@@ -258,9 +254,9 @@ enum OAuthSchemas {
                     "type": .string("object"), "required": .array(["access_token", "token_type", "expires_in", "scope"].map(JSONValue.string)),
                     "additionalProperties": .bool(false),
                     "properties": .object([
-                        "access_token": .object(["type": .string("string")]), "token_type": .object(["type": .string("string"), "const": .string("Bearer")]),
-                        "expires_in": .object(["type": .string("integer")]), "scope": .object(["type": .string("string")]),
-                        "refresh_token": .object(["type": .string("string")]),
+                        "access_token": Schema.text, "token_type": .object(["type": .string("string"), "const": .string("Bearer")]),
+                        "expires_in": Schema.wholeNumber, "scope": Schema.text,
+                        "refresh_token": Schema.text,
                     ]),
                 ]))
         ],
@@ -271,14 +267,14 @@ enum OAuthSchemas {
         formBody: .object([
             "type": .string("object"),
             "properties": .object([
-                "id_token": .object(["type": .string("string"), "maxLength": .integer(Int64(SocialTokenVerifier.maximumTokenBytes))]),
+                "id_token": idToken,
                 "code": string, "state": string, "user": .object(["type": .string("string"), "maxLength": .integer(2048)]), "error": string,
             ]),
         ]),
         responses: [303: .redirect("To the app's link, with handoff and state, or error.")], errors: .json(error))
 
     static let revoke = RouteDescription(
-        "Revokes a refresh token and its session (RFC 7009): 200 whether or not it was known.", headers: [app],
+        "Revokes a refresh token and its session (RFC 7009): 200 whether or not it was known.", headers: [QueryParameter.appIdentity],
         formBody: .object([
             "type": .string("object"), "required": .array([.string("token"), .string("client_id")]),
             "properties": .object(["token": string, "token_type_hint": Schema.choice(["refresh_token", "access_token"]), "client_id": string]),
@@ -298,8 +294,8 @@ enum OAuthSchemas {
                             "items": .object([
                                 "type": .string("object"), "required": .array(["kty", "kid"].map(JSONValue.string)),
                                 "properties": .object([
-                                    "kty": .object(["type": .string("string")]), "kid": .object(["type": .string("string")]),
-                                    "use": .object(["type": .string("string")]), "alg": .object(["type": .string("string")]),
+                                    "kty": Schema.text, "kid": Schema.text,
+                                    "use": Schema.text, "alg": Schema.text,
                                 ]),
                             ]),
                         ])

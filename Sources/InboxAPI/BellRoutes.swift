@@ -43,7 +43,7 @@ public enum BellRoutes {
                 .patch, "/v1/me/notifications/{id}", access: .signedIn(scope: .accountWrite),
                 describedAs: RouteDescription(
                     "Marks one notification read (attributes.read: true).",
-                    body: Schema.resourceDocument(type: "notifications", attributes: ["read": .object(["type": .string("boolean"), "const": .bool(true)])], required: ["read"], id: true)).returning(Schema.single(Self.entry))
+                    body: Schema.resourceDocument(type: "notifications", attributes: ["read": Schema.constant(true)], required: ["read"], id: true)).returning(Schema.single(Self.entry))
             ) { context in
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()

@@ -78,9 +78,9 @@ public enum ConversationRoutes {
             ], required: ["amount", "currency"]),
     ]
     static let patchSchemas: [String: JSONValue] = [
-        "unread": .object(["type": .string("boolean"), "const": .bool(false), "description": .string("false: marks this side read up to the newest message.")]),
+        "unread": Schema.constant(false).adding("description", .string("false: marks this side read up to the newest message.")),
         "archived": Schema.boolean,
-        "noReplyNeeded": .object(["type": .string("boolean"), "const": .bool(true), "description": .string("Seller side only: the shop need not answer until the buyer writes again.")]),
+        "noReplyNeeded": Schema.constant(true).adding("description", .string("Seller side only: the shop need not answer until the buyer writes again.")),
     ]
 
     static let listQuery: [QueryParameter] =
@@ -578,10 +578,7 @@ public enum ConversationRoutes {
             if message.body == nil { resource.object("meta", &text) { meta, text in meta.bool("erased", true, &text) } }
             resource.object("relationships", &text) { relationships, text in
                 relationships.object("conversation", &text) { thread, text in
-                    thread.object("data", &text) { data, text in
-                        data.string("id", conversation, &text)
-                        data.string("type", type, &text)
-                    }
+                    linkage(conversation, type: type, in: &thread, &text)
                     thread.object("links", &text) { links, text in links.string("related", path + "/" + Documents.pathSegment(conversation), &text) }
                 }
             }
@@ -725,7 +722,7 @@ extension ConversationRoutes {
             "archived": Schema.boolean, "closed": Schema.boolean, "kind": Schema.text, "lastActivityAt": Schema.timestamp,
             "lastMessage": Schema.nullable(
                 Schema.record(
-                    ["authorSide": Schema.text, "body": Schema.nullable(Schema.text), "erased": .object(["type": .string("boolean"), "const": .bool(true)]), "id": Schema.text,
+                    ["authorSide": Schema.text, "body": Schema.nullable(Schema.text), "erased": Schema.constant(true), "id": Schema.text,
                      "sentAt": Schema.nullable(Schema.timestamp)], optional: ["erased"])),
             "noReplyNeeded": Schema.boolean,
             "otherParty": Schema.record(["id": Schema.nullable(Schema.text), "type": Schema.choice(["shops", "wristler", "people"])]),
@@ -746,5 +743,5 @@ extension ConversationRoutes {
             "sentAt": Schema.timestamp,
         ], optional: ["authorId"],
         relationships: ["conversation": Schema.relationship(linkage: type, related: true)],
-        meta: Schema.record(["erased": .object(["type": .string("boolean"), "const": .bool(true)])]))
+        meta: Schema.record(["erased": Schema.constant(true)]))
 }

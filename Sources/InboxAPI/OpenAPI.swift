@@ -81,17 +81,10 @@ public enum OpenAPI {
                     "schema": query.schema,
                 ]))
             }
-            for header in described.headers {
+            for header in described.headers + (route.isAppAPI ? [QueryParameter.appIdentity] : []) {
                 parameters.append(.object([
                     "name": .string(header.name), "in": .string("header"), "required": .bool(false), "description": .string(header.description),
                     "schema": header.schema,
-                ]))
-            }
-            if route.isAppAPI {
-                parameters.append(.object([
-                    "name": .string(AppIdentity.headerName), "in": .string("header"), "required": .bool(false),
-                    "description": .string("ios/<version> or android/<version> (empty: none); an app below the minimum gets 426 app_update_required."),
-                    "schema": .object(["type": .string("string"), "pattern": .string("^((ios|android)/[0-9]{1,6}(\\.[0-9]{1,6}){0,3})?$")]),
                 ]))
             }
             if !parameters.isEmpty { operation["parameters"] = .array(parameters) }

@@ -4,8 +4,8 @@ import InboxDomain
 /// An example of the body of each operation that takes one, by `METHOD pattern`, put in the
 /// OpenAPI document as the body schema's `examples`: what a client generator shows, and what
 /// schemathesis sends first (its examples phase), so each must be a request the route takes (or
-/// refuses only for what the schema cannot say, `scripts/fuzz.toml`). `make test` checks each
-/// against its schema (scripts/check-answers.py), and `OpenAPITests` that no body goes without one.
+/// refuses only for what the schema cannot say, `scripts/fuzz.toml`). `make test` checks that no
+/// body goes without one and that each is valid against its schema (scripts/check-answers.py).
 enum OpenAPIExamples {
     static let requests: [String: String] = [
         "PATCH /v1/me/notifications/{id}": #"{"data":{"type":"notifications","id":"2b1c8f0e-5d1a-4c3e-9b7a-0f6e2d4c8a19","attributes":{"read":true}}}"#,

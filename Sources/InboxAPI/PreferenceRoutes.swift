@@ -91,7 +91,7 @@ public enum PreferenceRoutes {
             Schema.object(
                 Dictionary(
                     uniqueKeysWithValues: NotificationChannel.allCases.map {
-                        ($0.rawValue, PreferenceRules.isLocked(category, $0) ? .object(["type": .string("boolean"), "const": .bool(true)]) : Schema.boolean)
+                        ($0.rawValue, PreferenceRules.isLocked(category, $0) ? Schema.constant(true) : Schema.boolean)
                     }))
         }
         let categories = NotificationCategory.allCases.filter { !PreferenceRules.isManagedPerSearch($0) }.map { ($0.rawValue, channels($0)) }

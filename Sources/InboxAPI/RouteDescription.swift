@@ -89,6 +89,11 @@ public struct QueryParameter: Sendable {
         QueryParameter("page[limit]", Schema.integer(1...50), "Entries per page, 25 when absent."),
         QueryParameter("page[cursor]", Schema.string(maximumLength: 1024), "The cursor of links.next; one this server did not hand out is 400 invalid_cursor."),
     ]
+    /// `X-Wristler-App` (`AppIdentity`), which the app sends on every request: on the `/v1` routes
+    /// and the token endpoint.
+    public static let appIdentity = QueryParameter(
+        AppIdentity.headerName, .object(["type": .string("string"), "pattern": .string("^((ios|android)/[0-9]{1,6}(\\.[0-9]{1,6}){0,3})?$")]),
+        "ios/<version> or android/<version> (empty: none); an app below the minimum gets 426 app_update_required.")
     /// `page[number]` and `page[size]` of a numbered list (`RequestContext.numberedPage`).
     public static let numberedPage: [QueryParameter] = [
         QueryParameter("page[number]", Schema.integer(1...1_000_000), "The page, from 1."),
@@ -119,6 +124,8 @@ public enum Schema {
     }
 
     public static let boolean: JSONValue = .object(["type": .string("boolean")])
+    /// A boolean that may only be `value`.
+    public static func constant(_ value: Bool) -> JSONValue { .object(["type": .string("boolean"), "const": .bool(value)]) }
     public static let anyObject: JSONValue = .object(["type": .string("object")])
 
     public static func integer(_ range: ClosedRange<Int>) -> JSONValue {
@@ -168,7 +175,6 @@ public enum Schema {
     public static let objectWithoutNUL: JSONValue = objectWithoutNUL(members: jsonWithoutNUL)
     /// How deep a free-form member's objects and arrays may nest, itself included.
     public static let freeFormNesting = 6
-    static var nestingDescribed: Int { freeFormNesting }
 
     static func objectWithoutNUL(members: JSONValue) -> JSONValue {
         .object(["type": .string("object"), "propertyNames": .object(["pattern": .string("^[^\\u0000]*$")]), "additionalProperties": members])
@@ -192,9 +198,9 @@ public enum Schema {
     /// `JSONWithoutNUL`, `JSONWithoutNUL1`, ...: each level's members are the next level's, and
     /// the last (inside `freeFormNesting` - 1 containers and the member's own object) holds scalars only.
     static let freeForm: [String: JSONValue] = Dictionary(
-        uniqueKeysWithValues: (0..<nestingDescribed).map { level in
+        uniqueKeysWithValues: (0..<freeFormNesting).map { level in
             var choices: [JSONValue] = [.object(["type": .array([.string("null"), .string("boolean"), .string("number")])]), stringWithoutNUL]
-            if level + 1 < nestingDescribed {
+            if level + 1 < freeFormNesting {
                 let inner = nested(level + 1)
                 choices += [.object(["type": .string("array"), "items": inner]), objectWithoutNUL(members: inner)]
             }

@@ -196,7 +196,7 @@ extension SavedSearchRoutes {
     static let search = Schema.resource(
         "SavedSearch", type: type,
         attributes: [
-            "name": Schema.nullable(Schema.text), "query": Schema.objectWithoutNUL, "interval": Schema.choice(["instant", "daily", "weekly", "never"]),
+            "name": Schema.nullable(Schema.text), "query": Schema.objectWithoutNUL, "interval": Schema.choice(intervals),
             "push": Schema.boolean, "createdAt": Schema.timestamp, "updatedAt": Schema.timestamp,
         ])
 }
