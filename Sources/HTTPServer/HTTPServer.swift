@@ -439,6 +439,8 @@ struct FramingHeaders {
 
     init(_ connection: OpaquePointer) {
         for (name, value) in values(connection, kind: .HEADER_KIND) {
+            // Only names of these lengths are lowercased: every request passes here.
+            guard [4, 14, 17].contains(name.utf8.count) else { continue }
             switch name.lowercased() {
             case "host": hosts += 1
             case "content-length": contentLengths.insert(value ?? "")

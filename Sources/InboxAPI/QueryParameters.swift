@@ -81,7 +81,7 @@ struct QueryParameters: Sendable {
         var text = JSONText(capacity: response.body.count)
         text.value(.object(document))
         var cut = response
-        cut.body = Array(text.string.utf8)
+        cut.body = text.bytes
         return cut
     }
 }
