@@ -59,6 +59,10 @@ let package = Package(
         // dependencies, so the lowest modules can share one copy.
         .target(name: "Encodings", swiftSettings: swiftSettings),
 
+        // A slowdown planted on purpose in one path, to prove that the release gate catches it:
+        // empty unless built with -DPLANTED_SLOWDOWN (make bench-planted, docs/benchmarks.md).
+        .target(name: "PlantedSlowdown", swiftSettings: swiftSettings),
+
         // Thin Swift wrappers: the only modules that see C pointers.
         .target(
             name: "PostgresClient", dependencies: ["CLibPQ", "Threads", "Encodings"], swiftSettings: swiftSettings),
@@ -90,7 +94,7 @@ let package = Package(
 
         // The append-only event log, its migrations and the embedded PostgreSQL.
         .target(
-            name: "EventLog", dependencies: ["PostgresClient", "InboxDomain", "JSONParsing", "Crypto", "Encodings", "Lifecycle"],
+            name: "EventLog", dependencies: ["PlantedSlowdown", "PostgresClient", "InboxDomain", "JSONParsing", "Crypto", "Encodings", "Lifecycle"],
             swiftSettings: swiftSettings),
 
         // The notification outbox and its pending queues: the one writer of `notification_outbox`
@@ -100,7 +104,7 @@ let package = Package(
 
         // Read models derived from the log, and the drivers that keep them current.
         .target(
-            name: "Projections", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "Crypto", "Encodings", "Lifecycle", "NotificationOutbox"],
+            name: "Projections", dependencies: ["PlantedSlowdown", "EventLog", "PostgresClient", "InboxDomain", "Crypto", "Encodings", "Lifecycle", "NotificationOutbox"],
             swiftSettings: swiftSettings),
 
         // Plausible, deterministic event streams for tests and benchmarks.
@@ -119,7 +123,7 @@ let package = Package(
         // FCM (or a logging transport), every answer recorded as it arrives.
         .target(
             name: "Fanout",
-            dependencies: ["PushProtocol", "HTTP2Client", "PostgresClient", "Lifecycle", "InboxDomain", "Encodings", "Threads", "NotificationOutbox", "Devices"],
+            dependencies: ["PlantedSlowdown", "PushProtocol", "HTTP2Client", "PostgresClient", "Lifecycle", "InboxDomain", "Encodings", "Threads", "NotificationOutbox", "Devices"],
             swiftSettings: swiftSettings),
 
         // Uploaded files: their type read from the bytes (libmagic), multipart bodies, fetching a
@@ -137,7 +141,7 @@ let package = Package(
         // language, and sends it through Mail's transport (MailService, any number of nodes).
         .target(
             name: "Mailer",
-            dependencies: ["Mail", "PostgresClient", "InboxDomain", "Lifecycle", "Encodings", "NotificationOutbox", "Projections", "Crypto"],
+            dependencies: ["PlantedSlowdown", "Mail", "PostgresClient", "InboxDomain", "Lifecycle", "Encodings", "NotificationOutbox", "Projections", "Crypto"],
             swiftSettings: swiftSettings),
 
         // Time-driven work: the shop_unanswered reminder (ShopReminders) and the role that checks it on
@@ -149,6 +153,7 @@ let package = Package(
         // The JSON:API in front of the read models: identity of the app, routing, errors.
         .target(
             name: "InboxAPI", dependencies: [
+                "PlantedSlowdown",
                 "HTTPServer", "EventLog", "Projections", "PostgresClient", "InboxDomain", "Crypto", "Threads", "Devices", "Encodings", "Lifecycle",
                 "Fanout", "Uploads", "Mail", "Mailer", "JSONParsing",
             ],
@@ -161,6 +166,7 @@ let package = Package(
         // Apple and Google, and the OAuth token endpoint that issues the access tokens the API verifies.
         .target(
             name: "Identity", dependencies: [
+                "PlantedSlowdown",
                 "PasswordHashing", "Crypto", "Encodings", "EventLog", "HTTP2Client", "HTTPServer", "InboxAPI", "InboxDomain", "Lifecycle",
                 "Mail", "Mailer", "PostgresClient", "Threads",
             ],

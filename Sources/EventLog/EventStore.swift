@@ -1,6 +1,7 @@
 import Foundation
 import InboxDomain
 import JSONParsing
+import PlantedSlowdown
 import PostgresClient
 
 /// The append-only event log in PostgreSQL.
@@ -247,6 +248,7 @@ struct AppendRequest: Sendable {
         }
         (eventsJSON, metadataTexts) = Self.json(events, payloads: nil)
         holdsPersonalData = events.contains { PersonalDataKeys.personalTypes.contains($0.type) }
+        Planted.spend(.append, units: events.count)
 
         var expected = JSONText()
         var first = true

@@ -2,6 +2,7 @@ import Encodings
 import Foundation
 import InboxDomain
 import Lifecycle
+import PlantedSlowdown
 import PostgresClient
 import NotificationOutbox
 import PushProtocol
@@ -160,6 +161,7 @@ struct FanoutWork: LoopWork {
     /// last answer. Returns the batches that were no longer this fan-out's when recorded.
     func sendAndRecord(_ claimed: [FanoutStore.Claimed], on session: LeasedSession) async throws -> [FanoutStore.Batch] {
         let store = store
+        Planted.spend(.fanout, units: claimed.count)
         let prepared = prepare(claimed)
         var ready = prepared.ready
         let outgoing = prepared.outgoing, slots = prepared.slots

@@ -4,6 +4,7 @@ import HTTPServer
 import InboxAPI
 import InboxDomain
 import Lifecycle
+import PlantedSlowdown
 import PostgresClient
 
 /// `POST /oauth/token` (app guide sections 3 and 4): the password grant with its second factor,
@@ -412,6 +413,7 @@ public final class TokenEndpoint: Sendable {
     }
 
     func refreshGrant(_ form: FormBody, _ caller: Caller) throws(OAuthError) -> HTTPResponse {
+        Planted.spend(.refresh)
         guard let token = form["refresh_token"] else { throw OAuthError.invalidRequest("refresh_token is missing.") }
         let narrowed = try ScopeList.parse(form["scope"])
         try localLimits.take("refresh", address: caller.address, limit: configuration.refreshPerAddress, now: caller.now)

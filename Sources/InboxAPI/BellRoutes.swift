@@ -2,6 +2,7 @@ import EventLog
 import Foundation
 import HTTPServer
 import InboxDomain
+import PlantedSlowdown
 import PostgresClient
 import Projections
 
@@ -17,6 +18,7 @@ public enum BellRoutes {
                     "The bell: notifications about the person, newest first, in cursor pages; meta.unread.",
                     query: QueryParameter.cursorPage + [QueryParameter("filter[unread]", Schema.choice(["true", "false"]), "Only unread (true) or read (false) entries.")]).returning(Self.page),
                 fromMemory: { context in
+                    Planted.spend(.bellPage)
                     guard let cache else { return nil }
                     let list = try ListRequest(context)
                     return cache.page(list.key).map { Self.listResponse($0, language: list.language) }

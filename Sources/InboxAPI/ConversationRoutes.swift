@@ -3,6 +3,7 @@ import EventLog
 import Foundation
 import HTTPServer
 import InboxDomain
+import PlantedSlowdown
 import PostgresClient
 import Projections
 
@@ -106,6 +107,7 @@ public enum ConversationRoutes {
                     "The person's conversations on one side, by last activity, newest first, in cursor pages; meta.unread is that side's badge.",
                     query: listQuery).returning(Schema.list(Self.conversation, meta: Schema.record(["unread": Schema.wholeNumber])))
             ) { context in
+                Planted.spend(.conversationList)
                 let limit = try context.pageLimit()
                 let cursor = try context.pageCursor()
                 let side = try Self.side(context)
@@ -232,6 +234,7 @@ public enum ConversationRoutes {
                     "The messages of a conversation, newest first, in cursor pages that neither skip nor repeat while messages arrive.",
                     query: QueryParameter.cursorPage).returning(Schema.list(Self.message))
             ) { context in
+                Planted.spend(.threadMessages)
                 let id = context.parameters["id"] ?? ""
                 let limit = try context.pageLimit()
                 let cursor = try context.pageCursor()
@@ -257,6 +260,7 @@ public enum ConversationRoutes {
                     "Writes in a conversation: a body, attachments (handles the caller uploaded) and an optional offer.",
                     headers: [idempotencyParameter], body: Schema.resourceDocument(type: messageType, attributes: messageSchemas, rules: messageRules), responses: [201: .document(Schema.document)]).returning(Schema.single(Self.message))
             ) { context in
+                Planted.spend(.posting)
                 let id = context.parameters["id"] ?? ""
                 let data = try context.resourceDocument()
                 try Documents.requireType(data, messageType, id: nil)

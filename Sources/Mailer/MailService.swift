@@ -4,6 +4,7 @@ import InboxDomain
 import Lifecycle
 import Mail
 import NotificationOutbox
+import PlantedSlowdown
 import PostgresClient
 
 /// The mailer (`inbox mail`, and part of `inbox run`): decides pending outbox entries into
@@ -133,6 +134,7 @@ public struct MailSender: Sendable {
         guard let contact else { return .noContact }
         let message: MailMessage
         do {
+            Planted.spend(.mail)
             message = try MailRenderer.render(person, to: contact, from: from, links: links, date: now())
         } catch {
             // Only a bad setting (a public URL the links refuse) gets here; keep the mail for when it is fixed.

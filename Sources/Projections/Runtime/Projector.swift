@@ -3,6 +3,7 @@ import EventLog
 import Foundation
 import InboxDomain
 import Lifecycle
+import PlantedSlowdown
 import PostgresClient
 import Synchronization
 
@@ -224,6 +225,7 @@ struct ProjectorWork: LoopWork {
         // An inline writer (or a replay's swap) moved it: resume there, without the transaction
         // that would find that out under the row's lock.
         if !stored.isAt(expected) { return .moved(stored) }
+        Planted.spend(.catchUp, units: records.count)
         let batch = DecodedBatch(decodingInParallel: records, types: types)
         guard let last = batch.records.last else {
             if let skipped = state.skipped {
@@ -389,7 +391,9 @@ struct ProjectorWork: LoopWork {
     /// Up to `limit` events after `checkpoint`, gap-safe, decoded (only `types`, and those this
     /// release does not know) on every core.
     private static func read(after checkpoint: Checkpoint, limit: Int, types: Set<String>, on connection: PostgresConnection) throws -> DecodedBatch {
-        DecodedBatch(decodingInParallel: try EventStore.read(after: checkpoint, limit: limit, on: connection), types: types)
+        let records = try EventStore.read(after: checkpoint, limit: limit, on: connection)
+        Planted.spend(.catchUp, units: records.count)
+        return DecodedBatch(decodingInParallel: records, types: types)
     }
 
     private func reportMismatch(live: Int) {

@@ -1,5 +1,6 @@
 import EventLog
 import Foundation
+import PlantedSlowdown
 import PostgresClient
 
 /// The log as a replay reads it: batch after batch, each read once and decoded once for every
@@ -95,6 +96,7 @@ actor ReplayFeed {
                 var records = try EventStore.read(after: position, limit: limit, ring: ring, on: connection)
                 // Cut short, so that the reader takes it for the last.
                 if let end, let beyond = records.firstIndex(where: { $0.checkpoint > end }) { records.removeSubrange(beyond...) }
+                Planted.spend(.replay, units: records.count)
                 return DecodedBatch(decodingInParallel: records)
             }
         }
