@@ -1,5 +1,6 @@
 import Encodings
 import Foundation
+import PostgresClient
 
 /// The benchmarks `inbox-bench` knows, by the name given as its first argument.
 /// A new benchmark is a type conforming to `Benchmark` plus a case here.
@@ -165,12 +166,15 @@ func runInterleaved(_ cases: [BenchmarkCase], rounds: Int, unit: String = "event
         guard !cases.isEmpty else { throw BenchmarkFailure(description: "INBOX_BENCH_ONLY names no configuration of this benchmark: \(only)") }
     }
     var measurements = Array(repeating: [Measurement](), count: cases.count)
+    let stepped = SteppedRounds.isOn
     for round in 1...rounds {
+        if stepped, try await !SteppedRounds.awaitGo(round: round) { break }
         for step in 0..<cases.count {
             try Task.checkCancellation()
             let index = (step + round - 1) % cases.count
             let measured = try await cases[index].run(round)
             measurements[index].append(measured)
+            if stepped { SteppedRounds.report(cases[index].id, round: round, rate: measured.eventsPerSecond) }
             progress(
                 "round \(round)/\(rounds)  \(cases[index].title.padding(toLength: 44, withPad: " ", startingAt: 0))"
                     + "\(formatGrouped(measured.eventsPerSecond).leftPadded(10)) \(unit)/s  (\(formatGrouped(Double(measured.events))) in "
@@ -209,6 +213,37 @@ func median(_ values: [Double]) -> Double {
     guard !sorted.isEmpty else { return 0 }
     let middle = sorted.count / 2
     return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+}
+
+/// Rounds run one at a time when told, for `inbox-bench gate`, which alternates the rounds of two
+/// builds' processes (`INBOX_BENCH_STEPPED=1`). Before each round the process writes
+/// `ready <round>` on stdout and waits for a line on stdin; after each configuration's run it writes
+/// `measured <id> <round> <rate>`. The end of stdin ends the rounds: what was measured is then
+/// reported as usual, and the database cleaned up.
+enum SteppedRounds {
+    static let isOn = ProcessInfo.processInfo.environment["INBOX_BENCH_STEPPED"] == "1"
+
+    /// False at the end of stdin.
+    static func awaitGo(round: Int) async throws -> Bool {
+        write("ready \(round)\n")
+        return try await BlockingThread.run { readLine(strippingNewline: true) != nil }
+    }
+
+    static func report(_ id: String, round: Int, rate: Double) {
+        write("measured \(id) \(round) \(rate)\n")
+    }
+
+    /// Unbuffered, so the gate reads each line when it is written.
+    private static func write(_ line: String) {
+        FileHandle.standardOutput.write(Data(line.utf8))
+    }
+}
+
+/// How long each timed row of the HTTP and identity benchmarks runs: `INBOX_BENCH_SECONDS`
+/// (1 to 60), or `standard`. The gate's short rounds use 2.
+func benchSeconds(standard: Int) -> Int {
+    guard let text = ProcessInfo.processInfo.environment["INBOX_BENCH_SECONDS"], let seconds = Int(text), (1...60).contains(seconds) else { return standard }
+    return seconds
 }
 
 /// A benchmark that could not measure what it meant to (the database answered something unexpected).

@@ -25,7 +25,7 @@ struct HTTPBenchmark: Benchmark {
     /// One shop per this many people, two people working at each.
     static let peoplePerShop = 20
     static let connections = 64
-    static let seconds = 10
+    static let seconds = benchSeconds(standard: 10)
 
     func run(on database: BenchmarkDatabase) async throws -> BenchmarkResult {
         try Self.requireWrk()

@@ -24,7 +24,7 @@ struct IdentityBenchmark: Benchmark {
 
     static let accountsPerCost = 64
     static let sessions = 2_000
-    static let seconds = 10
+    static let seconds = benchSeconds(standard: 10)
     static let connections = 64
 
     func run(on database: BenchmarkDatabase) async throws -> BenchmarkResult {
