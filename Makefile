@@ -9,7 +9,7 @@ TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server ngh
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: help deps test-deps install-packages build run test test-ha deb test-deb bench bench-release bench-baseline fuzz test-client clean
+.PHONY: help deps test-deps install-packages build run test test-ha deb test-deb bench bench-release bench-baseline bench-gate bench-planted fuzz test-client clean
 
 help:
 	@echo "make run    build and run the tier on an embedded PostgreSQL in .inbox/postgres"
@@ -18,8 +18,10 @@ help:
 	@echo "make deb    the Debian package, in .build/packages (release build, Swift runtime linked in)"
 	@echo "make test-deb  builds the package, installs, runs, upgrades and purges it on this machine (root or sudo)"
 	@echo "make bench  run the benchmarks (figures in docs/benchmarks.md)"
-	@echo "make bench-release   every benchmark against Benchmarks/baseline.json: a verdict and a report"
-	@echo "make bench-baseline  the same, writing a new Benchmarks/baseline.json to commit with the release"
+	@echo "make bench-release   every benchmark for the report, then the gate against the baseline's own build"
+	@echo "make bench-baseline  the plan's run, writing a new Benchmarks/baseline.json to commit with the release"
+	@echo "make bench-gate      only the gate: this build against the baseline's, path by path"
+	@echo "make bench-planted   proves the gate: slowdowns planted one path at a time (about 90 minutes)"
 	@echo "make fuzz   schemathesis against a live server from its /openapi.json, at most 10 minutes"
 	@echo "make test-client  a client generated from /openapi.json (openapi-python-client) walks the app guide's path"
 	@echo "make deps   install the Debian packages the build needs"
@@ -109,20 +111,40 @@ bench: deps
 	$(SWIFT) build -c release --product inbox-bench
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench $(BENCH_ARGS)
 
-# Every benchmark at the release plan's scale (about 12 minutes on 2 cores), each ratio to its
-# same-run ceiling judged against the committed baseline: exits non-zero naming the figure that
-# fell. The report: bench-results/release/index.html. RELEASE_ARGS go to `inbox-bench release`.
+# Every benchmark at the release plan's scale (about 12 minutes on 2 cores) for the report
+# (bench-results/release/index.html), then the gate: the candidate against the baseline's own
+# binary (scripts/baseline-binary.sh builds it from the baseline's commit), A B A B, ten paths
+# (about 6 minutes). Exits non-zero naming the path that fell. RELEASE_ARGS go to `inbox-bench release`.
 BASELINE ?= Benchmarks/baseline.json
 bench-release: deps
 	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
 	$(SWIFT) build -c release --product inbox-bench
-	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench release --baseline $(BASELINE) $(RELEASE_ARGS)
+	baseline=$$(SWIFT=$(SWIFT) scripts/baseline-binary.sh $(BASELINE)) && \
+	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench release --baseline $(BASELINE) --baseline-binary "$$baseline" $(RELEASE_ARGS)
 
-# The same run, writing its figures as the new baseline (commit it with the release).
+# The plan's run alone, writing its figures and commit as the new baseline (commit it with the
+# release): the next gates run this commit's binary.
 bench-baseline: deps
 	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
 	$(SWIFT) build -c release --product inbox-bench
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench release --baseline $(BASELINE) --write-baseline $(BASELINE) $(RELEASE_ARGS)
+
+# The gate alone (about 6 minutes); GATE_ARGS go to `inbox-bench gate` (--paths append,mail).
+bench-gate: deps
+	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
+	$(SWIFT) build -c release --product inbox-bench
+	baseline=$$(SWIFT=$(SWIFT) scripts/baseline-binary.sh $(BASELINE)) && \
+	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench gate --baseline-binary "$$baseline" $(GATE_ARGS)
+
+# Proves the gate (docs/benchmarks.md, "Does the gate catch a slowdown?"): a build with a slowdown
+# planted in one path at a time (-DPLANTED_SLOWDOWN, its own .build/planted) judged against this
+# one, PLANTED_RUNS times per path, and this build against itself as often. About 90 minutes at 10.
+PLANTED_RUNS ?= 10
+bench-planted: deps
+	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
+	$(SWIFT) build -c release --product inbox-bench
+	$(SWIFT) build -c release --product inbox-bench --scratch-path .build/planted -Xswiftc -DPLANTED_SLOWDOWN
+	RUNS=$(PLANTED_RUNS) scripts/bench-planted.sh .build/release/inbox-bench .build/planted/release/inbox-bench bench-results/planted
 
 # schemathesis (PyPI, into .build/fuzz-venv when missing) against `inbox serve` on a throwaway
 # PostgreSQL, driven by /openapi.json: FUZZ_SECONDS (600) and FUZZ_EXAMPLES per operation (25);

@@ -28,6 +28,13 @@ public struct PairedRule: Codable, Sendable, Equatable {
         self.confidence = confidence
     }
 
+    /// The rule in a sentence, for the gate's output.
+    public var statement: String {
+        let percent = { (value: Double) in String(format: "%.0f %%", value * 100) }
+        return "a path falls when the median of its pairs' ratios is below \(String(format: "%.2f", threshold)) and its \(percent(confidence)) interval below 1, "
+            + "and passes when the median is at least \(String(format: "%.2f", threshold)) and the interval above \(String(format: "%.2f", 1 - slowdown))"
+    }
+
     /// The boundary between passing and falling: half the slowdown.
     public var threshold: Double { 1 - slowdown / 2 }
 

@@ -7,6 +7,9 @@ enum BenchmarkCommand {
         if arguments.first == "release" {
             return await ReleaseCommand.run(arguments: Array(arguments.dropFirst()))
         }
+        if arguments.first == "gate" {
+            return await GateCommand.run(arguments: Array(arguments.dropFirst()))
+        }
         let options: Options
         do {
             options = try Options.parse(arguments)

@@ -15,12 +15,14 @@ struct Options: Sendable, Equatable {
 
     static let usage = """
         usage: inbox-bench [benchmark] [--rounds N] [--scale X] [--json PATH] [--help]
-               inbox-bench release [--baseline PATH] [--report DIR] [--write-baseline PATH] (see release --help)
+               inbox-bench release [--baseline PATH] [--baseline-binary PATH] [--report DIR] (see release --help)
+               inbox-bench gate --baseline-binary PATH [--paths NAME,NAME] (see gate --help)
 
         benchmarks:
         \(BenchmarkName.allCases.map { "  \($0.rawValue.padding(toLength: 12, withPad: " ", startingAt: 0))\($0.summary)" }.joined(separator: "\n"))
           (the first positional argument; `append` when none is given)
-          release     every benchmark, judged against the committed baseline, with a report (release --help)
+          release     every benchmark for a report, then the gate against the baseline's own build (release --help)
+          gate        this build against the baseline's own, A B A B, path by path (gate --help)
 
         options:
           --rounds N    rounds; each runs every configuration once, interleaved (default 5, 1...1000)
@@ -32,6 +34,8 @@ struct Options: Sendable, Equatable {
           DATABASE_URL          benchmark this server (a throwaway database: the event log is append-only)
                                 instead of an embedded PostgreSQL in a fresh folder under /tmp
           INBOX_MIGRATIONS_DIR  the sql/ folder with the migrations
+          INBOX_BENCH_ONLY      only these configurations (ids of the JSON report), e.g. thread-messages
+          INBOX_BENCH_SECONDS   seconds of each wrk row of http and identity (1 to 60, default 10)
         """
 
     /// A usage mistake: one line on stderr, exit status 2.

@@ -27,18 +27,25 @@ enum ReleaseCommand {
         var fromPath: String?
         /// Only these benchmarks (the baseline's figures of the others are then not judged).
         var only: [BenchmarkName]?
+        /// The baseline's own inbox-bench: after the plan, the gate judges this build against it,
+        /// and its answer is the verdict.
+        var baselineBinary: String?
         var help = false
 
         static let usage = """
-            usage: inbox-bench release [--baseline PATH] [--report DIR] [--write-baseline PATH]
-                                       [--scale X] [--rounds N] [--only NAME,NAME] [--from RELEASE_JSON]
+            usage: inbox-bench release [--baseline PATH] [--baseline-binary PATH] [--report DIR]
+                                       [--write-baseline PATH] [--scale X] [--rounds N] [--only NAME,NAME]
+                                       [--from RELEASE_JSON]
 
             Runs every benchmark at the release plan's scale (about 12 minutes on a 2-core machine),
-            each on a fresh embedded PostgreSQL, and judges each ratio to its same-run ceiling against
-            the baseline. Absolute rates are reported, not gated.
+            each on a fresh embedded PostgreSQL, for the report, and compares each ratio to its
+            same-run ceiling with the baseline's. With --baseline-binary, the gate (inbox-bench gate)
+            then judges this build against the baseline's own, A B A B, and its answer is the
+            verdict; without, the comparison with the baseline's figures is.
 
             options:
               --baseline PATH        the baseline to judge against (default Benchmarks/baseline.json)
+              --baseline-binary PATH the baseline's inbox-bench, built from its commit, for the gate
               --report DIR           where index.html, the SVG plots, release.json and each benchmark's
                                      JSON go (default bench-results/release)
               --write-baseline PATH  also write this run's figures as a baseline to PATH; the verdict is
@@ -76,7 +83,7 @@ enum ReleaseCommand {
                     name = String(argument[..<equals])
                     value = String(argument[argument.index(after: equals)...])
                 }
-                guard ["--baseline", "--report", "--write-baseline", "--scale", "--rounds", "--only", "--from"].contains(name) else {
+                guard ["--baseline", "--baseline-binary", "--report", "--write-baseline", "--scale", "--rounds", "--only", "--from"].contains(name) else {
                     throw BenchmarkOptionsError(description: "release: unknown argument \(argument) (see inbox-bench release --help)")
                 }
                 if value == nil {
@@ -88,6 +95,7 @@ enum ReleaseCommand {
                 guard !text.isEmpty else { throw BenchmarkOptionsError(description: "release: \(name) needs a value, not an empty one") }
                 switch name {
                 case "--baseline": options.baselinePath = text
+                case "--baseline-binary": options.baselineBinary = text
                 case "--report": options.reportDirectory = text
                 case "--write-baseline": options.writeBaselinePath = text
                 case "--from": options.fromPath = text
@@ -166,10 +174,32 @@ enum ReleaseCommand {
         } else {
             // Read before the run: the tree the binary was built from, not one edited meanwhile.
             let commit = ReleaseRecord.currentCommit()
-            let work = Task { await runSteps(steps) }
+            let gateOptions = options.baselineBinary.map { binary in
+                var gate = GateCommand.Options()
+                gate.baselineBinary = binary
+                gate.jsonPath = "\(options.reportDirectory)/gate.json"
+                if let only = options.only { gate.paths = gate.paths.filter { only.contains($0.benchmark) } }
+                return gate
+            }
+            let work = Task { () -> (Outcome, GateCommand.Record?) in
+                let outcome = await runSteps(steps)
+                guard !outcome.interrupted, let gateOptions else { return (outcome, nil) }
+                progress("release: the gate, this build against \(gateOptions.baselineBinary)")
+                do {
+                    return (outcome, try await GateCommand.gate(gateOptions))
+                } catch {
+                    var outcome = outcome
+                    if error is CancellationError || Task.isCancelled {
+                        outcome.interrupted = true
+                    } else {
+                        outcome.failures["gate"] = "\(error)"
+                    }
+                    return (outcome, nil)
+                }
+            }
             let signals = SignalWatcher(signals: [SIGINT, SIGTERM]) { _ in work.cancel() }
             defer { signals.cancel() }
-            let outcome = await work.value
+            let (outcome, gate) = await work.value
             if outcome.interrupted {
                 FileHandle.standardError.write(Data("inbox-bench: interrupted\n".utf8))
                 return 130
@@ -178,7 +208,7 @@ enum ReleaseCommand {
             record = ReleaseRecord(
                 date: ISO8601DateFormatter().string(from: outcome.started), commit: commit, totalSeconds: outcome.totalSeconds,
                 plan: steps.map(\.line), steps: outcome.stepSeconds, failures: outcome.failures, rule: .standard,
-                figures: outcome.reports.flatMap(ReleaseFigures.figures(of:)), reports: outcome.reports)
+                figures: outcome.reports.flatMap(ReleaseFigures.figures(of:)), reports: outcome.reports, gate: gate)
         }
         if var judged = baseline {
             // Only the baseline's figures of the benchmarks this run planned are judged: with
@@ -210,7 +240,11 @@ enum ReleaseCommand {
         }
         if failedToRun {
             status = 3
-        } else if options.writeBaselinePath == nil, let verdict, !verdict.passed {
+        } else if options.writeBaselinePath != nil {
+            status = 0
+        } else if let gate = record.gate {
+            status = gate.status
+        } else if let verdict, !verdict.passed {
             status = verdict.failures.isEmpty ? 4 : 1
         }
         return status
@@ -361,6 +395,8 @@ struct ReleaseRecord: Codable, Sendable {
     var verdict: ReleaseVerdict?
     var figures: [ReleaseFigure]
     var reports: [RunReport]
+    /// The gate's pairs and answer, when it ran (`--baseline-binary`): then the verdict.
+    var gate: GateCommand.Record?
 
     var machineLine: String {
         guard let machine = reports.first?.machine else { return "unknown" }
@@ -386,9 +422,10 @@ struct ReleaseRecord: Codable, Sendable {
         for (benchmark, error) in failures.sorted(by: { $0.key < $1.key }) {
             lines.append("FAILED TO RUN \(benchmark): \(error)")
         }
+        let gateLines = gate.map { ["", "The comparison above is for the report; the verdict is the gate's:", $0.summary] } ?? []
         guard let verdict else {
-            lines.append("no baseline to judge against")
-            return lines.joined(separator: "\n")
+            lines.append("no baseline figures to compare with")
+            return (lines + gateLines).joined(separator: "\n")
         }
         lines.append("against the baseline of \(baselineCommit ?? "?") (\(baselineDate ?? "?")); \(rule.statement)")
         if let baselinePlan, Set(baselinePlan) != Set(plan) {
@@ -407,7 +444,7 @@ struct ReleaseRecord: Codable, Sendable {
         }
         lines.append(
             verdict.passed ? "PASSED: \(verdict.figures.filter { $0.outcome == .passed }.count) gated figures within their margins" : verdict.answer)
-        return lines.joined(separator: "\n")
+        return (lines + gateLines).joined(separator: "\n")
     }
 
     /// `git rev-parse HEAD`, with `-dirty` when tracked files have changes; "unknown" outside a work tree.

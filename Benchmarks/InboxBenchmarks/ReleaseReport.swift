@@ -80,6 +80,8 @@ struct ReleaseReport {
         let answer: String
         if !record.failures.isEmpty {
             answer = "NOT COMPLETE: \(record.failures.keys.sorted().joined(separator: ", ")) could not run"
+        } else if let gate = record.gate {
+            answer = gate.status == 0 ? "PASSED" : gate.answer
         } else if let verdict {
             answer = verdict.answer
         } else {
@@ -116,8 +118,26 @@ struct ReleaseReport {
         for (benchmark, error) in record.failures.sorted(by: { $0.key < $1.key }) {
             html.append("<p><b>\(escape(benchmark)) could not run:</b> \(escape(error))</p>")
         }
+        if let gate = record.gate {
+            html.append("<h2>The gate: this build against the baseline's, A B A B</h2>")
+            html.append("<p class=\"small\">\(escape(gate.rule.statement)); \(String(format: "%.0f", gate.seconds)) s. \(escape(gate.answer))</p>")
+            html.append("<table><tr><th>path</th><th>configuration</th><th>candidate ÷ baseline (median)</th><th>interval</th><th>pairs' ratios</th><th>outcome</th></tr>")
+            for result in gate.results {
+                let judgement = result.judgement
+                let interval = judgement.low.flatMap { low in judgement.high.map { String(format: "%.3f to %.3f", low, $0) } } ?? ""
+                let outcome = judgement.outcome == .inconclusive ? "inconclusive" : judgement.outcome.rawValue
+                html.append(
+                    "<tr class=\"\(outcome)\"><td>\(escape(result.path))</td><td>\(escape(result.benchmark))/\(escape(result.configuration))</td>"
+                        + "<td class=\"n\">\(ratio(judgement.median))</td><td class=\"n\">\(interval)</td>"
+                        + "<td class=\"n\">\(judgement.ratios.map { String(format: "%.2f", $0) }.joined(separator: ", "))</td><td>\(outcome)</td></tr>")
+            }
+            for (path, error) in gate.failures.sorted(by: { $0.key < $1.key }) {
+                html.append("<tr class=\"fell\"><td>\(escape(path))</td><td colspan=\"5\">could not run: \(escape(error))</td></tr>")
+            }
+            html.append("</table>")
+        }
         if let verdict {
-            html.append("<h2>Gated figures: ratio to the same-run ceiling</h2>")
+            html.append("<h2>\(record.gate == nil ? "Gated figures" : "Compared with the baseline's figures (for the report; the gate decides)"): ratio to the same-run ceiling</h2>")
             html.append(
                 "<table><tr><th>figure</th><th>ceiling</th><th>this run (median)</th><th>rounds</th><th>baseline</th><th>margin</th><th>passes from</th><th>outcome</th></tr>")
             let figures = Dictionary(record.figures.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })

@@ -1,0 +1,140 @@
+import Foundation
+import Testing
+
+/// `inbox-bench gate` through its command line, as `make bench-gate` runs it, with stand-in
+/// benchmark processes (shell scripts speaking `INBOX_BENCH_STEPPED`'s protocol on real pipes) whose
+/// rates are known, so that what the gate must answer is known too.
+@Suite struct GateCommandTests {
+    static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// `swift build --build-tests` (make test) builds it.
+    static func inboxBench() throws -> String {
+        let path = packageRoot.appendingPathComponent(".build/debug/inbox-bench").path
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw GateTestFailure(description: "\(path) is missing: build it with swift build --build-tests")
+        }
+        return path
+    }
+
+    struct GateTestFailure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// A stand-in `inbox-bench`: each configuration of INBOX_BENCH_ONLY measures `rates[round % count]`
+    /// in round `round`; `gate --help` succeeds unless `hasGate` is false; it exits with 1 after
+    /// `dieAfter` rounds when given.
+    static func standIn(in folder: URL, name: String, rates: [Double], hasGate: Bool = true, dieAfter: Int? = nil) throws -> String {
+        let script = """
+            #!/bin/bash
+            if [[ $1 == gate && $2 == --help ]]; then exit \(hasGate ? 0 : 1); fi
+            [[ $INBOX_BENCH_STEPPED == 1 ]] || exit 2
+            rates=(\(rates.map { String($0) }.joined(separator: " ")))
+            IFS=, read -ra ids <<< "$INBOX_BENCH_ONLY"
+            for ((round = 1; round <= $3; round++)); do
+                echo "loading" >&2
+                echo "ready $round"
+                read -r line || exit 0
+                \(dieAfter.map { "(( round > \($0) )) && exit 1" } ?? "")
+                for id in "${ids[@]}"; do echo "measured $id $round ${rates[round % ${#rates[@]}]}"; done
+            done
+            """
+        let path = folder.appendingPathComponent(name).path
+        try script.write(toFile: path, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path)
+        return path
+    }
+
+    struct Outcome {
+        var status: Int32
+        var output: String
+        var record: [String: Any]
+    }
+
+    static func gate(candidate: [Double], baseline: [Double], paths: String = "append,mail", candidateHasGate: Bool = true, dieAfter: Int? = nil)
+        throws -> Outcome
+    {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("gate-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let a = try standIn(in: folder, name: "candidate", rates: candidate, hasGate: candidateHasGate, dieAfter: dieAfter)
+        let b = try standIn(in: folder, name: "baseline", rates: baseline)
+        let json = folder.appendingPathComponent("gate.json").path
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try inboxBench())
+        process.arguments = ["gate", "--baseline-binary", b, "--candidate-binary", a, "--paths", paths, "--json", json]
+        var environment = ProcessInfo.processInfo.environment
+        environment.removeValue(forKey: "DATABASE_URL")
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        let record = (try? JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: json)))) as? [String: Any] ?? [:]
+        return Outcome(status: process.terminationStatus, output: text, record: record)
+    }
+
+    static func outcomes(_ record: [String: Any]) -> [String: String] {
+        var outcomes: [String: String] = [:]
+        for result in record["results"] as? [[String: Any]] ?? [] {
+            if let path = result["path"] as? String, let judgement = result["judgement"] as? [String: Any] {
+                outcomes[path] = judgement["outcome"] as? String
+            }
+        }
+        return outcomes
+    }
+
+    @Test func aBuildAFifthSlowerFallsAndIsNamed() throws {
+        let outcome = try Self.gate(candidate: [800, 790, 810, 805, 795], baseline: [1000, 990, 1010, 1005, 995])
+        #expect(outcome.status == 1, "\(outcome.output)")
+        #expect(outcome.output.contains("FELL: append, mail"))
+        #expect(Self.outcomes(outcome.record) == ["append": "fell", "mail": "fell"])
+    }
+
+    @Test func theSameBuildPasses() throws {
+        let rates = [1000.0, 990, 1010, 1005, 995, 1020, 980]
+        let outcome = try Self.gate(candidate: rates, baseline: rates)
+        #expect(outcome.status == 0, "\(outcome.output)")
+        #expect(outcome.output.contains("PASSED: 2 paths judged, none fell"))
+        // Judged after the first 8 pairs: nothing was inconclusive.
+        let results = outcome.record["results"] as? [[String: Any]] ?? []
+        #expect(results.map { ($0["candidateRates"] as? [Double])?.count } == [8, 8])
+    }
+
+    @Test func pairsTooFarApartAreInconclusiveAfterSixteenNeverPassed() throws {
+        // The candidate's rounds swing from half to one and a half of the baseline's.
+        let outcome = try Self.gate(candidate: [500, 1500, 600, 1400, 1000], baseline: [1000])
+        #expect(outcome.status == 4, "\(outcome.output)")
+        #expect(outcome.output.contains("INCONCLUSIVE, run again"))
+        let results = outcome.record["results"] as? [[String: Any]] ?? []
+        #expect(results.map { ($0["candidateRates"] as? [Double])?.count } == [16, 16])
+    }
+
+    @Test func aProcessThatDiesIsAFailureNotAVerdict() throws {
+        let outcome = try Self.gate(candidate: [1000], baseline: [1000], paths: "append", dieAfter: 3)
+        #expect(outcome.status == 3, "\(outcome.output)")
+        #expect(outcome.output.contains("FAILED TO RUN: append"))
+        #expect(outcome.output.contains("ended during a round"))
+    }
+
+    @Test func aBaselineBuiltBeforeTheGateIsRefusedWithASentence() throws {
+        let outcome = try Self.gate(candidate: [1000], baseline: [1000], paths: "append", candidateHasGate: false)
+        #expect(outcome.status == 3, "\(outcome.output)")
+        #expect(outcome.output.contains("has no gate"))
+    }
+
+    @Test func aMistakeOnTheCommandLineIsStatusTwoAndOneLine() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try Self.inboxBench())
+        process.arguments = ["gate", "--paths", "append"]
+        let output = Pipe()
+        process.standardError = output
+        process.standardOutput = Pipe()
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 2)
+        #expect(text == "inbox-bench: gate: --baseline-binary is required (the baseline's inbox-bench; make bench-gate builds it)\n")
+    }
+}
