@@ -365,11 +365,24 @@ final class SteppedBenchmark: @unchecked Sendable {
         environment["INBOX_BENCH_STEPPED"] = "1"
         environment["INBOX_BENCH_ONLY"] = configurations.joined(separator: ",")
         if let seconds { environment["INBOX_BENCH_SECONDS"] = String(seconds) }
+        // The gate ignores SIGINT and SIGTERM (SignalWatcher), and a spawned process inherits
+        // that: its own handlers must get them, or `stop` could not end it cleanly.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaults = sigset_t(), none = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGINT)
+        sigaddset(&defaults, SIGTERM)
+        sigemptyset(&none)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
         let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { (argv + envp).forEach { free($0) } }
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, binary, &actions, nil, argv, envp)
+        let spawned = posix_spawn(&pid, binary, &actions, &attributes, argv, envp)
         close(input[0])
         close(output[1])
         guard spawned == 0 else {

@@ -28,6 +28,7 @@ import Testing
             #!/bin/bash
             if [[ $1 == gate && $2 == --help ]]; then exit \(hasGate ? 0 : 1); fi
             [[ $INBOX_BENCH_STEPPED == 1 ]] || exit 2
+            trap 'echo terminated > "$0.terminated"; exit 143' TERM
             rates=(\(rates.map { String($0) }.joined(separator: " ")))
             IFS=, read -ra ids <<< "$INBOX_BENCH_ONLY"
             for ((round = 1; round <= $3; round++)); do
@@ -48,6 +49,8 @@ import Testing
         var status: Int32
         var output: String
         var record: [String: Any]
+        /// Which stand-ins were ended by SIGTERM (their trap ran).
+        var terminated: Set<String>
     }
 
     static func gate(candidate: [Double], baseline: [Double], paths: String = "append,mail", candidateHasGate: Bool = true, dieAfter: Int? = nil)
@@ -72,7 +75,8 @@ import Testing
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         let record = (try? JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: json)))) as? [String: Any] ?? [:]
-        return Outcome(status: process.terminationStatus, output: text, record: record)
+        let terminated = Set(["candidate", "baseline"].filter { FileManager.default.fileExists(atPath: folder.appendingPathComponent("\($0).terminated").path) })
+        return Outcome(status: process.terminationStatus, output: text, record: record, terminated: terminated)
     }
 
     static func outcomes(_ record: [String: Any]) -> [String: String] {
@@ -96,6 +100,8 @@ import Testing
         let rates = [1000.0, 990, 1010, 1005, 995, 1020, 980]
         let outcome = try Self.gate(candidate: rates, baseline: rates)
         #expect(outcome.status == 0, "\(outcome.output)")
+        // Both ended at the end of their stdin, as told, not by a signal.
+        #expect(outcome.terminated.isEmpty)
         #expect(outcome.output.contains("PASSED: 2 paths judged, none fell"))
         // Judged after the first 8 pairs: nothing was inconclusive.
         let results = outcome.record["results"] as? [[String: Any]] ?? []
@@ -116,6 +122,10 @@ import Testing
         #expect(outcome.status == 3, "\(outcome.output)")
         #expect(outcome.output.contains("FAILED TO RUN: append"))
         #expect(outcome.output.contains("ended during a round"))
+        // The other build's process was told to stop with SIGTERM, and could act on it: the gate
+        // ignores SIGTERM itself, and a child that inherited that would be killed without
+        // cleaning up its embedded PostgreSQL.
+        #expect(outcome.terminated == ["baseline"])
     }
 
     @Test func aBaselineBuiltBeforeTheGateIsRefusedWithASentence() throws {
