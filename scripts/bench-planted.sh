@@ -6,7 +6,8 @@
 # (scripts/planted-table.py). make bench-planted builds both binaries and runs this.
 #
 #   scripts/bench-planted.sh UNCHANGED_BINARY PLANTED_BINARY [OUT]
-#   RUNS=10 PATHS="append replay ..." UNCHANGED_RUNS=10
+#   RUNS=10 PATHS="append replay ..." UNCHANGED_RUNS=10 (RUNS=0 UNCHANGED_FROM=4: only the
+#   unchanged runs from the 4th, to go on with an interrupted table)
 set -euo pipefail
 unchanged=${1:?usage: scripts/bench-planted.sh UNCHANGED_BINARY PLANTED_BINARY [OUT]}
 planted=${2:?usage: scripts/bench-planted.sh UNCHANGED_BINARY PLANTED_BINARY [OUT]}
@@ -33,7 +34,7 @@ for run in $(seq 1 "$runs"); do
         [[ $status == 0 || $status == 1 || $status == 4 ]] || { echo "bench-planted: the gate could not run (status $status): $out/planted-$path-$run.out" >&2; exit 3; }
     done
 done
-for run in $(seq 1 "$unchanged_runs"); do
+for run in $(seq "${UNCHANGED_FROM:-1}" "$unchanged_runs"); do
     echo "unchanged, run $run of $unchanged_runs" >&2
     status=0
     "$unchanged" gate --baseline-binary "$unchanged" --candidate-binary "$unchanged" \
