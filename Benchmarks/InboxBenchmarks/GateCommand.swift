@@ -244,13 +244,7 @@ enum GateCommand {
         let date = ISO8601DateFormatter().string(from: Date())
         let folder = URL(fileURLWithPath: options.jsonPath).deletingLastPathComponent().path
         try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        for binary in [options.baselineBinary, options.candidateBinary] {
-            let help = try? Subprocess.run(binary, ["gate", "--help"])
-            guard help?.status == 0 else {
-                throw BenchmarkFailure(
-                    description: "\(binary) has no gate (built from a commit before it): write a new baseline (make bench-baseline) to judge against")
-            }
-        }
+        for binary in [options.baselineBinary, options.candidateBinary] { try requireGate(binary) }
         var results: [PathResult] = []
         var failures: [String: String] = [:]
         // The paths of one benchmark share its processes: one load, every path each round.
@@ -274,6 +268,16 @@ enum GateCommand {
         return Record(
             date: date, candidate: options.candidateBinary, baseline: options.baselineBinary, rule: .standard,
             seconds: (ContinuousClock.now - started).inSeconds, results: results, failures: failures)
+    }
+
+    /// Throws with a sentence when `binary` is not an inbox-bench that has the gate (one built
+    /// from a commit before it cannot run rounds on command).
+    static func requireGate(_ binary: String) throws {
+        let help = try? Subprocess.run(binary, ["gate", "--help"])
+        guard help?.status == 0 else {
+            throw BenchmarkFailure(
+                description: "\(binary) has no gate (built from a commit before it): write a new baseline (make bench-baseline) to judge against")
+        }
     }
 
     /// Runs the group's two processes in turn until every path is judged, or `maxPairs`.

@@ -156,6 +156,15 @@ enum ReleaseCommand {
             return 3
         }
 
+        // Before a quarter of an hour of benchmarks, not after: a baseline's binary without the gate.
+        if let binary = options.baselineBinary, options.fromPath == nil {
+            do {
+                try GateCommand.requireGate(binary)
+            } catch {
+                FileHandle.standardError.write(Data("inbox-bench: \(error)\n".utf8))
+                return 3
+            }
+        }
         let steps = ReleasePlan.steps.filter { options.only?.contains($0.benchmark) ?? true }.map { step in
             var step = step
             if step.scalesDown { step.scale = (step.scale * options.scaleFactor * 10_000).rounded() / 10_000 }

@@ -134,6 +134,29 @@ import Testing
         #expect(outcome.output.contains("has no gate"))
     }
 
+    @Test func aReleaseWhoseBaselineBinaryHasNoGateStopsBeforeItsBenchmarks() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("gate-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let old = try Self.standIn(in: folder, name: "old", rates: [1000], hasGate: false)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try Self.inboxBench())
+        process.arguments = [
+            "release", "--baseline", Self.packageRoot.appendingPathComponent("Benchmarks/baseline.json").path, "--baseline-binary", old,
+            "--report", folder.appendingPathComponent("report").path,
+        ]
+        let output = Pipe()
+        process.standardError = output
+        process.standardOutput = Pipe()
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 3)
+        #expect(text == "inbox-bench: \(old) has no gate (built from a commit before it): write a new baseline (make bench-baseline) to judge against\n")
+        // Nothing ran: no report.
+        #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent("report").path))
+    }
+
     @Test func aMistakeOnTheCommandLineIsStatusTwoAndOneLine() throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try Self.inboxBench())
