@@ -80,30 +80,10 @@ enum GateCommand {
 
         static func parse(_ arguments: [String]) throws(BenchmarkOptionsError) -> Options {
             var options = Options()
-            var index = 0
-            while index < arguments.count {
-                let argument = arguments[index]
-                index += 1
-                if argument == "--help" || argument == "-h" {
-                    options.help = true
-                    continue
-                }
-                var name = argument
-                var value: String?
-                if let equals = argument.firstIndex(of: "=") {
-                    name = String(argument[..<equals])
-                    value = String(argument[argument.index(after: equals)...])
-                }
-                guard ["--baseline-binary", "--candidate-binary", "--paths", "--pairs", "--max-pairs", "--json"].contains(name) else {
-                    throw BenchmarkOptionsError(description: "gate: unknown argument \(argument) (see inbox-bench gate --help)")
-                }
-                if value == nil {
-                    guard index < arguments.count else { throw BenchmarkOptionsError(description: "gate: \(name) needs a value") }
-                    value = arguments[index]
-                    index += 1
-                }
-                let text = value ?? ""
-                guard !text.isEmpty else { throw BenchmarkOptionsError(description: "gate: \(name) needs a value, not an empty one") }
+            let parsed = try BenchmarkOptionsError.subcommandArguments(
+                arguments, command: "gate", names: ["--baseline-binary", "--candidate-binary", "--paths", "--pairs", "--max-pairs", "--json"])
+            options.help = parsed.help
+            for (name, text) in parsed.values {
                 switch name {
                 case "--baseline-binary": options.baselineBinary = text
                 case "--candidate-binary": options.candidateBinary = text

@@ -69,30 +69,11 @@ enum ReleaseCommand {
 
         static func parse(_ arguments: [String]) throws(BenchmarkOptionsError) -> Options {
             var options = Options()
-            var index = 0
-            while index < arguments.count {
-                let argument = arguments[index]
-                index += 1
-                if argument == "--help" || argument == "-h" {
-                    options.help = true
-                    continue
-                }
-                var name = argument
-                var value: String?
-                if let equals = argument.firstIndex(of: "=") {
-                    name = String(argument[..<equals])
-                    value = String(argument[argument.index(after: equals)...])
-                }
-                guard ["--baseline", "--baseline-binary", "--report", "--write-baseline", "--scale", "--rounds", "--only", "--from"].contains(name) else {
-                    throw BenchmarkOptionsError(description: "release: unknown argument \(argument) (see inbox-bench release --help)")
-                }
-                if value == nil {
-                    guard index < arguments.count else { throw BenchmarkOptionsError(description: "release: \(name) needs a value") }
-                    value = arguments[index]
-                    index += 1
-                }
-                let text = value ?? ""
-                guard !text.isEmpty else { throw BenchmarkOptionsError(description: "release: \(name) needs a value, not an empty one") }
+            let parsed = try BenchmarkOptionsError.subcommandArguments(
+                arguments, command: "release",
+                names: ["--baseline", "--baseline-binary", "--report", "--write-baseline", "--scale", "--rounds", "--only", "--from"])
+            options.help = parsed.help
+            for (name, text) in parsed.values {
                 switch name {
                 case "--baseline": options.baselinePath = text
                 case "--baseline-binary": options.baselineBinary = text
@@ -312,9 +293,47 @@ enum ReleaseCommand {
     }
 }
 
-/// A usage mistake of `inbox-bench release`: one line on stderr, exit status 2.
+/// A usage mistake of `inbox-bench release` or `gate`: one line on stderr, exit status 2.
 struct BenchmarkOptionsError: Error, Equatable, CustomStringConvertible {
     var description: String
+
+    /// A subcommand's `--name value` and `--name=value` options, in order, and whether `--help`
+    /// (or `-h`) was given. A name not in `names`, or one without a value or with an empty one,
+    /// is a mistake naming `command`.
+    static func subcommandArguments(_ arguments: [String], command: String, names: Set<String>) throws(BenchmarkOptionsError)
+        -> (help: Bool, values: [(String, String)])
+    {
+        var help = false
+        var values: [(String, String)] = []
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            if argument == "--help" || argument == "-h" {
+                help = true
+                continue
+            }
+            var name = argument
+            var value: String?
+            if let equals = argument.firstIndex(of: "=") {
+                name = String(argument[..<equals])
+                value = String(argument[argument.index(after: equals)...])
+            }
+            guard names.contains(name) else {
+                throw BenchmarkOptionsError(description: "\(command): unknown argument \(argument) (see inbox-bench \(command) --help)")
+            }
+            if value == nil {
+                guard index < arguments.count else { throw BenchmarkOptionsError(description: "\(command): \(name) needs a value") }
+                value = arguments[index]
+                index += 1
+            }
+            guard let text = value, !text.isEmpty else {
+                throw BenchmarkOptionsError(description: "\(command): \(name) needs a value, not an empty one")
+            }
+            values.append((name, text))
+        }
+        return (help, values)
+    }
 }
 
 /// What `inbox-bench release` runs: every benchmark of `BenchmarkName`, at a scale that keeps the

@@ -79,6 +79,20 @@ import Testing
         return Outcome(status: process.terminationStatus, output: text, record: record, terminated: terminated)
     }
 
+    /// Runs inbox-bench with `arguments`: its exit status and stderr.
+    static func inboxBenchErrors(_ arguments: [String]) throws -> (status: Int32, stderr: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try inboxBench())
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardError = output
+        process.standardOutput = Pipe()
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, text)
+    }
+
     static func outcomes(_ record: [String: Any]) -> [String: String] {
         var outcomes: [String: String] = [:]
         for result in record["results"] as? [[String: Any]] ?? [] {
@@ -139,35 +153,19 @@ import Testing
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         let old = try Self.standIn(in: folder, name: "old", rates: [1000], hasGate: false)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try Self.inboxBench())
-        process.arguments = [
+        let (status, text) = try Self.inboxBenchErrors([
             "release", "--baseline", Self.packageRoot.appendingPathComponent("Benchmarks/baseline.json").path, "--baseline-binary", old,
             "--report", folder.appendingPathComponent("report").path,
-        ]
-        let output = Pipe()
-        process.standardError = output
-        process.standardOutput = Pipe()
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 3)
+        ])
+        #expect(status == 3)
         #expect(text == "inbox-bench: \(old) has no gate (built from a commit before it): write a new baseline (make bench-baseline) to judge against\n")
         // Nothing ran: no report.
         #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent("report").path))
     }
 
     @Test func aMistakeOnTheCommandLineIsStatusTwoAndOneLine() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try Self.inboxBench())
-        process.arguments = ["gate", "--paths", "append"]
-        let output = Pipe()
-        process.standardError = output
-        process.standardOutput = Pipe()
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 2)
+        let (status, text) = try Self.inboxBenchErrors(["gate", "--paths", "append"])
+        #expect(status == 2)
         #expect(text == "inbox-bench: gate: --baseline-binary is required (the baseline's inbox-bench; make bench-gate builds it)\n")
     }
 }
