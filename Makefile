@@ -21,7 +21,7 @@ help:
 	@echo "make bench-release   every benchmark for the report, then the gate against the baseline's own build"
 	@echo "make bench-baseline  the plan's run, writing a new Benchmarks/baseline.json to commit with the release"
 	@echo "make bench-gate      only the gate: this build against the baseline's, path by path"
-	@echo "make bench-planted   proves the gate: slowdowns planted one path at a time (about 90 minutes)"
+	@echo "make bench-planted   proves the gate: slowdowns planted one path at a time (about two hours)"
 	@echo "make fuzz   schemathesis against a live server from its /openapi.json, at most 10 minutes"
 	@echo "make test-client  a client generated from /openapi.json (openapi-python-client) walks the app guide's path"
 	@echo "make deps   install the Debian packages the build needs"
@@ -138,7 +138,7 @@ bench-gate: deps
 
 # Proves the gate (docs/benchmarks.md, "Does the gate catch a slowdown?"): a build with a slowdown
 # planted in one path at a time (-DPLANTED_SLOWDOWN, its own .build/planted) judged against this
-# one, PLANTED_RUNS times per path, and this build against itself as often. About 90 minutes at 10.
+# one, PLANTED_RUNS times per path, and this build against itself as often. About two hours at 10.
 PLANTED_RUNS ?= 10
 bench-planted: deps
 	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
