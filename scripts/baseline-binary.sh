@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the path of the baseline's own inbox-bench, built in release mode from the commit its
 # baseline file names, in a git worktree under .build/baseline/<commit> (kept: the next gate
-# reuses it; the first build takes 10 to 15 minutes on 2 cores). When that commit is HEAD and
+# reuses it; the first build took about 5 minutes on 2 cores). When that commit is HEAD and
 # the tree is clean, the candidate's own binary is that build: its path is printed instead.
 #
 #   scripts/baseline-binary.sh [Benchmarks/baseline.json]
