@@ -122,9 +122,14 @@ enum GateCommand {
         var baselineRates: [Double]
         var judgement: PairedJudgement
 
+        /// `0.912 to 1.034`: the median's confidence interval; nil with too few pairs.
+        var interval: String? {
+            judgement.low.flatMap { low in judgement.high.map { String(format: "%.3f to %.3f", low, $0) } }
+        }
+
         var line: String {
             let median = judgement.median.map { String(format: "%.3f", $0) } ?? "?"
-            let interval = judgement.low.flatMap { low in judgement.high.map { String(format: "%.3f to %.3f", low, $0) } } ?? "no interval"
+            let interval = interval ?? "no interval"
             let label =
                 switch judgement.outcome {
                 case .passed: "ok     "

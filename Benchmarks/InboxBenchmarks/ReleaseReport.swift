@@ -124,11 +124,10 @@ struct ReleaseReport {
             html.append("<table><tr><th>path</th><th>configuration</th><th>candidate ÷ baseline (median)</th><th>interval</th><th>pairs' ratios</th><th>outcome</th></tr>")
             for result in gate.results {
                 let judgement = result.judgement
-                let interval = judgement.low.flatMap { low in judgement.high.map { String(format: "%.3f to %.3f", low, $0) } } ?? ""
-                let outcome = judgement.outcome == .inconclusive ? "inconclusive" : judgement.outcome.rawValue
+                let outcome = judgement.outcome.rawValue
                 html.append(
                     "<tr class=\"\(outcome)\"><td>\(escape(result.path))</td><td>\(escape(result.benchmark))/\(escape(result.configuration))</td>"
-                        + "<td class=\"n\">\(ratio(judgement.median))</td><td class=\"n\">\(interval)</td>"
+                        + "<td class=\"n\">\(ratio(judgement.median))</td><td class=\"n\">\(result.interval ?? "")</td>"
                         + "<td class=\"n\">\(judgement.ratios.map { String(format: "%.2f", $0) }.joined(separator: ", "))</td><td>\(outcome)</td></tr>")
             }
             for (path, error) in gate.failures.sorted(by: { $0.key < $1.key }) {
