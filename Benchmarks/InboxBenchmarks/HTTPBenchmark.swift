@@ -276,8 +276,12 @@ struct HTTPBenchmark: Benchmark {
                 kind: .client, base: uncachedBase, script: sellerScript),
             wrkCase(
                 id: "thread-messages", title: "GET /v1/conversations/{id}/messages", path: "/",
-                description: "The first page of messages (\(Self.messagesPerConversation) at the start, growing while the posting row runs) of a thread of the person's, picked in turn; the access check (buyer or shop member) and the page.",
-                kind: .client, script: messagesScript),
+                description: "The first page of messages (\(Self.messagesPerConversation) at the start, growing while the posting row runs) of a thread of the person's, picked in turn; the access check (buyer or shop member) and the page; the conversation cache on, as inbox serve runs by default, while buyers write in these threads (about 80 messages a second, each forgetting its thread's pages).",
+                kind: .client, script: messagesScript, alongside: buyersWriting),
+            wrkCase(
+                id: "thread-messages-uncached", title: "GET /v1/conversations/{id}/messages, no cache", path: "/",
+                description: "The same pages from a server without the conversation cache (INBOX_CONVERSATION_CACHE_MB=0): the access check and the page read from PostgreSQL in one round trip.",
+                kind: .client, base: uncachedBase, script: messagesScript),
             wrkCase(
                 id: "message-post", title: "POST /v1/conversations/{id}/messages", path: "/",
                 description: "A message with an offer in a thread of the person's, picked in turn: the checks (participant, thread open, buyer not blocked), the append, the inline projections (threads, bell and its outbox entry for the shop) in one transaction.",

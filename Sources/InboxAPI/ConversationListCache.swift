@@ -5,11 +5,13 @@ import Projections
 import Synchronization
 import Threads
 
-/// Conversation list pages as last answered, kept until something they show changes, as the
-/// `BellCache` keeps bell pages.
+/// Conversation list pages, and pages of a thread's messages, as last answered, kept until
+/// something they show changes, as the `BellCache` keeps bell pages.
 ///
 /// A page depends on several subjects (`ThreadChanges`): a buyer's list on `buyer:<person>`; a
-/// seller's list on `member:<person>` (which shops) and `seller:<shop>` for each of their shops.
+/// seller's list on `member:<person>` (which shops) and `seller:<shop>` for each of their shops;
+/// a page of a thread's messages on `conversation:<id>` and its reader's `member:<person>` (the
+/// access check).
 /// Each subject has the number of its last change seen here; a page remembers its subjects and
 /// the change count when its read began (its ticket), and is answered only while none of its
 /// subjects changed after that:
@@ -33,14 +35,22 @@ public final class ConversationListCache: AnnouncedCache, Sendable {
         public var limit: Int
         /// Which filters the request named (its links repeat them): bit 0 the side, bit 1 archived.
         public var named: Int
+        /// The thread whose messages the page shows; nil for a list page.
+        public var conversation: String?
 
-        public init(person: String, side: String, archived: Bool, cursor: String?, limit: Int, named: Int) {
+        public init(person: String, side: String, archived: Bool, cursor: String?, limit: Int, named: Int, conversation: String? = nil) {
             self.person = person
             self.side = side
             self.archived = archived
             self.cursor = cursor
             self.limit = limit
             self.named = named
+            self.conversation = conversation
+        }
+
+        /// The page of `conversation`'s messages `person` asked for.
+        public static func messages(of conversation: String, person: String, cursor: String?, limit: Int) -> Key {
+            Key(person: person, side: "", archived: false, cursor: cursor, limit: limit, named: 0, conversation: conversation)
         }
     }
 

@@ -105,19 +105,19 @@ public enum ConversationRoutes {
                 .get, path, access: .signedIn(scope: .messagesRead),
                 describedAs: RouteDescription(
                     "The person's conversations on one side, by last activity, newest first, in cursor pages; meta.unread is that side's badge.",
-                    query: listQuery).returning(Schema.list(Self.conversation, meta: Schema.record(["unread": Schema.wholeNumber])))
+                    query: listQuery).returning(Schema.list(Self.conversation, meta: Schema.record(["unread": Schema.wholeNumber]))),
+                fromMemory: { context in
+                    Planted.spend(.conversationList)
+                    guard let cache else { return nil }
+                    return cache.page(try listKey(context)).map { DocumentWriter.response($0) }
+                }
             ) { context in
-                Planted.spend(.conversationList)
                 let limit = try context.pageLimit()
                 let cursor = try context.pageCursor()
                 let side = try Self.side(context)
                 let archived = try context.booleanQuery("filter[archived]") ?? false
                 let person = context.person
-                // The links repeat the filters the request named: which it named is part of the key.
-                let key = ConversationListCache.Key(
-                    person: person, side: side.rawValue, archived: archived, cursor: cursor?.token, limit: limit,
-                    named: (context.query("filter[side]") != nil ? 1 : 0) | (context.query("filter[archived]") != nil ? 2 : 0))
-                if let cache, let body = cache.page(key) { return DocumentWriter.response(body) }
+                let key = try listKey(context)
                 let ticket = cache?.ticket()
                 let (page, unread, owners) = try client.withConnectionBlocking(retryIfFoundDead: true) { connection in
                     try ThreadReader.listAndUnreadCount(
@@ -164,7 +164,7 @@ public enum ConversationRoutes {
                     }
                 }
                 let (thread, (message, repeated), created) = started
-                cache?.changed(Self.listSubjects(buyer: thread.buyerId, shop: thread.shopId))
+                cache?.changed(Self.listSubjects(buyer: thread.buyerId, shop: thread.shopId) + [ThreadChanges.conversation(thread.conversationId)])
                 let answer = response(status: created ? 201 : 200, thread, side: .buyer, including: (message, viewer: person))
                 return replayed(created ? answer.locating(path + "/" + Documents.pathSegment(thread.conversationId)) : answer, repeated)
             },
@@ -232,15 +232,20 @@ public enum ConversationRoutes {
                 .get, path + "/{id}/messages", access: .signedIn(scope: .messagesRead),
                 describedAs: RouteDescription(
                     "The messages of a conversation, newest first, in cursor pages that neither skip nor repeat while messages arrive.",
-                    query: QueryParameter.cursorPage).returning(Schema.list(Self.message))
+                    query: QueryParameter.cursorPage).returning(Schema.list(Self.message)),
+                fromMemory: { context in
+                    Planted.spend(.threadMessages)
+                    guard let cache, let key = try messagesKey(context) else { return nil }
+                    return cache.page(key).map { DocumentWriter.response($0) }
+                }
             ) { context in
-                Planted.spend(.threadMessages)
                 let id = context.parameters["id"] ?? ""
                 let limit = try context.pageLimit()
                 let cursor = try context.pageCursor()
                 let person = context.person
+                guard let key = try messagesKey(context) else { throw notFound(id) }
+                let ticket = cache?.ticket()
                 let found = try client.withConnectionBlocking(retryIfFoundDead: true) { connection -> (KeysetPage<ThreadMessage>, ConversationSide)? in
-                    guard Self.isPlausible(id) else { return nil }
                     let (access, page) = try ThreadReader.accessAndMessages(to: id, person: person, after: cursor, limit: limit, on: connection)
                     guard let side = access?.side(of: person) else { return nil }
                     return (page, side)
@@ -252,7 +257,10 @@ public enum ConversationRoutes {
                 var document = DocumentWriter()
                 document.member("data", each: page.rows) { messageResource($0, in: id, viewer: person, side: side, to: &$1) }
                 document.member("links", .object(links))
-                return document.response()
+                let response = document.response()
+                // Who may read it is part of what it shows: the reader's shops, for the seller side.
+                cache?.keep(response.body, for: key, subjects: [ThreadChanges.conversation(id), ThreadChanges.member(person)], ticket: ticket)
+                return response
             },
             Route(
                 .post, path + "/{id}/messages", access: .signedIn(scope: .messagesWrite),
@@ -284,13 +292,29 @@ public enum ConversationRoutes {
                         [try input.newEvent(event, metadata: metadata)], using: client,
                         also: attach(input.attachmentHandles, person: person, conversationId: id, messageId: event.messageId, attachments: attachments))
                 }
-                cache?.changed(Self.listSubjects(buyer: access.buyerId, shop: access.shopId))
+                cache?.changed(Self.listSubjects(buyer: access.buyerId, shop: access.shopId) + [ThreadChanges.conversation(id)])
                 let message = input.message(event, recorded: appended[0].event)
                 var document = DocumentWriter()
                 document.member("data") { messageResource(message, in: id, viewer: person, side: side, to: &$0) }
                 return replayed(document.response(status: 201), !appended[0].wasAppended)
             },
         ]
+    }
+
+    /// The cache's key of a list page: the person, the side, the filters and the page. The links
+    /// repeat the filters the request named: which it named is part of the key.
+    static func listKey(_ context: RequestContext) throws(APIError) -> ConversationListCache.Key {
+        ConversationListCache.Key(
+            person: context.person, side: try side(context).rawValue, archived: try context.booleanQuery("filter[archived]") ?? false,
+            cursor: try context.pageCursor()?.token, limit: try context.pageLimit(),
+            named: (context.query("filter[side]") != nil ? 1 : 0) | (context.query("filter[archived]") != nil ? 2 : 0))
+    }
+
+    /// The cache's key of a page of a thread's messages; nil for an id no thread can have.
+    static func messagesKey(_ context: RequestContext) throws(APIError) -> ConversationListCache.Key? {
+        let id = context.parameters["id"] ?? ""
+        guard isPlausible(id) else { return nil }
+        return .messages(of: id, person: context.person, cursor: try context.pageCursor()?.token, limit: try context.pageLimit())
     }
 
     /// The lists a thread is in (`ThreadChanges`): its buyer's, and its shop's.

@@ -79,7 +79,7 @@ struct InboxConfiguration: Sendable {
     var apiGuestLimit = AttemptLimit(20, per: 10)
     /// `INBOX_BELL_CACHE_MB`: memory for bell pages kept between their changes; 0: none.
     var bellCacheMegabytes: Int = 64
-    /// `INBOX_CONVERSATION_CACHE_MB`: memory for conversation list pages kept between their changes; 0: none.
+    /// `INBOX_CONVERSATION_CACHE_MB`: memory for conversation list and thread message pages kept between their changes; 0: none.
     var conversationCacheMegabytes: Int = 64
     /// `INBOX_TOKEN_KEYS`: the identity tier's public keys (a JWKS file, a PEM file or a folder of
     /// them); nil: the development key.

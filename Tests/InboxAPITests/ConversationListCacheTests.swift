@@ -135,4 +135,40 @@ import Testing
             #expect(try await sellerList() == ["c1": "Hello?", "c2": "Hi s2"])
         }
     }
+
+    @Test func aThreadsMessagesAreAnsweredFromMemoryUntilTheThreadOrItsReadersShopsChange() async throws {
+        try await ConversationAPI.with(setup: Self.setup) { api in
+            let cache = try #require(api.cache)
+            func bodies(_ person: String) async throws -> [String]? {
+                let reply = try await api.send(person, "GET", "/v1/conversations/c1/messages")
+                if reply.status == 404 { return nil }
+                #expect(reply.status == 200)
+                return (reply.json["data"] as? [[String: Any]] ?? []).map { (($0["attributes"] as? [String: Any])?["body"] as? String) ?? "" }
+            }
+            #expect(try await bodies("sam") == ["Hello"])
+            let hits = cache.statistics.hits
+            #expect(try await bodies("sam") == ["Hello"])
+            #expect(try await bodies("ann") == ["Hello"])
+            #expect(try await bodies("ann") == ["Hello"])
+            #expect(cache.statistics.hits == hits + 2, "the second reads came from memory")
+            // Nobody else's page is answered from anyone's kept page.
+            #expect(try await bodies("bob") == nil)
+
+            // The buyer writes through this server: the shop's very next read shows it.
+            #expect(try await api.send("ann", "POST", "/v1/conversations/c1/messages", #"{"data":{"type":"messages","attributes":{"body":"Still there?"}}}"#).status == 201)
+            #expect(try await bodies("sam") == ["Still there?", "Hello"])
+
+            // Another tier's message, projected by the async projector: shown once announced.
+            _ = try await api.db.store.append([try NewEvent(MessageSent(conversationId: "c1", messageId: "m9", authorSide: .buyer, authorId: "ann", body: "Hello?"))])
+            try await api.db.withProjectors { try await api.db.waitUntilProjected() }
+            try await BellCacheTests.until("the projector's message is shown") { try await bodies("sam") == ["Hello?", "Still there?", "Hello"] }
+            #expect(try await bodies("ann") == ["Hello?", "Still there?", "Hello"])
+
+            // Sam stops working at s1: their kept page of its thread is no longer answered.
+            #expect(try await bodies("sam") != nil)
+            _ = try await api.db.store.append([try NewEvent(ShopMemberRemoved(shopId: "s1", personId: "sam"))])
+            try await api.db.withProjectors { try await api.db.waitUntilProjected() }
+            try await BellCacheTests.until("the shop's former member is refused") { try await bodies("sam") == nil }
+        }
+    }
 }

@@ -54,15 +54,17 @@ public enum Announcement {
 /// subjects a list depends on:
 /// - `buyer:<personId>`: the person's threads on the buyer side (a thread, its side, its badge);
 /// - `seller:<shopId>`: the shop's threads on the seller side;
-/// - `member:<personId>`: which shops the person works at (their seller list's shops).
-/// The threads projection announces the first two for every thread a batch changed, the people
-/// projection the third; a replay's swap of either announces everything (`*`).
+/// - `member:<personId>`: which shops the person works at (their seller list's shops);
+/// - `conversation:<conversationId>`: the thread's messages.
+/// The threads projection announces the first two and the last for every thread a batch changed,
+/// the people projection the third; a replay's swap of either announces everything (`*`).
 public enum ThreadChanges {
     public static let channel = "inbox_threads"
 
     public static func buyer(_ person: String) -> String { "buyer:" + person }
     public static func seller(_ shop: String) -> String { "seller:" + shop }
     public static func member(_ person: String) -> String { "member:" + person }
+    public static func conversation(_ id: String) -> String { "conversation:" + id }
 
     public static func announce(_ subjects: some Collection<String>, on connection: PostgresConnection) throws {
         try Announcement.announce(subjects, channel: channel, on: connection)

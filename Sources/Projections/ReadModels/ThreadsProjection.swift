@@ -147,10 +147,12 @@ public struct ThreadsProjection: StagedProjection {
         ] + (context.mode == .replay ? [] : [PostgresStatement("SELECT pg_notify($1, '*')", ThreadChanges.channel)])
     }
 
-    /// The lists a batch changed (`ThreadChanges`): both sides of every thread it touched.
+    /// The lists a batch changed (`ThreadChanges`): both sides of every thread it touched, and the
+    /// messages of every thread it touched.
     static func subjects(_ conversations: [ThreadsFold.Conversation], _ sides: [ThreadsFold.Side]) -> Set<String> {
         var subjects = Set<String>()
         for conversation in conversations {
+            subjects.insert(ThreadChanges.conversation(conversation.id))
             subjects.insert(ThreadChanges.buyer(conversation.buyerId))
             if let shop = conversation.shopId { subjects.insert(ThreadChanges.seller(shop)) }
         }
