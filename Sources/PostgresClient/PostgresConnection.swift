@@ -305,6 +305,42 @@ public final class PostgresConnection {
         return loaded
     }
 
+    /// Reads rows with `COPY ... TO STDOUT`: `sql` is the COPY statement; `read` is handed each
+    /// row as the server sent it (in the statement's format). Returns the number of rows.
+    @discardableResult
+    public func copyOut(_ sql: String, _ read: (UnsafeRawBufferPointer) throws -> Void) throws -> Int {
+        let connection = try liveHandle()
+        if !heldBack.isEmpty { try execute("") }
+        roundTrips += 1
+        let start = PQexec(connection, sql)
+        guard PQresultStatus(start) == PGRES_COPY_OUT else {
+            _ = try PostgresRows(checking: start, connection: self, sql: sql)
+            throw PostgresError(.clientFailure, "\(sql.prefix(60)) is not a COPY ... TO STDOUT statement.")
+        }
+        PQclear(start)
+        var rows = 0
+        var readError: (any Error)?
+        while true {
+            var buffer: UnsafeMutablePointer<CChar>?
+            let length = PQgetCopyData(connection, &buffer, 0)
+            if length == -1 { break }
+            guard length >= 0, let buffer else { throw failure("reading COPY data failed") }
+            defer { PQfreemem(buffer) }
+            rows += 1
+            // After a failure of `read`, the rest is drained: the connection stays usable.
+            if readError == nil {
+                do { try read(UnsafeRawBufferPointer(start: buffer, count: Int(length))) } catch { readError = error }
+            }
+        }
+        var serverError: (any Error)?
+        while let result = PQgetResult(connection) {
+            do { _ = try PostgresRows(checking: result, connection: self, sql: sql) } catch { serverError = serverError ?? error }
+        }
+        if let readError { throw readError }
+        if let serverError { throw serverError }
+        return rows
+    }
+
     private func putCopyData(_ connection: OpaquePointer, _ chunk: [UInt8]) throws {
         let sent = chunk.withUnsafeBufferPointer { buffer in
             buffer.withMemoryRebound(to: CChar.self) { PQputCopyData(connection, $0.baseAddress, Int32($0.count)) }
@@ -500,6 +536,13 @@ public struct PostgresCopyWriter {
             append(escaping: field)
         }
         buffer.append(UInt8(ascii: "\n"))
+        if buffer.count >= Self.chunkSize { try flush() }
+    }
+
+    /// Adds rows already in COPY's text format, each ending with a newline (as `copyOut` of a
+    /// text-format COPY hands them out).
+    public mutating func write(encodedRows bytes: [UInt8]) throws {
+        buffer.append(contentsOf: bytes)
         if buffer.count >= Self.chunkSize { try flush() }
     }
 

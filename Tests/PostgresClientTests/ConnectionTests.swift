@@ -187,6 +187,19 @@ import Testing
             try $0.decode(String?.self, "body")
         }
         #expect(back == bodies)
+
+        // Out as COPY's text rows, and in again unchanged; a reader that fails leaves the connection usable.
+        try await db.client.execute("CREATE TABLE copied (id int, body text)")
+        try await db.client.withConnection { connection in
+            var rows: [UInt8] = []
+            let count = try connection.copyOut("COPY (SELECT id, body FROM messages ORDER BY id) TO STDOUT") { rows.append(contentsOf: $0) }
+            #expect(count == 10_000)
+            #expect(try connection.copyIn("COPY copied (id, body) FROM STDIN") { try $0.write(encodedRows: rows) } == 10_000)
+            struct Stop: Error {}
+            #expect(throws: Stop.self) { try connection.copyOut("COPY messages TO STDOUT") { _ in throw Stop() } }
+            #expect(throws: PostgresError.self) { try connection.copyOut("SELECT 1") { _ in } }
+            #expect(try connection.query("SELECT count(*) FROM copied c JOIN messages m USING (id) WHERE c.body IS NOT DISTINCT FROM m.body").scalar(Int64.self) == 10_000)
+        }
     }
 
     @Test func listenReceivesANotifyAndTimesOutQuietly() async throws {
