@@ -9,7 +9,7 @@ TEST_PACKAGES := python3-h2 python3-cryptography openssl curl nghttp2-server ngh
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: help deps test-deps install-packages build run test test-ha deb test-deb bench bench-release bench-baseline bench-gate bench-planted fuzz test-client clean
+.PHONY: help deps test-deps install-packages build run test test-ha deb test-deb bench-deps bench bench-release bench-baseline bench-gate bench-planted fuzz test-client clean
 
 help:
 	@echo "make run    build and run the tier on an embedded PostgreSQL in .inbox/postgres"
@@ -104,10 +104,19 @@ test-deb: deps
 	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES)"
 	scripts/test-deb.sh
 
-# wrk (the HTTP load generator of `inbox-bench http`), nghttpd and h2load (`inbox-bench fanout`)
-# only for the benchmarks.
-bench: deps
+# wrk (the HTTP load generator of `inbox-bench http`), nghttpd and h2load (`inbox-bench fanout`),
+# and Postfix's smtp-source and smtp-sink (`inbox-bench mail`'s ceiling), only for the benchmarks.
+# Postfix is preseeded "No configuration": no main.cf is written, so no mail server starts.
+bench-deps:
 	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
+	@if [ ! -x /usr/sbin/smtp-source ]; then \
+	  echo "installing: postfix (its smtp-source and smtp-sink; no mail server is configured)"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  echo "postfix postfix/main_mailer_type select No configuration" | $$SUDO debconf-set-selections && \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postfix >/dev/null; \
+	fi
+
+bench: deps bench-deps
 	$(SWIFT) build -c release --product inbox-bench
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench $(BENCH_ARGS)
 
@@ -116,22 +125,19 @@ bench: deps
 # binary (scripts/baseline-binary.sh builds it from the baseline's commit), A B A B, ten paths
 # (about 6 minutes). Exits non-zero naming the path that fell. RELEASE_ARGS go to `inbox-bench release`.
 BASELINE ?= Benchmarks/baseline.json
-bench-release: deps
-	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
+bench-release: deps bench-deps
 	$(SWIFT) build -c release --product inbox-bench
 	baseline=$$(SWIFT=$(SWIFT) scripts/baseline-binary.sh $(BASELINE)) && \
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench release --baseline $(BASELINE) --baseline-binary "$$baseline" $(RELEASE_ARGS)
 
 # The plan's run alone, writing its figures and commit as the new baseline (commit it with the
 # release): the next gates run this commit's binary.
-bench-baseline: deps
-	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
+bench-baseline: deps bench-deps
 	$(SWIFT) build -c release --product inbox-bench
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench release --baseline $(BASELINE) --write-baseline $(BASELINE) $(RELEASE_ARGS)
 
 # The gate alone (about 6 minutes); GATE_ARGS go to `inbox-bench gate` (--paths append,mail).
-bench-gate: deps
-	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
+bench-gate: deps bench-deps
 	$(SWIFT) build -c release --product inbox-bench
 	baseline=$$(SWIFT=$(SWIFT) scripts/baseline-binary.sh $(BASELINE)) && \
 	INBOX_MIGRATIONS_DIR="$(CURDIR)/sql" .build/release/inbox-bench gate --baseline-binary "$$baseline" $(GATE_ARGS)
@@ -140,8 +146,7 @@ bench-gate: deps
 # planted in one path at a time (-DPLANTED_SLOWDOWN, its own .build/planted) judged against this
 # one, PLANTED_RUNS times per path, and this build against itself as often. About two hours at 10.
 PLANTED_RUNS ?= 10
-bench-planted: deps
-	@$(MAKE) --no-print-directory install-packages PACKAGES="wrk nghttp2-server nghttp2-client"
+bench-planted: deps bench-deps
 	$(SWIFT) build -c release --product inbox-bench
 	$(SWIFT) build -c release --product inbox-bench --scratch-path .build/planted -Xswiftc -DPLANTED_SLOWDOWN
 	RUNS=$(PLANTED_RUNS) scripts/bench-planted.sh .build/release/inbox-bench .build/planted/release/inbox-bench bench-results/planted

@@ -1,4 +1,5 @@
 import Encodings
+import EventLog
 import Foundation
 import Glibc
 import Mail
@@ -12,10 +13,11 @@ import Projections
 /// rendering each mail in the contact's language with unsubscribe links and List-Unsubscribe,
 /// handing it to the transport and recording it, one transaction per step as `inbox mail` does.
 ///
-/// Two rows over the same rounds, interleaved: through `SMTPTransport` (libcurl, plain SMTP) to a
-/// sink on 127.0.0.1 (`SMTPSink`, in this process, whose CPU is measured apart), and through a
+/// Three rows over the same rounds, interleaved: through `SMTPTransport` (libcurl, plain SMTP) to a
+/// sink on 127.0.0.1 (`SMTPSink`, in this process, whose CPU is measured apart); through a
 /// transport that composes the mail's bytes and drops them, so that the tier's own cost and
-/// SMTP's are separable. 2,000 people with a contact each (en, nl, de, fr in turn) and 1 to 5
+/// SMTP's are separable; and the ceiling, Postfix's `smtp-source` handing as many mails of the same
+/// size to its `smtp-sink` (`PostfixCeiling`). 2,000 people with a contact each (en, nl, de, fr in turn) and 1 to 5
 /// notifications each (6,000 in all) per round; `--scale` multiplies the people. Before each round,
 /// untimed, the outbox and the mailer's tables are emptied and the notifications written again
 /// under new ids, so every round mails the same people the same notifications.
@@ -49,6 +51,7 @@ struct MailBenchmark: Benchmark {
         let sink = try SMTPSink()
         defer { sink.stop() }
         let key = Base64URL.encode((0..<32).map { UInt8(($0 * 37 + 11) % 256) })
+        try PostfixCeiling.requireTools()
         let configuration = try MailConfiguration.from(environment: [
             "INBOX_SMTP_URL": "smtp://127.0.0.1:\(sink.port)", "INBOX_SMTP_ALLOW_PLAIN": "1",
             "INBOX_MAIL_FROM": "Wristler <notifications@wristler.eu>", "INBOX_UNSUBSCRIBE_KEYS": "1:\(key)",
@@ -134,6 +137,16 @@ struct MailBenchmark: Benchmark {
                 id: "mail-render-only", title: "mail, rendered and composed, not sent", description:
                     "The same rounds with a transport that composes each mail's bytes (MailMessage.rendered(), as SMTPTransport does first) and drops them: the tier's own cost without SMTP.",
                 kind: .client, batchSize: Self.batch, appenders: 1, eventsPerRound: people, run: mailAll("render-only", transport: discard)),
+            BenchmarkCase(
+                id: "smtp-source-sink", title: "Postfix smtp-source to smtp-sink", description:
+                    "The ceiling: Postfix's smtp-source (Debian's postfix package) handing as many mails, of the size the mailer composes, to its smtp-sink on 127.0.0.1, \(PostfixCeiling.sessions) sessions each keeping its connection (-d), the sink discarding: the most any SMTP client gets from a local sink on this machine, with its CPU per mail.",
+                kind: .serverSide, batchSize: Self.batch, appenders: 1, eventsPerRound: people,
+                run: { round in
+                    // The composed size so far (the render-only rows), or a typical one before them.
+                    let composed = discarding.totals
+                    let bytes = composed.mails > 0 ? composed.bytes / composed.mails : 4_000
+                    return try await BlockingThread.run { try PostfixCeiling.run(mails: people, bytes: bytes, round: round) }
+                }),
         ]
         let configurations = try await runInterleaved(cases, rounds: rounds, unit: "mails")
         let composed = discarding.totals
@@ -231,5 +244,98 @@ final class MailRounds: @unchecked Sendable {
 
     var medians: String {
         lock.withLock { rates.sorted { $0.key > $1.key }.map { "\($0.key) \(formatGrouped(median($0.value)))" }.joined(separator: ", ") }
+    }
+}
+
+/// Postfix's own SMTP client and sink (`smtp-source`, `smtp-sink`), the mail benchmark's ceiling
+/// as h2load is the fan-out's.
+enum PostfixCeiling {
+    static let source = "/usr/sbin/smtp-source"
+    static let sink = "/usr/sbin/smtp-sink"
+    /// Sessions of smtp-source: from 4 on, its rate hardly changes with the machine's other load,
+    /// while one session's swings with it (about 3,000 to 15,000 mails/s here).
+    static let sessions = 4
+
+    static func requireTools() throws {
+        for tool in [source, sink] where !FileManager.default.isExecutableFile(atPath: tool) {
+            throw BenchmarkFailure(description: "\(tool) is missing: install Debian's postfix package for the mail benchmark's ceiling (make bench-deps)")
+        }
+    }
+
+    /// smtp-source sending `mails` mails of about `bytes` to a new smtp-sink; the sink's count
+    /// of messages must be `mails`. The CPU per mail of both is in the measurement.
+    static func run(mails: Int, bytes: Int, round: Int) throws -> Measurement {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("inbox-smtp-ceiling-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let counts = directory.appendingPathComponent("sink.out")
+        _ = FileManager.default.createFile(atPath: counts.path, contents: nil)
+        let cpuBefore = childrenCPUSeconds()
+        var port = 0
+        var sinkProcess: Process?
+        for attempt in 0..<20 {
+            let candidate = 40_000 + Int.random(in: 0..<20_000) + attempt
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: sink)
+            // As root, smtp-sink must be told whom to run as; as anybody else it must not.
+            process.arguments = (getuid() == 0 ? ["-u", "nobody"] : []) + ["-c", "127.0.0.1:\(candidate)", "1024"]
+            process.standardOutput = try FileHandle(forWritingTo: counts)
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            var up = false
+            for _ in 0..<100 {
+                usleep(10_000)
+                if !process.isRunning { break }
+                // A connection that says nothing: a session in the sink's counts, not a message.
+                if NGHTTPSink.accepts(port: candidate) {
+                    up = true
+                    break
+                }
+            }
+            if up {
+                port = candidate
+                sinkProcess = process
+                break
+            }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+        }
+        guard let sinkProcess else { throw BenchmarkFailure(description: "smtp-sink did not start") }
+        defer {
+            if sinkProcess.isRunning { kill(sinkProcess.processIdentifier, SIGKILL) }
+            sinkProcess.waitUntilExit()
+        }
+        // smtp-source's -l is the body's length; its four headers add about 135 bytes.
+        let started = ContinuousClock.now
+        let (status, output) = try Subprocess.run(
+            source,
+            [
+                "-d", "-s", String(sessions), "-l", String(max(100, bytes - 135)), "-m", String(mails), "-M", "bench.local", "-f", "notifications@bench.local",
+                "-t", "person@bench.local", "127.0.0.1:\(port)",
+            ])
+        let elapsed = ContinuousClock.now - started
+        guard status == 0 else { throw BenchmarkFailure(description: "smtp-source failed (\(status)): \(output)") }
+        // The sink writes "sess=N quit=N mesg=N\r" as each message ends, before its answer: when
+        // the source is done, the last one counts them all. (SIGKILL: this process ignores SIGTERM
+        // for its own handling, and a child inherits that.)
+        kill(sinkProcess.processIdentifier, SIGKILL)
+        sinkProcess.waitUntilExit()
+        let text = (try? String(contentsOf: counts, encoding: .utf8)) ?? ""
+        let last = text.split(separator: "\r").last(where: { $0.contains("mesg=") }) ?? ""
+        let received = last.split(separator: " ").first(where: { $0.hasPrefix("mesg=") }).flatMap { Int($0.dropFirst(5)) } ?? 0
+        guard received == mails else { throw BenchmarkFailure(description: "smtp-sink took \(received) mails of the \(mails) smtp-source sent (\(last))") }
+        let perMail = ((childrenCPUSeconds() - cpuBefore) * 1_000_000 / Double(mails)).rounded()
+        progress("  smtp-source round \(round): \(mails) mails of about \(bytes) bytes in \(String(format: "%.2f", elapsed.inSeconds)) s; CPU per mail: smtp-source and smtp-sink \(Int(perMail)) µs")
+        var measurement = Measurement(round: round, events: mails, elapsed: elapsed)
+        measurement.cpuMicrosecondsPerEvent = ["smtp-source and smtp-sink": perMail]
+        return measurement
+    }
+
+    /// CPU seconds of the children this process has waited for.
+    static func childrenCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_CHILDREN.rawValue, &usage)
+        let seconds = { (time: timeval) in Double(time.tv_sec) + Double(time.tv_usec) / 1_000_000 }
+        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 }

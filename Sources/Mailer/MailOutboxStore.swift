@@ -438,13 +438,18 @@ public struct MailOutboxStore: Sendable {
                 counts = ["no_contact": 1, "notifications_dropped": items.count]
                 reason = "no contact"
             }
-            try connection.query(
-                "DELETE FROM mail_queue WHERE person_id = $1 AND stream = $2 AND outbox_id = ANY($3::bigint[])", claimed.personId, claimed.stream.key, items)
+            // The claim's row is locked: what follows cannot find it changed, so it goes in one
+            // round trip with the COMMIT (a mail's record was seven round trips, most of its time).
+            connection.executeWithNext(
+                PostgresStatement(
+                    "DELETE FROM mail_queue WHERE person_id = $1 AND stream = $2 AND outbox_id = ANY($3::bigint[])", claimed.personId, claimed.stream.key,
+                    items))
             let sent = recorded == .sent
             // What was queued meanwhile goes at the next allowed time (after a sent mail of the
             // gathered notifications, one gathering later) or when its window ends, whichever is later.
             let gather = claimed.stream == .notifications ? settings.gather : .zero
-            try connection.query(
+            connection.executeWithNext(
+                PostgresStatement(
                 """
                 UPDATE mail_people SET
                     next_allowed_at = CASE WHEN $3 THEN $4::timestamptz + $5 * interval '1 millisecond' ELSE next_allowed_at END,
@@ -452,14 +457,15 @@ public struct MailOutboxStore: Sendable {
                     last_sent_at = CASE WHEN $3 THEN $4::timestamptz ELSE last_sent_at END,
                     attempts = 0, message_id = NULL, claim = NULL, claimed_until = NULL, last_reason = $6
                 WHERE person_id = $1 AND stream = $2
-                """, claimed.personId, claimed.stream.key, sent, now, gather.wholeMilliseconds, reason.map { String($0.prefix(500)) })
-            try connection.query(
+                """, claimed.personId, claimed.stream.key, sent, now, gather.wholeMilliseconds, reason.map { String($0.prefix(500)) }))
+            connection.executeWithNext(
+                PostgresStatement(
                 """
                 UPDATE mail_people m SET due_at = CASE WHEN EXISTS (SELECT 1 FROM mail_queue q WHERE q.person_id = $1 AND q.stream = $2)
                     THEN greatest(next_allowed_at, $3::timestamptz + window_ms * interval '1 millisecond') END
                 WHERE person_id = $1 AND stream = $2
-                """, claimed.personId, claimed.stream.key, now)
-            try Self.count(counts, on: connection)
+                """, claimed.personId, claimed.stream.key, now))
+            if let counting = PostgresConnection.addingToCounters("mail_counters", counts) { connection.executeWithNext(counting) }
             return recorded
         }
     }

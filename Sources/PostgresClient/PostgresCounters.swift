@@ -2,9 +2,15 @@ extension PostgresConnection {
     /// Adds `counts` to a table of counters by name (`name text PRIMARY KEY, count bigint`, such as
     /// `push_counters` and `mail_counters`), in one statement. `table` is the code's own constant.
     public func addToCounters(_ table: String, _ counts: [String: Int]) throws {
+        guard let statement = Self.addingToCounters(table, counts) else { return }
+        try query(statement.sql, binds: statement.binds)
+    }
+
+    /// `addToCounters`'s statement, to send with others (`executeWithNext`); nil for no counts.
+    public static func addingToCounters(_ table: String, _ counts: [String: Int]) -> PostgresStatement? {
         let names = counts.keys.sorted()
-        if names.isEmpty { return }
-        try query(
+        if names.isEmpty { return nil }
+        return PostgresStatement(
             """
             INSERT INTO \(table) (name, count) SELECT * FROM unnest($1::text[], $2::bigint[])
             ON CONFLICT (name) DO UPDATE SET count = \(table).count + EXCLUDED.count
