@@ -199,38 +199,39 @@ final class NGHTTPSink: @unchecked Sendable {
             .appendingPathComponent("Tests/PushMocks/make_credentials.sh")
         let (status, output) = try Subprocess.run("/bin/bash", [credentials.path, directory.appendingPathComponent("credentials").path])
         guard status == 0 else { throw BenchmarkFailure(description: "make_credentials.sh failed: \(output)") }
-        var chosen = 0
-        var started: Process?
-        for attempt in 0..<20 {
-            let candidate = 20_000 + Int.random(in: 0..<20_000) + attempt
+        let nghttpd = directory
+        let (started, chosen) = try Self.startListening(base: 20_000, what: "nghttpd") { candidate in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/nghttpd")
             process.arguments = [
-                "--address=127.0.0.1", "--workers=1", "--htdocs=\(directory.appendingPathComponent("htdocs").path)", String(candidate),
-                directory.appendingPathComponent("credentials/server-key.pem").path, directory.appendingPathComponent("credentials/server.pem").path,
+                "--address=127.0.0.1", "--workers=1", "--htdocs=\(nghttpd.appendingPathComponent("htdocs").path)", String(candidate),
+                nghttpd.appendingPathComponent("credentials/server-key.pem").path, nghttpd.appendingPathComponent("credentials/server.pem").path,
             ]
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
+            return process
+        }
+        port = chosen
+        process = started
+    }
+
+    /// Starts the server `make` sets up for a port, on a random port from `base` on, until one
+    /// accepts connections on 127.0.0.1 within a second (another port when it exits first, at most
+    /// 20 tries); the running process and its port.
+    static func startListening(base: Int, what: String, _ make: (Int) throws -> Process) throws -> (Process, Int) {
+        for attempt in 0..<20 {
+            let candidate = base + Int.random(in: 0..<20_000) + attempt
+            let process = try make(candidate)
             try process.run()
-            var up = false
             for _ in 0..<50 {
                 usleep(20_000)
                 if !process.isRunning { break }
-                if Self.accepts(port: candidate) {
-                    up = true
-                    break
-                }
-            }
-            if up {
-                chosen = candidate
-                started = process
-                break
+                if accepts(port: candidate) { return (process, candidate) }
             }
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
         }
-        guard let started else { throw BenchmarkFailure(description: "nghttpd did not start") }
-        port = chosen
-        process = started
+        throw BenchmarkFailure(description: "\(what) did not start")
     }
 
     static func accepts(port: Int) -> Bool {

@@ -271,36 +271,16 @@ enum PostfixCeiling {
         let counts = directory.appendingPathComponent("sink.out")
         _ = FileManager.default.createFile(atPath: counts.path, contents: nil)
         let cpuBefore = childrenCPUSeconds()
-        var port = 0
-        var sinkProcess: Process?
-        for attempt in 0..<20 {
-            let candidate = 40_000 + Int.random(in: 0..<20_000) + attempt
+        // Its readiness check is a connection that says nothing: a session in the sink's counts, not a message.
+        let (sinkProcess, port) = try NGHTTPSink.startListening(base: 40_000, what: "smtp-sink") { candidate in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: sink)
             // As root, smtp-sink must be told whom to run as; as anybody else it must not.
             process.arguments = (getuid() == 0 ? ["-u", "nobody"] : []) + ["-c", "127.0.0.1:\(candidate)", "1024"]
             process.standardOutput = try FileHandle(forWritingTo: counts)
             process.standardError = FileHandle.nullDevice
-            try process.run()
-            var up = false
-            for _ in 0..<100 {
-                usleep(10_000)
-                if !process.isRunning { break }
-                // A connection that says nothing: a session in the sink's counts, not a message.
-                if NGHTTPSink.accepts(port: candidate) {
-                    up = true
-                    break
-                }
-            }
-            if up {
-                port = candidate
-                sinkProcess = process
-                break
-            }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
+            return process
         }
-        guard let sinkProcess else { throw BenchmarkFailure(description: "smtp-sink did not start") }
         defer {
             if sinkProcess.isRunning { kill(sinkProcess.processIdentifier, SIGKILL) }
             sinkProcess.waitUntilExit()
