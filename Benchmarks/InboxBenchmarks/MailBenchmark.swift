@@ -31,6 +31,8 @@ struct MailBenchmark: Benchmark {
     static let publicURL = "https://inbox.wristler.eu"
 
     func run(on database: BenchmarkDatabase) async throws -> BenchmarkResult {
+        // Before anything is loaded: the ceiling's tools are there.
+        try PostfixCeiling.requireTools()
         let people = max(10, Int(Double(Self.people) * scale))
         // Person g has 1 + g % 5 notifications.
         let notifications = (0..<people).reduce(0) { $0 + 1 + $1 % 5 }
@@ -51,7 +53,6 @@ struct MailBenchmark: Benchmark {
         let sink = try SMTPSink()
         defer { sink.stop() }
         let key = Base64URL.encode((0..<32).map { UInt8(($0 * 37 + 11) % 256) })
-        try PostfixCeiling.requireTools()
         let configuration = try MailConfiguration.from(environment: [
             "INBOX_SMTP_URL": "smtp://127.0.0.1:\(sink.port)", "INBOX_SMTP_ALLOW_PLAIN": "1",
             "INBOX_MAIL_FROM": "Wristler <notifications@wristler.eu>", "INBOX_UNSUBSCRIBE_KEYS": "1:\(key)",

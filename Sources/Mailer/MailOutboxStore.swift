@@ -465,7 +465,7 @@ public struct MailOutboxStore: Sendable {
                     THEN greatest(next_allowed_at, $3::timestamptz + window_ms * interval '1 millisecond') END
                 WHERE person_id = $1 AND stream = $2
                 """, claimed.personId, claimed.stream.key, now))
-            if let counting = PostgresConnection.addingToCounters("mail_counters", counts) { connection.executeWithNext(counting) }
+            if let counting = Self.counting(counts) { connection.executeWithNext(counting) }
             return recorded
         }
     }
@@ -500,6 +500,13 @@ public struct MailOutboxStore: Sendable {
 
     /// Adds to `mail_counters`.
     static func count(_ counts: [String: Int], on connection: PostgresConnection) throws {
-        try connection.addToCounters("mail_counters", counts)
+        try connection.addToCounters(counterTable, counts)
     }
+
+    /// `count`'s statement, to send with others; nil for no counts.
+    static func counting(_ counts: [String: Int]) -> PostgresStatement? {
+        PostgresConnection.addingToCounters(counterTable, counts)
+    }
+
+    static let counterTable = "mail_counters"
 }
