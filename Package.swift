@@ -168,7 +168,7 @@ let package = Package(
             name: "Identity", dependencies: [
                 "PlantedSlowdown",
                 "PasswordHashing", "Crypto", "Encodings", "EventLog", "HTTP2Client", "HTTPServer", "InboxAPI", "InboxDomain", "Lifecycle",
-                "Mail", "Mailer", "PostgresClient", "Threads",
+                "Mail", "Mailer", "PostgresClient", "Threads", "Uploads",
             ],
             swiftSettings: swiftSettings),
 
@@ -282,7 +282,7 @@ let package = Package(
             name: "InboxCommandTests",
             dependencies: [
                 "InboxTesting", "LinkedLibraries", "Crypto", "InboxSimulation", "Projections", "EventLog", "PostgresClient", "InboxDomain",
-                "HTTPTesting",
+                "HTTPTesting", "Uploads",
             ],
             swiftSettings: swiftSettings),
     ]

@@ -4,6 +4,7 @@ import InboxDomain
 import Mail
 import PostgresClient
 import Projections
+import Uploads
 
 /// Erasing a person (GDPR article 17; docs/event-log.md, "Erasing a person"): `inbox erase
 /// --person ID`, and closing an account with `erase: true`. In the caller's transaction:
@@ -12,6 +13,8 @@ import Projections
 ///   personal field of theirs in the log, and in every backup of it, is unreadable from then on;
 /// - their account (when it has one) is closed as `POST /v1/me/closure` closes it, and their push
 ///   registrations, mail contact and waiting mails are deleted (state, not history);
+/// - their uploads expire at once (`UploadStore.forget`): `404` to everybody from the commit on,
+///   and the next upload sweep of every API node deletes their records, objects and files;
 /// - `person_erased` is appended and projected inline into the threads, people and preferences, so
 ///   their message bodies, blocks' reasons and saved searches' names are gone from the read models
 ///   at once (or when the projectors reach it, if they are behind).
@@ -27,6 +30,8 @@ public enum PersonErasure {
         /// Events of theirs appended before their fields were sealed (before sealing was on), whose
         /// personal fields the log still holds in the clear: the log cannot change them.
         public var unsealedEvents: Int
+        /// Their uploads, now expired; the upload sweep deletes them with their files.
+        public var uploads: Int
     }
 
     /// The projections an erasure brings in line in its own transaction.
@@ -46,6 +51,7 @@ public enum PersonErasure {
             _ = try Contacts.delete(personId: personId, on: connection)
         }
         _ = try connection.query("DELETE FROM mail_queue WHERE person_id = $1", personId)
+        let uploads = try UploadStore.forget(person: personId, on: connection)
         events.append(PersonErased(personId: personId))
         let appended = try events.map { try NewEvent(catalogueEvent: $0, metadata: metadata) }
         if let validator { for (index, event) in appended.enumerated() { try validator.check(event, index: index) } }
@@ -56,6 +62,6 @@ public enum PersonErasure {
             WHERE type = ANY($2::text[]) AND NOT payload ? '$seal' AND coalesce(payload->>'authorId', payload->>'personId') = $1
             """, personId, Array(PersonalDataKeys.personalTypes)
         ).scalar(Int.self)
-        return Outcome(deletedKey: deletedKey, closedAccount: account, unsealedEvents: unsealed)
+        return Outcome(deletedKey: deletedKey, closedAccount: account, unsealedEvents: unsealed, uploads: uploads)
     }
 }

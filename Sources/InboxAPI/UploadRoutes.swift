@@ -1,4 +1,5 @@
 import Foundation
+import Lifecycle
 import HTTPServer
 import InboxDomain
 import PostgresClient
@@ -279,4 +280,36 @@ extension UploadRoutes {
                 "handle": Schema.text, "contentType": Schema.text, "size": Schema.wholeNumber, "createdAt": Schema.timestamp,
                 "expiresAt": Schema.timestamp,
             ], links: true))
+}
+
+/// The upload sweep of one API node, every `interval` (`UploadStore.sweep`): unattached handles
+/// past their day and an erased person's uploads leave the records, the bucket and this node's
+/// folder even when nobody uploads (the upload route's own `sweepIfDue` only runs on an upload).
+/// Any number of nodes may run it: each digest is deleted under its advisory lock.
+public struct UploadSweeper: Service {
+    let store: UploadStore
+    let interval: Duration
+    let logger: Logger
+
+    public init(store: UploadStore, interval: Duration = .seconds(600), logger: Logger = .silent) {
+        self.store = store
+        self.interval = interval
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        while !Task.isCancelled {
+            let store = self.store
+            // The sweep blocks on PostgreSQL, the bucket and the folder: a thread of its own, not the pool's.
+            let outcome: Result<Int, any Error> = await withCheckedContinuation { continuation in
+                Thread { continuation.resume(returning: Result { try store.sweep() }) }.start()
+            }
+            switch outcome {
+            case .success(let swept) where swept > 0: logger.info("swept uploads", metadata: ["records": "\(swept)"])
+            case .success: break
+            case .failure(let error): logger.warning("the upload sweep failed; it runs again later", metadata: ["error": "\(error)"])
+            }
+            do { try await Task.sleep(for: interval) } catch { return }
+        }
+    }
 }

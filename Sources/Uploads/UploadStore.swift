@@ -268,9 +268,10 @@ public final class UploadStore: Sendable {
 
     // MARK: Expiry
 
-    /// Deletes the records of handles that expired unattached, and the file of each digest no
-    /// record names any longer; and temporary files an hour old (left by a process that stopped
-    /// while writing one). Returns the number of records deleted.
+    /// Deletes the records of handles that expired unattached (an erased person's among them), and
+    /// the file of each digest no record names any longer; temporary files an hour old (left by a
+    /// process that stopped while writing one); and this node's copies of files another node
+    /// swept (`forgetUnnamedCopies`). Returns the number of records deleted.
     @discardableResult
     public func sweep() throws -> Int {
         let cutoff = now()
@@ -293,6 +294,57 @@ public final class UploadStore: Sendable {
                     if unlink(path.path) != 0 && errno != ENOENT { throw CocoaError(.fileWriteUnknown) }
                 }
                 return gone
+            }
+        }
+        try forgetUnnamedCopies()
+        return deleted
+    }
+
+    /// The uploads of an erased person (docs/event-log.md, "Erasing a person"), in the caller's
+    /// transaction: their records expire at once, unattached, so every handle of theirs is `404`
+    /// to everybody from that commit on and cannot be attached, and the next `sweep` of any node
+    /// deletes the records, the bucket's objects and the files no other record names. The same
+    /// bytes uploaded by somebody else are theirs too, and stay. Returns how many records.
+    public static func forget(person: String, on connection: PostgresConnection) throws -> Int {
+        _ = try connection.query(
+            "DELETE FROM upload_attachments WHERE handle IN (SELECT handle FROM uploads WHERE person_id = $1)", person)
+        return try connection.query(
+            "UPDATE uploads SET attached = false, expires_at = '-infinity' WHERE person_id = $1 RETURNING handle", person
+        ).count
+    }
+
+    /// Deletes this node's copies of files no record names any longer: one whose last record
+    /// another node swept (or a sweep that stopped between its commit and its files), so the bytes
+    /// of an erased person leave every node's folder, not only the sweeping one's. The bucket's
+    /// object of such a digest is deleted too. Each digest is checked again under its lock, so a
+    /// file a new record has just come to name stays. Returns how many copies were deleted.
+    @discardableResult
+    public func forgetUnnamedCopies() throws -> Int {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory.path) else { return 0 }
+        let digests = names.filter { path(of: $0) != nil }
+        var deleted = 0
+        var start = 0
+        while start < digests.count {
+            let chunk = Array(digests[start..<min(start + 1_000, digests.count)])
+            start += chunk.count
+            let unnamed = try client.withConnectionBlocking { connection in
+                try connection.query(
+                    "SELECT d FROM unnest($1::text[]) AS d WHERE NOT EXISTS (SELECT 1 FROM uploads WHERE sha256 = d)", chunk
+                ).map { try $0.decode(String.self, "d") }
+            }
+            for sha256 in unnamed {
+                deleted += try client.transactionBlocking { connection in
+                    _ = try connection.query("SELECT pg_advisory_xact_lock($1::bigint)", Self.lockKey(sha256))
+                    guard try connection.query("SELECT count(*)::int FROM uploads WHERE sha256 = $1", sha256).scalar(Int.self) == 0,
+                        let path = path(of: sha256)
+                    else { return 0 }
+                    try bucket?.delete(key: Self.objectKey(sha256))
+                    guard unlink(path.path) == 0 else {
+                        if errno == ENOENT { return 0 }
+                        throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path.path])
+                    }
+                    return 1
+                }
             }
         }
         return deleted

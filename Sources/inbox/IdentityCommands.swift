@@ -7,6 +7,7 @@ import InboxAPI
 import InboxDomain
 import Lifecycle
 import PostgresClient
+import Uploads
 
 extension InboxConfiguration {
     /// The identity settings and the key-encryption key, or the usage error that names what is wrong.
@@ -284,6 +285,18 @@ extension Command {
                 "erased \(person): "
                     + (outcome.deletedKey ? "their data key is deleted" : "no data key was left (nothing sealed of theirs, or erased before)")
                     + (outcome.closedAccount ? "; their account is closed" : "") + "; person_erased appended")
+            if outcome.uploads > 0 {
+                // Their handles are 404 from the commit on; their files go now, or at the next
+                // sweep of an API node when the bucket cannot be reached.
+                let folder = URL(fileURLWithPath: configuration.uploadsFolder, isDirectory: true)
+                do {
+                    let store = UploadStore(client: database.client, directory: folder, bucket: try configuration.uploadsBucket())
+                    let swept = try store.sweep()
+                    print("\(outcome.uploads) uploads of theirs expired; \(swept) upload records deleted with the files no other record names")
+                } catch {
+                    print("\(outcome.uploads) uploads of theirs expired; their files could not be deleted now (\(error)): the API nodes' upload sweep deletes them within 10 minutes")
+                }
+            }
             if outcome.unsealedEvents > 0 {
                 print(
                     "\(outcome.unsealedEvents) events of theirs were appended before sealing was on: the log keeps their personal fields in the clear "

@@ -86,6 +86,8 @@ enum Roles {
                 let listener = CacheListener(caches: caches, configuration: database.client.configuration.connection, logger: log)
                 members.append(ServiceGroup.Member("the caches' listener", listener, shutdownDeadline: .seconds(5)))
             }
+            members.append(
+                ServiceGroup.Member("the upload sweep", UploadSweeper(store: uploads.store(client: requestClient), logger: log), shutdownDeadline: .seconds(5)))
             if let identity {
                 members.append(ServiceGroup.Member("the identity role's housekeeping", identity.maintenance, shutdownDeadline: .seconds(5)))
                 if let revocations = identity.appleRevocations {

@@ -5,6 +5,7 @@ import InboxTesting
 import PostgresClient
 import Projections
 import Testing
+import Uploads
 
 /// Erasing a person from the append-only log, end to end with the `inbox` binary: their personal
 /// fields are sealed at rest from the start; `inbox erase` deletes their key, and then no byte of
@@ -96,6 +97,72 @@ import Testing
             // Again: nothing to delete, and said so.
             let again = try await InboxCLI.run(["erase", "--person", "alice"], environment: InboxCLI.databaseEnvironment(db.url))
             #expect(again.status == 0 && again.stdout.contains("no data key was left"), "\(again.stdout)")
+        }
+    }
+
+    /// Their uploads go too: `inbox erase` expires them and sweeps at once, so the records, the
+    /// bucket's objects and the erasing node's files go; another node's copy goes at its own sweep.
+    /// The same bytes uploaded by somebody else are theirs as well, and stay.
+    @Test func anErasedPersonsUploadsLeaveTheBucketAndEveryNodesFolder() async throws {
+        guard let s3 = ProcessInfo.processInfo.environment["INBOX_TEST_S3_URL"], !s3.isEmpty else {
+            Issue.record("INBOX_TEST_S3_URL is not set: run the tests with `make test`, which starts an S3-compatible server (scripts/test-s3.sh).")
+            return
+        }
+        let bucketURL = s3 + "/erase-\(UUID().uuidString.lowercased().prefix(8))"
+        let bucket = S3Bucket(settings: .init(url: bucketURL, accessKeyId: "test", secretAccessKey: "test-secret"))
+        try bucket.create()
+        let folders = (0..<2).map { FileManager.default.temporaryDirectory.appendingPathComponent("erase-uploads-\($0)-\(UUID().uuidString)", isDirectory: true) }
+        defer { for folder in folders { try? FileManager.default.removeItem(at: folder) } }
+        try await withTestDatabase { db in
+            try await InboxProjections.prepareLiveTables(client: db.client)
+            let stores = folders.map { UploadStore(client: db.client, directory: $0, bucket: bucket) }
+            let own = (0..<4_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 1) }
+            let shared = (0..<4_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
+            let photo = try stores[0].store(own, contentType: "video/mp4", person: "alice", origin: "api", appVersion: nil, source: "file")
+            let alicesCopy = try stores[0].store(shared, contentType: "video/mp4", person: "alice", origin: "api", appVersion: nil, source: "file")
+            let bobs = try stores[0].store(shared, contentType: "video/mp4", person: "bob", origin: "api", appVersion: nil, source: "file")
+            try await db.client.withConnection { connection in
+                try connection.transaction { connection in
+                    _ = try stores[0].markAttached([photo.handle], person: "alice", conversationId: "c1", messageId: "m1", on: connection)
+                }
+            }
+            // The second node served the photo once, and keeps a copy.
+            _ = try stores[1].file(of: photo)
+            func exists(_ folder: URL, _ sha256: String) -> Bool { FileManager.default.fileExists(atPath: folder.appendingPathComponent(sha256).path) }
+            func inBucket(_ sha256: String) throws -> Bool {
+                let probe = FileManager.default.temporaryDirectory.appendingPathComponent("probe-\(UUID().uuidString)").path
+                let descriptor = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+                defer {
+                    close(descriptor)
+                    unlink(probe)
+                }
+                return try bucket.get(key: "uploads/" + sha256, to: descriptor, limit: UploadLimits.maximumFileBytes)
+            }
+            #expect(try exists(folders[1], photo.sha256) && inBucket(photo.sha256))
+
+            let erased = try await InboxCLI.run(
+                ["erase", "--person", "alice"],
+                environment: InboxCLI.databaseEnvironment(
+                    db.url,
+                    [
+                        "INBOX_UPLOADS_DIR": folders[0].path, "INBOX_UPLOADS_S3_URL": bucketURL, "INBOX_UPLOADS_S3_ACCESS_KEY_ID": "test",
+                        "INBOX_UPLOADS_S3_SECRET_ACCESS_KEY": "test-secret",
+                    ]))
+            #expect(erased.status == 0, "\(erased.stderr)")
+            #expect(erased.stdout.contains("2 uploads of theirs expired; 2 upload records deleted"), "\(erased.stdout)")
+            #expect(try stores[0].upload(photo.handle) == nil && stores[0].upload(alicesCopy.handle) == nil, "alice's handles are gone")
+            #expect(try await db.scalar("SELECT count(*)::int FROM uploads WHERE person_id = 'alice'", Int.self) == 0)
+            #expect(try await db.scalar("SELECT count(*)::int FROM upload_attachments", Int.self) == 0)
+            #expect(try !exists(folders[0], photo.sha256) && !inBucket(photo.sha256), "the photo left the erasing node and the bucket")
+            // Bob's upload of the same bytes is his: it stays, and is served.
+            #expect(try stores[0].upload(bobs.handle) != nil)
+            #expect(try exists(folders[0], bobs.sha256) && inBucket(bobs.sha256))
+            // The other node's copy goes at that node's sweep; what is still named stays.
+            #expect(exists(folders[1], photo.sha256))
+            _ = try stores[1].file(of: bobs)
+            #expect(try stores[1].sweep() == 0)
+            #expect(!exists(folders[1], photo.sha256), "the second node's copy of the erased photo")
+            #expect(exists(folders[1], bobs.sha256))
         }
     }
 
