@@ -409,11 +409,17 @@ struct AppendRequest: Sendable {
         text.raw(UInt8(ascii: "}"))
     }
 
-    func run(on connection: PostgresConnection) throws -> [AppendedEvent] {
+    func run(on connection: PostgresConnection, keyPlan: PersonalDataKeys.KeyPlan? = nil) throws -> [AppendedEvent] {
         if events.isEmpty { return [] }
         var eventsJSON = self.eventsJSON
         if holdsPersonalData, let keys = PersonalDataKeys.current {
-            eventsJSON = Self.json(events, payloads: try keys.sealed(events, on: connection)).0
+            let plan = try keyPlan ?? keys.plan(events, on: connection)
+            // A person's first personal field makes their key: outside a transaction, the keys and
+            // the events then go in one, so the batch takes one commit, not two.
+            if !plan.unknown.isEmpty && !connection.isInTransaction {
+                return try connection.transaction { try run(on: $0, keyPlan: plan) }
+            }
+            eventsJSON = Self.json(events, payloads: try keys.sealed(events, plan: plan, on: connection)).0
         }
         // Inside the caller's transaction a failed statement would abort it: retry behind a savepoint.
         let savepoint = connection.isInTransaction

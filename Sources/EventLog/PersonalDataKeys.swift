@@ -67,51 +67,122 @@ public final class PersonalDataKeys: Sendable {
 
     // MARK: Sealing
 
-    /// The key to seal `person`'s fields with, nil when the person was erased: their cached key,
-    /// or their key in the database, or a new one (under a lock per person that erasing takes too,
-    /// so no key is made for somebody being erased).
-    func sealingKey(for person: String, database: String, on connection: PostgresConnection) throws -> [UInt8]? {
-        let cacheKey = CacheKey(database: database, person: person)
-        if let key = cache.withLock({ $0[cacheKey] }) { return key }
-        if let (key, erased) = try stored(person, on: connection) {
-            if erased { return nil }
-            if let key {
-                cache.withLock { cache in
-                    if cache.count >= Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
-                    cache[cacheKey] = key
+    /// What sealing a batch needs: each event's personal payload (nil: none), the keys its people
+    /// have (nil for one erased), and the people who have none yet, in the order of their ids.
+    struct KeyPlan {
+        var payloads: [(any EventPayload & HoldsPersonalData)?]
+        var keys: [String: [UInt8]?]
+        var unknown: [String]
+    }
+
+    /// The plan of sealing `events`: their people's keys from the cache, then those stored, read in
+    /// one query. Its `unknown` people get their keys made by `sealed(_:plan:on:)`; outside a
+    /// transaction the append then runs in one, so the keys and the events take one commit.
+    func plan(_ events: [NewEvent], on connection: PostgresConnection) throws -> KeyPlan {
+        let payloads = try events.map { try Self.personalPayload($0) }
+        let people = Set(payloads.compactMap { $0?.personalDataOwner }).sorted()
+        let (keys, unknown) = try knownKeys(for: people, database: connection.configuration.redactedDescription, on: connection)
+        return KeyPlan(payloads: payloads, keys: keys, unknown: unknown)
+    }
+
+    /// New keys for `people` (sorted ids, none of whom had one a moment ago), in one transaction
+    /// (the caller's, or one of its own) under each person's lock, taken in the order of their ids:
+    /// erasing takes the same lock, so no key is made for somebody being erased, and two appends
+    /// making keys for the same new people take their locks in one order. The locks and the insert
+    /// go in one round trip; a person who got a key meanwhile, or was erased, is read. A key made is
+    /// not cached: the transaction may roll back; the next append reads it.
+    func makeKeys(_ people: [String], on connection: PostgresConnection) throws -> [String: [UInt8]?] {
+        let make = { () throws -> [String: [UInt8]?] in
+            connection.executeWithNext(
+                PostgresStatement(
+                    "SELECT pg_advisory_xact_lock(hashtext('person_data_keys'), hashtext(p)) FROM unnest($1::text[]) WITH ORDINALITY AS u(p, n) ORDER BY n",
+                    people))
+            let fresh = people.map { (person: $0, key: SecureRandom.bytes(AES256GCM.keyBytes)) }
+            // A statement of its own after the locks, so its snapshot sees an erasure that committed
+            // while they were awaited.
+            let inserted = Set(
+                try connection.query(
+                    """
+                    INSERT INTO person_data_keys (person_id, wrapped)
+                    SELECT p, decode(w, 'hex') FROM unnest($1::text[], $2::text[]) AS u(p, w)
+                    WHERE NOT EXISTS (SELECT 1 FROM person_erasures e WHERE e.person_id = u.p)
+                    ON CONFLICT (person_id) DO NOTHING
+                    RETURNING person_id
+                    """, people, try fresh.map { Hex.encode(try self.kek.seal($0.key, for: Self.purpose($0.person))) }
+                ).map { try $0.decode(String.self, "person_id") })
+            var made: [String: [UInt8]?] = [:]
+            for (person, key) in fresh where inserted.contains(person) { made[person] = .some(key) }
+            let others = people.filter { !inserted.contains($0) }
+            if !others.isEmpty {
+                let stored = try self.stored(others, on: connection)
+                for person in others {
+                    switch stored[person] {
+                    case .erased: made[person] = .some(nil)
+                    case .key(let key): made[person] = .some(key)
+                    case nil: throw PersonalDataError.keyNotMade(person: person)
+                    }
                 }
-                return key
             }
-        }
-        // Made under the person's lock, held to the end of a transaction (the caller's, or one of its
-        // own): an erasure waits for it, or it sees the erasure.
-        let make = { () throws -> [UInt8]? in
-            try Self.lock(person, on: connection)
-            if let (key, erased) = try self.stored(person, on: connection) {
-                if erased { return nil }
-                if let key { return key }
-            }
-            let key = SecureRandom.bytes(AES256GCM.keyBytes)
-            _ = try connection.query(
-                "INSERT INTO person_data_keys (person_id, wrapped) VALUES ($1, $2)", person, Data(try self.kek.seal(key, for: Self.purpose(person))))
-            return key
+            return made
         }
         return connection.isInTransaction ? try make() : try connection.transaction { _ in try make() }
     }
 
-    /// The stored key (nil when none) and whether the person was erased; nil when neither.
-    private func stored(_ person: String, on connection: PostgresConnection) throws -> ([UInt8]?, Bool)? {
-        let row = try connection.query(
+    /// The keys of `people` cached or stored (those stored are cached now), nil for one erased, and
+    /// the people who have neither, in the order given.
+    private func knownKeys(for people: [String], database: String, on connection: PostgresConnection) throws -> (keys: [String: [UInt8]?], unknown: [String]) {
+        var keys: [String: [UInt8]?] = [:]
+        var missing: [String] = []
+        cache.withLock { cache in
+            for person in people {
+                if let key = cache[CacheKey(database: database, person: person)] { keys[person] = .some(key) } else { missing.append(person) }
+            }
+        }
+        if missing.isEmpty { return (keys, []) }
+        let remember = { (found: [String: [UInt8]]) in
+            self.cache.withLock { cache in
+                if cache.count + found.count > Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
+                for (person, key) in found { cache[CacheKey(database: database, person: person)] = key }
+            }
+        }
+        var unknown: [String] = []
+        var found: [String: [UInt8]] = [:]
+        let stored = try stored(missing, on: connection)
+        for person in missing {
+            switch stored[person] {
+            case .erased: keys[person] = .some(nil)
+            case .key(let key):
+                keys[person] = .some(key)
+                found[person] = key
+            case nil: unknown.append(person)
+            }
+        }
+        remember(found)
+        return (keys, unknown)
+    }
+
+    enum StoredKey {
+        case erased
+        case key([UInt8])
+    }
+
+    /// What is stored of each of `people`: their key, that they were erased, or nothing (absent).
+    private func stored(_ people: [String], on connection: PostgresConnection) throws -> [String: StoredKey] {
+        var stored: [String: StoredKey] = [:]
+        for row in try connection.query(
             """
-            SELECT (SELECT wrapped FROM person_data_keys WHERE person_id = $1) AS wrapped,
-                EXISTS (SELECT 1 FROM person_erasures WHERE person_id = $1) AS erased
-            """, person
-        ).first
-        guard let row else { return nil }
-        let erased = try row.decode(Bool.self, "erased")
-        let wrapped = try row.decode(Data?.self, "wrapped")
-        if !erased && wrapped == nil { return nil }
-        return (try wrapped.map { try unwrap(Array($0), person) }, erased)
+            SELECT u.p, k.wrapped, EXISTS (SELECT 1 FROM person_erasures e WHERE e.person_id = u.p) AS erased
+            FROM unnest($1::text[]) AS u(p) LEFT JOIN person_data_keys k ON k.person_id = u.p
+            """, people)
+        {
+            let person = try row.decode(String.self, "p")
+            if try row.decode(Bool.self, "erased") {
+                stored[person] = .erased
+            } else if let wrapped = try row.decode(Data?.self, "wrapped") {
+                stored[person] = .key(try unwrap(Array(wrapped), person))
+            }
+        }
+        return stored
     }
 
     func unwrap(_ wrapped: [UInt8], _ person: String) throws -> [UInt8] {
@@ -162,15 +233,16 @@ public final class PersonalDataKeys: Sendable {
     /// are looked up or made first, in the order of the people's ids, so two appends that make
     /// keys for the same people at once take the people's locks in one order (no deadlock).
     func sealed(_ events: [NewEvent], on connection: PostgresConnection) throws -> [String?] {
-        let payloads = try events.map { try Self.personalPayload($0) }
-        var keys: [String: [UInt8]?] = [:]
-        let database = connection.configuration.redactedDescription
-        for person in Set(payloads.compactMap { $0?.personalDataOwner }).sorted() {
-            keys[person] = .some(try sealingKey(for: person, database: database, on: connection))
-        }
+        try sealed(events, plan: try plan(events, on: connection), on: connection)
+    }
+
+    /// `sealed(_:on:)` with the batch's plan, its unknown people's keys made first.
+    func sealed(_ events: [NewEvent], plan: KeyPlan, on connection: PostgresConnection) throws -> [String?] {
+        var keys = plan.keys
+        if !plan.unknown.isEmpty { keys.merge(try makeKeys(plan.unknown, on: connection)) { _, made in made } }
         // A seal id and a nonce for each of (usually) one field an event.
-        var random = RandomBytes(expected: payloads.lazy.filter { $0 != nil }.count * (Self.sealIdRandomBytes + AES256GCM.nonceBytes))
-        return try zip(events, payloads).map { event, payload in
+        var random = RandomBytes(expected: plan.payloads.lazy.filter { $0 != nil }.count * (Self.sealIdRandomBytes + AES256GCM.nonceBytes))
+        return try zip(events, plan.payloads).map { event, payload in
             guard let payload, let key = keys[payload.personalDataOwner] else { return nil }
             return try sealed(event, payload: payload, key: key, random: &random)
         }
@@ -353,6 +425,7 @@ public final class PersonalDataKeys: Sendable {
 public enum PersonalDataError: Error, CustomStringConvertible {
     case noKey
     case wrongKey(person: String)
+    case keyNotMade(person: String)
 
     public var description: String {
         switch self {
@@ -360,6 +433,8 @@ public enum PersonalDataError: Error, CustomStringConvertible {
             "The log holds personal data sealed per person: set INBOX_PERSONAL_DATA_KEY_FILE to the key-encryption key it was sealed under."
         case .wrongKey(let person):
             "INBOX_PERSONAL_DATA_KEY_FILE does not open the data key of person \(person): it is not the key-encryption key the personal data was sealed under."
+        case .keyNotMade(let person):
+            "No data key could be made for person \(person), and none is stored: nothing of the batch was appended."
         }
     }
 }

@@ -300,7 +300,7 @@ extension Command {
             if outcome.unsealedEvents > 0 {
                 print(
                     "\(outcome.unsealedEvents) events of theirs were appended before sealing was on: the log keeps their personal fields in the clear "
-                        + "and cannot change them (docs/event-log.md, \"Events from before sealing\").")
+                        + "until `inbox personal-data seal-log` copies it sealed (docs/event-log.md, \"Events from before sealing\").")
             }
         }
     }
@@ -308,14 +308,33 @@ extension Command {
 
 extension Command {
     static let personalData = Command(
-        name: "personal-data", synopsis: "personal-data rewrap",
+        name: "personal-data", synopsis: "personal-data rewrap | seal-log",
         summary: "rewrap: wraps every person's data key again under INBOX_PERSONAL_DATA_KEY_FILE, opening those still wrapped by "
-            + "INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE: the second step of rotating the key-encryption key (docs/event-log.md)."
+            + "INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE: the second step of rotating the key-encryption key. seal-log: copies the log into a "
+            + "new table with the personal fields of the events appended in the clear (before sealing was on) sealed, while the tier runs, "
+            + "and puts it in the log's place (docs/event-log.md)."
     ) { arguments, configuration, log in
-        guard arguments == ["rewrap"] else { throw UsageError(description: "inbox personal-data takes rewrap.") }
+        guard arguments == ["rewrap"] || arguments == ["seal-log"] else { throw UsageError(description: "inbox personal-data takes rewrap or seal-log.") }
         try await withDatabase(configuration, log: log, migrate: true) { database in
             guard let keys = PersonalDataKeys.current else {
-                throw UsageError(description: "inbox personal-data rewrap needs INBOX_PERSONAL_DATA_KEY_FILE (the new key) and INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE (the old one).")
+                throw UsageError(
+                    description: arguments == ["rewrap"]
+                        ? "inbox personal-data rewrap needs INBOX_PERSONAL_DATA_KEY_FILE (the new key) and INBOX_PERSONAL_DATA_PREVIOUS_KEY_FILE (the old one)."
+                        : "inbox personal-data seal-log needs INBOX_PERSONAL_DATA_KEY_FILE: the key-encryption key the fields are sealed under.")
+            }
+            if arguments == ["seal-log"] {
+                let outcome = try await LogSealing(client: database.client, keys: keys, progress: { line in log.info("sealing the log: \(line)") }).run()
+                log.info(
+                    "sealed the log", metadata: ["copied": .int(outcome.copied), "sealed": .int(outcome.sealed), "leftAsTheyWere": .int(outcome.leftAsTheyWere)])
+                if outcome.copied == 0 {
+                    print("no event of the log holds personal fields in the clear: nothing to do")
+                } else {
+                    print(
+                        "sealed the log: \(outcome.copied) events copied, \(outcome.sealed) of them with their personal fields sealed now"
+                            + (outcome.leftAsTheyWere > 0 ? "; \(outcome.leftAsTheyWere) not of their type's shape, copied as they were" : "")
+                            + ". Backups taken before this still hold those fields in the clear (docs/event-log.md).")
+                }
+                return
             }
             let rewrapped = try await database.client.withConnection { connection in try keys.rewrap(on: connection) }
             log.info("rewrapped the people's data keys", metadata: ["rewrapped": .int(rewrapped)])
