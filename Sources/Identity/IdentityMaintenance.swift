@@ -44,6 +44,7 @@ public struct IdentityMaintenance: Service {
             try Handoffs.purge(before: now, on: connection)
             try Sessions.purge(before: now.addingTimeInterval(-86_400), on: connection)
             try RateLimits.purge(before: now.addingTimeInterval(-86_400), on: connection)
+            try TrustedSignIns.purge(before: now, on: connection)
         }
     }
 }

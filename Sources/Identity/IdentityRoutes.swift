@@ -245,6 +245,10 @@ enum OAuthSchemas {
                 "provider": Schema.choice(["apple", "google"]), "id_token": idToken,
                 "nonce": string, "handoff": string, "authorization_code": .object(["type": .string("string"), "maxLength": .integer(2048)]),
                 "given_name": string, "family_name": string, "refresh_token": string, "device": string,
+                // The app installation's own id, so an owner keeps a sign-in budget of their own (docs/identity.md, "Rate limits").
+                "installation_id": .object([
+                    "type": .string("string"), "minLength": .integer(8), "maxLength": .integer(128), "pattern": .string("^[A-Za-z0-9._:-]+$"),
+                ]),
             ]),
         ]),
         responses: [

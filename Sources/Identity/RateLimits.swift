@@ -15,11 +15,15 @@ public struct RateLimits: Sendable {
     public enum Counted: Sendable {
         case address(String)
         case account(String)
+        /// An account's attempts from an installation or address that signed in to it before
+        /// (`TrustedSignIns`): a budget of their own.
+        case trusted(String)
 
         var text: String {
             switch self {
             case .address(let address): "address:\(address)"
             case .account(let account): "account:\(account)"
+            case .trusted(let key): "trusted:\(key)"
             }
         }
     }
@@ -107,5 +111,46 @@ extension RateLimits {
         try SecondFactorRoutes.limited(tooMany) {
             try client.withConnectionBlocking { connection in try take(kind, .account(personId), limit: limit, now: now, on: connection) }
         }
+    }
+}
+
+/// Where an account was signed in to before (`identity_trusted_sign_ins`): an app installation (the
+/// password grant's `installation_id`) or an address, for 90 days after its last sign-in. An
+/// attempt on the account from one of them takes from a bucket of its own, at the account's limit,
+/// not from the account's shared one: a guesser elsewhere who spends the account's budget does not
+/// lock its owner out (OWASP's "device cookies"). Keyed by a digest of the account's e-mail address
+/// and the installation or address, so the table holds neither.
+public enum TrustedSignIns {
+    static let lifetime: TimeInterval = 90 * 86_400
+
+    /// The keys an attempt on `email` could be trusted by: its installation's first, then its address's.
+    static func keys(email: String, installation: String?, address: String) -> [String] {
+        ((installation.map { ["installation:\($0)"] } ?? []) + ["address:\(address)"]).map { what in
+            Data(SHA256.digest(Array("trusted|\(email.lowercased())|\(what)".utf8))).base64EncodedString()
+        }
+    }
+
+    /// The first of `keys` that signed in within the lifetime, or nil.
+    static func trusted(_ keys: [String], now: Date, on connection: PostgresConnection) throws -> String? {
+        let found = Set(
+            try connection.query(
+                "SELECT key FROM identity_trusted_sign_ins WHERE key = ANY($1::text[]) AND last_used > $2::timestamptz", keys,
+                now.addingTimeInterval(-lifetime)
+            ).map { try $0.decode(String.self, "key") })
+        return keys.first(where: found.contains)
+    }
+
+    /// Remembers a sign-in from `keys`.
+    static func remember(_ keys: [String], now: Date, on connection: PostgresConnection) throws {
+        _ = try connection.query(
+            """
+            INSERT INTO identity_trusted_sign_ins (key, last_used) SELECT k, $2::timestamptz FROM unnest($1::text[]) AS k
+            ON CONFLICT (key) DO UPDATE SET last_used = greatest(identity_trusted_sign_ins.last_used, excluded.last_used)
+            """, keys, now)
+    }
+
+    /// Forgets sign-ins past the lifetime.
+    public static func purge(before: Date, on connection: PostgresConnection) throws {
+        _ = try connection.query("DELETE FROM identity_trusted_sign_ins WHERE last_used < $1::timestamptz", before.addingTimeInterval(-lifetime))
     }
 }

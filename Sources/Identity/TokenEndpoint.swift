@@ -58,6 +58,8 @@ public final class TokenEndpoint: Sendable {
         var address: String
         var language: Language
         var device: String?
+        /// The app installation's stable id (`installation_id`), when the app sends one.
+        var installation: String?
         var client: OAuthClient
         var now: Date
     }
@@ -117,9 +119,17 @@ public final class TokenEndpoint: Sendable {
             throw OAuthError(400, .invalidClient, "client_id \(clientId.prefix(100)) is not a client of this server.")
         }
         let device = form["device"].map { String($0.prefix(100)) }
+        let installation = form["installation_id"]
+        if let installation {
+            guard (8...128).contains(installation.utf8.count),
+                installation.utf8.allSatisfy({ (48...58).contains($0) || (65...90).contains($0) || (97...122).contains($0) || $0 == 45 || $0 == 46 || $0 == 95 })
+            else {
+                throw OAuthError.invalidRequest("installation_id is 8 to 128 characters of letters, digits, '-', '_', '.' and ':'.")
+            }
+        }
         let caller = Caller(
             identity: identity, address: clientAddress(request), language: Language.negotiate(request.header("Accept-Language")),
-            device: device, client: client, now: now())
+            device: device, installation: installation, client: client, now: now())
         return (form, caller)
     }
 
@@ -178,9 +188,15 @@ public final class TokenEndpoint: Sendable {
         guard username.utf8.count <= 254 else { throw OAuthError.invalidRequest("username is at most 254 bytes.") }
         let scopes = try allowed(form["scope"], for: caller.client)
         let email = Accounts.normalized(username)
+        let trustedBy = TrustedSignIns.keys(email: email, installation: caller.installation, address: caller.address)
         try database { connection in
             try limits.take("sign-in", .address(caller.address), limit: configuration.signInPerAddress, now: caller.now, on: connection)
-            try limits.take("sign-in", .account(email.lowercased()), limit: configuration.signInPerAccount, now: caller.now, on: connection)
+            // An installation or address that signed in to this account before has a budget of its
+            // own: a guesser elsewhere who spends the account's cannot lock the owner out.
+            let trusted = try TrustedSignIns.trusted(trustedBy, now: caller.now, on: connection)
+            try limits.take(
+                "sign-in", trusted.map { .trusted($0) } ?? .account(email.lowercased()), limit: configuration.signInPerAccount, now: caller.now,
+                on: connection)
         }
         let account = try database { connection in try Accounts.find(email: email, on: connection) }
         // One hash whatever the account: against a dummy when there is no account or no password.
@@ -200,6 +216,7 @@ public final class TokenEndpoint: Sendable {
                 401, .mfaRequired, nil,
                 members: ["challenge": .string(challenge.text), "challenge_expires_in": .integer(Int64(configuration.challengeLifetime))])
         }
+        try database { connection in try TrustedSignIns.remember(trustedBy, now: caller.now, on: connection) }
         return try signIn(account.personId, scopes: scopes, method: "password", caller)
     }
 
@@ -242,6 +259,8 @@ public final class TokenEndpoint: Sendable {
         guard try database({ connection in try Challenges.destroy(challengeText, on: connection) }) else { throw expired }
         // What the password step asked for; only when it asked for nothing does this step's scope count.
         let scopes = challenge.scopes.isEmpty ? try allowed(form["scope"], for: caller.client) : challenge.scopes
+        let trustedBy = TrustedSignIns.keys(email: Accounts.normalized(account.email), installation: caller.installation, address: caller.address)
+        try database { connection in try TrustedSignIns.remember(trustedBy, now: caller.now, on: connection) }
         return try signIn(account.personId, scopes: scopes, method: "password", caller)
     }
 

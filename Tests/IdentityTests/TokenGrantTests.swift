@@ -172,6 +172,50 @@ import Testing
         }
     }
 
+    /// A guesser as fast as the per-address limit allows spends the account's budget; the owner,
+    /// from the app installation or the address that signed in before, gets in at the first try
+    /// every time, while the guesser, and anybody else new to the account, meets 429.
+    @Test func aGuesserCannotLockTheOwnerOut() async throws {
+        try await IdentityHarness.with { identity in
+            identity.clock.stop()
+            let account = try await identity.account("anna@example.com")
+            func owner(installation: String?, from address: String) async throws -> Reply {
+                var fields = [
+                    ("grant_type", TokenEndpoint.grantPassword), ("client_id", IdentityHarness.client), ("username", account.email),
+                    ("password", "correct horse battery"),
+                ]
+                if let installation { fields.append(("installation_id", installation)) }
+                return try await identity.token(fields, from: address)
+            }
+            // Signed in before: from the app (on the phone's address of then) and from a desktop's address.
+            #expect(try await owner(installation: "8f14e45f-ceea-467a-9575-1f2e3d4c5b6a", from: "127.0.0.50").status == 200)
+            #expect(try await owner(installation: nil, from: "127.0.0.51").status == 200)
+
+            var guesser: [Int] = []
+            var fromTheApp: [Int] = []
+            var fromTheDesktop: [Int] = []
+            // 200 s: a wrong password every 10 s from one address (30 in 300 s is its limit), the
+            // owner every 20 s from the app, now on another address, and from the desktop.
+            for second in stride(from: 0, to: 200, by: 10) {
+                guesser.append(try await identity.password(account.email, "guess-\(second)", from: "127.0.0.60").status)
+                if second % 20 == 0 {
+                    fromTheApp.append(try await owner(installation: "8f14e45f-ceea-467a-9575-1f2e3d4c5b6a", from: "127.0.0.70").status)
+                    fromTheDesktop.append(try await owner(installation: nil, from: "127.0.0.51").status)
+                }
+                identity.clock.advance(10)
+            }
+            #expect(fromTheApp.allSatisfy { $0 == 200 } && fromTheApp.count == 10, "the owner from the app: \(fromTheApp)")
+            #expect(fromTheDesktop.allSatisfy { $0 == 200 }, "the owner from the desktop: \(fromTheDesktop)")
+            #expect(guesser.contains(429), "the guesser: \(guesser)")
+            #expect(Set(guesser).isSubset(of: [400, 429]), "\(guesser)")
+            // Somebody new to the account, with the right password, shares the spent budget.
+            #expect(try await owner(installation: "a-new-installation-0001", from: "127.0.0.80").status == 429)
+            // An installation id out of form is refused, naming it.
+            let odd = try await owner(installation: "short", from: "127.0.0.51")
+            #expect(odd.status == 400 && odd["error_description"]?.contains("installation_id") == true, "\(odd)")
+        }
+    }
+
     @Test func passwordAttemptsAreLimitedPerAccountAndPerAddressWithRetryAfter() async throws {
         try await IdentityHarness.with(configure: {
             $0.signInPerAccount = AttemptLimit(3, per: 300)
