@@ -282,7 +282,7 @@ let package = Package(
             name: "InboxCommandTests",
             dependencies: [
                 "InboxTesting", "LinkedLibraries", "Crypto", "InboxSimulation", "Projections", "EventLog", "PostgresClient", "InboxDomain",
-                "HTTPTesting", "Uploads",
+                "HTTPTesting", "Uploads", "InboxAPI",
             ],
             swiftSettings: swiftSettings),
     ]

@@ -150,6 +150,8 @@ public struct IdentityConfiguration: Sendable {
     public var handoffLifetime: TimeInterval = 300
     /// The `iss` of the access tokens; nil: none.
     public var issuer: String?
+    /// The `aud` of the access tokens: the API they are for (`INBOX_TOKEN_AUDIENCE`).
+    public var audience = TokenExpectations.defaultAudience
     /// Where a blocked person is sent (`contact_url`).
     public var contactURL = "https://wristler.eu/contact"
     /// Per client address, the password step, the code step and the social grant together.

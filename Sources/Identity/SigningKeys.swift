@@ -267,14 +267,16 @@ public final class SigningKeys: Sendable {
     }
 
     /// An access token (docs/tokens.md): ES256, `kid`, and the claims the API reads, plus
-    /// `client_id` and `sid` (RFC 9068 §2.2, the session it belongs to) and `iss` when configured.
+    /// `client_id`, `aud` (the API's audience), `sid` (RFC 9068 §2.2, the session it belongs to)
+    /// and `iss` when configured.
     public func accessToken(
-        subject: String?, scopes: [Scope], clientId: String, sessionId: UUID?, guest: Bool, lifetime: TimeInterval, issuer: String?, now: Date
+        subject: String?, scopes: [Scope], clientId: String, sessionId: UUID?, guest: Bool, lifetime: TimeInterval, issuer: String?,
+        audience: String = TokenExpectations.defaultAudience, now: Date
     ) throws -> String {
         let issuedAt = Int64(now.timeIntervalSince1970.rounded(.down))
         var claims: [String: JSONValue] = [
             "scope": .string(ScopeList.text(scopes)), "iat": .integer(issuedAt), "exp": .integer(issuedAt + Int64(lifetime)),
-            "jti": .string(Base64URL.encode(SecureRandom.bytes(16))), "client_id": .string(clientId),
+            "jti": .string(Base64URL.encode(SecureRandom.bytes(16))), "client_id": .string(clientId), "aud": .string(audience),
         ]
         if let subject { claims["sub"] = .string(subject) }
         if guest { claims["guest"] = .bool(true) }

@@ -426,7 +426,7 @@ public final class TokenEndpoint: Sendable {
         let token = try issue {
             try keys.accessToken(
                 subject: nil, scopes: scopes, clientId: caller.client.id, sessionId: nil, guest: true, lifetime: configuration.guestTokenLifetime,
-                issuer: configuration.issuer, now: caller.now)
+                issuer: configuration.issuer, audience: configuration.audience, now: caller.now)
         }
         return Self.tokenResponse(access: token, refresh: nil, scopes: scopes, lifetime: configuration.guestTokenLifetime)
     }
@@ -454,7 +454,7 @@ public final class TokenEndpoint: Sendable {
             let access = try issue {
                 try keys.accessToken(
                     subject: session.personId, scopes: scopes, clientId: session.clientId, sessionId: session.id, guest: false,
-                    lifetime: configuration.accessTokenLifetime, issuer: configuration.issuer, now: caller.now)
+                    lifetime: configuration.accessTokenLifetime, issuer: configuration.issuer, audience: configuration.audience, now: caller.now)
             }
             return Self.tokenResponse(access: access, refresh: refresh.text, scopes: scopes, lifetime: configuration.accessTokenLifetime)
         }
@@ -485,7 +485,7 @@ public final class TokenEndpoint: Sendable {
         let access = try issue {
             try keys.accessToken(
                 subject: personId, scopes: scopes, clientId: caller.client.id, sessionId: session.id, guest: false,
-                lifetime: configuration.accessTokenLifetime, issuer: configuration.issuer, now: caller.now)
+                lifetime: configuration.accessTokenLifetime, issuer: configuration.issuer, audience: configuration.audience, now: caller.now)
         }
         return Self.tokenResponse(access: access, refresh: refresh.text, scopes: scopes, lifetime: configuration.accessTokenLifetime)
     }

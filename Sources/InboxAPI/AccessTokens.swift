@@ -67,11 +67,35 @@ public struct TokenKeys: Sendable {
     }
 }
 
+/// Where an access token must come from and be meant for (docs/tokens.md): a key that signs
+/// tokens for another audience, or that another issuer shares, must not open this API. nil: not
+/// checked.
+public struct TokenExpectations: Sendable, Hashable {
+    /// The `aud` every token must name (as a string, or among an array's).
+    public var audience: String?
+    /// The `iss` every token must carry.
+    public var issuer: String?
+    /// The OAuth clients a token may have been issued to: a token naming another `client_id` is
+    /// refused; one naming none is taken (an issuer that does not name clients).
+    public var clients: Set<String>?
+
+    /// The audience the identity role writes and the API requires by default (`INBOX_TOKEN_AUDIENCE`).
+    public static let defaultAudience = "wristler-inbox"
+
+    public init(audience: String? = nil, issuer: String? = nil, clients: Set<String>? = nil) {
+        self.audience = audience
+        self.issuer = issuer
+        self.clients = clients
+    }
+}
+
 /// Checks `Authorization: Bearer <JWT>`: ES256 only, a known `kid`, a valid signature, not expired
-/// (30 s of leeway for clocks), and the claims this tier needs.
+/// (30 s of leeway for clocks), meant for this API and from its issuer (`TokenExpectations`), and
+/// the claims this tier needs.
 public struct TokenVerifier: Sendable {
     public let keys: TokenKeys
     public let leeway: TimeInterval
+    public let expectations: TokenExpectations
     private let now: @Sendable () -> Date
     private let cache: VerifiedTokens
     /// Keys besides `keys`, asked by kid at each signature checked: the identity role's in the same
@@ -80,9 +104,10 @@ public struct TokenVerifier: Sendable {
 
     /// `cacheBytes` bounds the memory of the tokens remembered after their signature verified.
     public init(
-        keys: TokenKeys, leeway: TimeInterval = 30, cacheBytes: Int = VerifiedTokens.defaultBytes,
+        keys: TokenKeys, leeway: TimeInterval = 30, cacheBytes: Int = VerifiedTokens.defaultBytes, expecting expectations: TokenExpectations = TokenExpectations(),
         now: @escaping @Sendable () -> Date = { Date() }, moreKeys: (@Sendable (String) -> ES256PublicKey?)? = nil
     ) {
+        self.expectations = expectations
         self.moreKeys = moreKeys
         self.keys = keys
         self.leeway = leeway
@@ -144,6 +169,14 @@ public struct TokenVerifier: Sendable {
         guard key.verify(signature: signature, data: signed) else {
             throw Self.unauthorized(.invalidToken, "The access token's signature does not verify.")
         }
+        /// `aud`: one string or an array of them (RFC 7519 §4.1.3).
+        struct Audience: Decodable {
+            let values: [String]
+            init(from decoder: any Decoder) throws {
+                let container = try decoder.singleValueContainer()
+                if let one = try? container.decode(String.self) { values = [one] } else { values = try container.decode([String].self) }
+            }
+        }
         struct Claims: Decodable {
             let sub: String?
             let scope: String?
@@ -152,9 +185,21 @@ public struct TokenVerifier: Sendable {
             let jti: String?
             let guest: Bool?
             let sid: String?
+            let iss: String?
+            let aud: Audience?
+            let client_id: String?
         }
         guard let claims = try? JSONDecoder().decode(Claims.self, from: Data(payloadBytes)) else {
             throw Self.unauthorized(.invalidToken, "The access token's claims are not what this tier needs (exp is required).")
+        }
+        if let audience = expectations.audience, !(claims.aud?.values.contains(audience) ?? false) {
+            throw Self.unauthorized(.invalidToken, "The access token is not meant for this API (its aud does not name \(audience)).")
+        }
+        if let issuer = expectations.issuer, claims.iss != issuer {
+            throw Self.unauthorized(.invalidToken, "The access token was not issued by \(issuer) (iss).")
+        }
+        if let clients = expectations.clients, let client = claims.client_id, !clients.contains(client) {
+            throw Self.unauthorized(.invalidToken, "The access token was issued to a client this API does not know (client_id).")
         }
         let current = now().timeIntervalSince1970
         guard claims.exp + leeway > current else { throw Self.unauthorized(.tokenExpired, "The access token has expired; refresh it.") }
@@ -242,13 +287,17 @@ public struct TokenSigner: Sendable {
     }
 
     public func mint(
-        subject: String, scopes: [Scope], guest: Bool = false, lifetime: TimeInterval = 3600, issuedAt: Date = Date(), id: String = UUID().uuidString
+        subject: String, scopes: [Scope], guest: Bool = false, lifetime: TimeInterval = 3600, issuedAt: Date = Date(), id: String = UUID().uuidString,
+        audience: String? = TokenExpectations.defaultAudience, issuer: String? = nil, clientId: String? = nil
     ) throws -> String {
         var claims: [String: JSONValue] = [
             "sub": .string(subject), "scope": .string(scopes.map(\.rawValue).joined(separator: " ")), "iat": .integer(Int64(issuedAt.timeIntervalSince1970)),
             "exp": .integer(Int64(issuedAt.timeIntervalSince1970 + lifetime)), "jti": .string(id),
         ]
         if guest { claims["guest"] = .bool(true) }
+        if let audience { claims["aud"] = .string(audience) }
+        if let issuer { claims["iss"] = .string(issuer) }
+        if let clientId { claims["client_id"] = .string(clientId) }
         let header = Base64URL.encode(JSONAPI.bytes(.object(["alg": .string("ES256"), "kid": .string(kid), "typ": .string("JWT")])))
         let payload = Base64URL.encode(JSONAPI.bytes(.object(claims)))
         let signature = try key.sign(Array("\(header).\(payload)".utf8))

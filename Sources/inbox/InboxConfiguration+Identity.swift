@@ -166,6 +166,7 @@ extension InboxConfiguration {
         if let limit = values["INBOX_REFRESH_ADDRESS_LIMIT"].flatMap({ AttemptLimit(text: $0) }) { identity.refreshPerAddress = limit }
         identity.trustedProxies = Set((values["INBOX_TRUSTED_PROXIES"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         identity.issuer = publicURL
+        identity.audience = tokenAudience
         identity.caFile = pushCAFile
         func list(_ variable: String) -> Set<String> {
             Set((values[variable] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })

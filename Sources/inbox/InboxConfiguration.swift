@@ -1,6 +1,7 @@
 import Foundation
 import Lifecycle
 import Identity
+import InboxAPI
 import Uploads
 import Mail
 
@@ -84,6 +85,16 @@ struct InboxConfiguration: Sendable {
     /// `INBOX_TOKEN_KEYS`: the identity tier's public keys (a JWKS file, a PEM file or a folder of
     /// them); nil: the development key.
     var tokenKeysPath: String?
+    /// `INBOX_TOKEN_AUDIENCE`: the `aud` the identity role writes and the API requires.
+    var tokenAudience = TokenExpectations.defaultAudience
+    /// `INBOX_TOKEN_ISSUER`: the `iss` the API requires; nil: `INBOX_PUBLIC_URL` (what the identity
+    /// role writes), or none when that is unset too.
+    var tokenIssuer: String?
+    /// What the API requires of an access token's `aud`, `iss` and `client_id` (docs/tokens.md).
+    func tokenExpectations() throws -> TokenExpectations {
+        TokenExpectations(
+            audience: tokenAudience, issuer: tokenIssuer ?? publicURL, clients: Set(try identityConfiguration().clients.clients.keys))
+    }
     /// `INBOX_SERVICE_CREDENTIALS`: `name=secret,...` of the tiers that may post events.
     var serviceCredentials: String?
     /// `INBOX_UNSUBSCRIBE_KEYS`: `version:secret,...` signing mails' one-click unsubscribe links.
@@ -307,6 +318,10 @@ struct InboxConfiguration: Sendable {
         },
         Setting(variable: "INBOX_TOKEN_KEYS", flag: "--token-keys", defaultValue: "(unset: the development key)",
                 meaning: "the identity tier's ES256 public keys: a JWKS file, a PEM file, or a folder of <kid>.pem files") { $0.tokenKeysPath = $1 },
+        Setting(variable: "INBOX_TOKEN_AUDIENCE", flag: "--token-audience", defaultValue: TokenExpectations.defaultAudience,
+                meaning: "the aud of access tokens: the identity role writes it, the API refuses a token without it") { $0.tokenAudience = $1 },
+        Setting(variable: "INBOX_TOKEN_ISSUER", flag: "--token-issuer", defaultValue: "(unset: INBOX_PUBLIC_URL, what the identity role writes as iss; none without it)",
+                meaning: "the iss the API requires of access tokens") { $0.tokenIssuer = $1 },
         Setting(variable: "INBOX_SERVICE_CREDENTIALS", flag: "--service-credentials", defaultValue: "(unset: /internal refuses every call)",
                 meaning: "name=secret,... of the tiers that may POST /internal/v1/events (secrets of 16+ characters)") { $0.serviceCredentials = $1 },
         Setting(variable: "INBOX_UNSUBSCRIBE_KEYS", flag: "--unsubscribe-keys", defaultValue: "(unset: no /mail/unsubscribe)",

@@ -42,13 +42,13 @@ enum DevelopmentKey {
         if let path = configuration.tokenKeysPath {
             let keys = try TokenKeys.load(path: path)
             log.info("verifying access tokens with the identity tier's keys", metadata: ["path": .string(path), "kids": .string(keys.keys.keys.sorted().joined(separator: ","))])
-            return TokenVerifier(keys: keys, moreKeys: moreKeys)
+            return TokenVerifier(keys: keys, expecting: try configuration.tokenExpectations(), moreKeys: moreKeys)
         }
         let key = try load(dataDirectory: configuration.dataDirectory)
         log.info("verifying access tokens with the development key (set INBOX_TOKEN_KEYS in production)", metadata: [
             "path": .string(configuration.dataDirectory + "/dev-token-key.pem"),
         ])
-        return TokenVerifier(keys: TokenKeys(keys: [kid: try key.publicKey]), moreKeys: moreKeys)
+        return TokenVerifier(keys: TokenKeys(keys: [kid: try key.publicKey]), expecting: try configuration.tokenExpectations(), moreKeys: moreKeys)
     }
 }
 
@@ -86,7 +86,8 @@ enum TokenCommand {
         if !guest && (person ?? "").isEmpty { throw UsageError(description: "inbox token needs --person ID (or --guest).") }
         let key = try DevelopmentKey.load(dataDirectory: configuration.dataDirectory)
         let token = try TokenSigner(key: key, kid: DevelopmentKey.kid).mint(
-            subject: person ?? "", scopes: scopes.isEmpty ? (guest ? Scope.guest : Scope.app) : scopes, guest: guest, lifetime: lifetime)
+            subject: person ?? "", scopes: scopes.isEmpty ? (guest ? Scope.guest : Scope.app) : scopes, guest: guest, lifetime: lifetime,
+            audience: configuration.tokenAudience, issuer: configuration.tokenIssuer ?? configuration.publicURL)
         print(token)
     }
 }

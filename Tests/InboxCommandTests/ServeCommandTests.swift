@@ -1,4 +1,7 @@
+import Crypto
+import Encodings
 import Foundation
+import InboxAPI
 import InboxTesting
 import Testing
 
@@ -81,6 +84,49 @@ import Testing
             #expect(object["status"] as? Int == 200 && !logLine.contains(#""status":"200""#))
             #expect(object["durationMs"] is Double || object["durationMs"] is Int, "\(logLine)")
             #expect(result.stderr.contains("the API stopped"))
+        }
+    }
+
+    /// A token signed by the key the API trusts opens it only when it is meant for it (`aud`),
+    /// comes from its issuer (`iss`, INBOX_PUBLIC_URL here) and names a client it knows, if any.
+    @Test func aTokenForAnotherAudienceIssuerOrClientIsRefused() async throws {
+        try await withTestDatabase { db in
+            let dataDirectory = NSTemporaryDirectory() + "inbox-audience-\(UUID().uuidString)"
+            defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+            let environment = InboxCLI.databaseEnvironment(
+                db.url, ["INBOX_HTTP_PORT": "0", "INBOX_DATA_DIR": dataDirectory, "INBOX_PUBLIC_URL": "https://inbox.example"])
+            let server = try InboxCLI.start(["serve"], environment: environment)
+            defer { server.cleanUp() }
+            let line = try await server.waitForStdoutLine(timeout: .seconds(30)) { $0.hasPrefix("The API listens on ") }
+            let url = try #require(line.split(separator: " ").first { $0.hasPrefix("http://") }.map(String.init))
+            func status(_ token: String) async throws -> (Int, String) {
+                var request = URLRequest(url: URL(string: url + "/v1/me/notifications")!)
+                request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+                let (body, response) = try await URLSession.shared.data(for: request)
+                return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: body, as: UTF8.self))
+            }
+            // `inbox token` writes what the API expects.
+            let made = try await InboxCLI.run(["token", "--person", "p1"], environment: environment)
+            let good = made.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(try await status(good).0 == 200)
+            // The same key, other claims.
+            let header = try #require(Base64URL.decode(String(good.split(separator: ".")[0])))
+            let kid = try #require((try JSONSerialization.jsonObject(with: Data(header)) as? [String: Any])?["kid"] as? String)
+            let signer = TokenSigner(key: try ES256PrivateKey(pem: String(contentsOfFile: dataDirectory + "/dev-token-key.pem", encoding: .utf8)), kid: kid)
+            let scopes: [Scope] = [.accountRead]
+            let refused = [
+                ("another audience", try signer.mint(subject: "p1", scopes: scopes, audience: "another-api", issuer: "https://inbox.example")),
+                ("no audience", try signer.mint(subject: "p1", scopes: scopes, audience: nil, issuer: "https://inbox.example")),
+                ("another issuer", try signer.mint(subject: "p1", scopes: scopes, issuer: "https://elsewhere.example")),
+                ("no issuer", try signer.mint(subject: "p1", scopes: scopes)),
+                ("another client", try signer.mint(subject: "p1", scopes: scopes, issuer: "https://inbox.example", clientId: "not-a-client")),
+            ]
+            for (what, token) in refused {
+                let (code, body) = try await status(token)
+                #expect(code == 401 && body.contains("invalid_token"), "\(what): \(code) \(body)")
+            }
+            let client = try signer.mint(subject: "p1", scopes: scopes, issuer: "https://inbox.example", clientId: "wristler-app")
+            #expect(try await status(client).0 == 200, "the app's own client")
         }
     }
 
