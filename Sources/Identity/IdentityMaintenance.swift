@@ -45,6 +45,7 @@ public struct IdentityMaintenance: Service {
             try Sessions.purge(before: now.addingTimeInterval(-86_400), on: connection)
             try RateLimits.purge(before: now.addingTimeInterval(-86_400), on: connection)
             try TrustedSignIns.purge(before: now, on: connection)
+            try UsedIDTokens.purge(before: now, on: connection)
         }
     }
 }

@@ -3,6 +3,7 @@ import Encodings
 import Foundation
 import HTTP2Client
 import InboxDomain
+import PostgresClient
 import Threads
 
 /// What a verified ID token of Apple or Google says about the person.
@@ -21,11 +22,14 @@ public struct SocialClaims: Sendable, Hashable {
     public var familyName: String
     /// When the provider issued it (`iat`), if it says: how fresh a sign-in it proves.
     public var issuedAt: Date?
+    /// When it expires (`exp`): until then it is remembered once used (`UsedIDTokens`).
+    public var expiresAt: Date?
 
     public init(
         provider: SocialProvider, subject: String, audience: String, email: String?, emailVerified: Bool, nonce: String?, givenName: String = "",
-        familyName: String = "", issuedAt: Date? = nil
+        familyName: String = "", issuedAt: Date? = nil, expiresAt: Date? = nil
     ) {
+        self.expiresAt = expiresAt
         self.provider = provider
         self.subject = subject
         self.audience = audience
@@ -129,7 +133,8 @@ public final class SocialTokenVerifier: Sendable {
         return SocialClaims(
             provider: provider, subject: subject, audience: audience, email: email, emailVerified: verified, nonce: claims["nonce"]?.stringValue,
             givenName: claims["given_name"]?.stringValue ?? "", familyName: claims["family_name"]?.stringValue ?? "",
-            issuedAt: claims["iat"]?.doubleValue.map(Date.init(timeIntervalSince1970:)))
+            issuedAt: claims["iat"]?.doubleValue.map(Date.init(timeIntervalSince1970:)),
+            expiresAt: Date(timeIntervalSince1970: expiry))
     }
 
     /// The provider's key `kid`: from the cache while it is fresh and has it, else fetched.
@@ -218,4 +223,22 @@ func blocking<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T
     }
     done.wait()
     return try result.withLock { $0! }.get()
+}
+
+/// The ID tokens that signed somebody in (`identity_used_id_tokens`), by SHA-256, until they
+/// expire: a captured ID token and its nonce do not sign in a second time.
+public enum UsedIDTokens {
+    /// Remembers `token` as used until `expiresAt` (and the clocks' leeway); false when it was used before.
+    static func use(_ token: String, expiresAt: Date, on connection: PostgresConnection) throws -> Bool {
+        let digest = Data(SHA256.digest(Array(token.utf8))).base64EncodedString()
+        return try connection.query(
+            "INSERT INTO identity_used_id_tokens (digest, expires_at) VALUES ($1, $2::timestamptz) ON CONFLICT (digest) DO NOTHING RETURNING digest",
+            digest, expiresAt.addingTimeInterval(120)
+        ).count == 1
+    }
+
+    /// Forgets the tokens expired by `now`: the providers' expiry refuses them from then on.
+    public static func purge(before now: Date, on connection: PostgresConnection) throws {
+        _ = try connection.query("DELETE FROM identity_used_id_tokens WHERE expires_at < $1::timestamptz", now)
+    }
 }

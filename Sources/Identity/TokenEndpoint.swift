@@ -304,6 +304,12 @@ public final class TokenEndpoint: Sendable {
         guard let tokenNonce = claims.nonce, tokenNonce.utf8.elementsEqual(nonce.utf8) else {
             throw OAuthError.invalidGrant("The token's nonce is not the one sent with it.")
         }
+        // Once: an ID token that signed somebody in, captured with its nonce, does not sign in again.
+        if let idToken, let expiresAt = claims.expiresAt {
+            guard try database({ connection in try UsedIDTokens.use(idToken, expiresAt: expiresAt, on: connection) }) else {
+                throw OAuthError.invalidGrant("This ID token has signed in already; sign in with \(provider == .apple ? "Apple" : "Google") again.")
+            }
+        }
         let personId = try accountOf(claims, caller)
         let response = try signIn(personId, scopes: scopes, method: provider.rawValue, caller)
         if let code, let appleCodes {
@@ -393,6 +399,12 @@ public final class TokenEndpoint: Sendable {
                     try limits.take("sign-in", .address(clientAddress(request)), limit: configuration.signInPerAddress, now: current, on: connection)
                 }
                 var claims = try social.verify(idToken, provider: .apple, now: current)
+                // Used here once: the same token sent to the token endpoint as well is refused there.
+                if let expiresAt = claims.expiresAt {
+                    guard try database({ connection in try UsedIDTokens.use(idToken, expiresAt: expiresAt, on: connection) }) else {
+                        throw OAuthError.invalidGrant("This ID token has signed in already.")
+                    }
+                }
                 let names = Self.appleUserNames(form["user"])
                 claims.givenName = names.given
                 claims.familyName = names.family

@@ -128,6 +128,8 @@ final class ProviderServer: Sendable {
             "iss": .string(provider == .apple ? "https://appleid.apple.com" : "https://accounts.google.com"),
             "aud": .string(audience ?? (provider == .apple ? Self.appleBundle : Self.googleClient)), "sub": .string(subject),
             "iat": .integer(now), "exp": .integer(now + Int64(expiresIn)),
+            // Each token the providers make differs (Google's carry a jti); used once, it is remembered by its digest.
+            "jti": .string(UUID().uuidString),
         ]
         if let nonce { claims["nonce"] = .string(nonce) }
         if let email {

@@ -55,6 +55,24 @@ import Testing
         }
     }
 
+    /// An ID token that signed somebody in, captured with its nonce, does not sign in again while
+    /// it is valid, by the token endpoint or through Apple's web flow; the provider's next one does.
+    @Test func anIDTokenThatSignedInDoesNotSignInAgain() async throws {
+        try await IdentityHarness.with(providers: true) { identity in
+            let providers = try #require(identity.providers)
+            let token = try providers.idToken(.google, subject: "g-replay", nonce: "n-1", email: "rita@gmail.com")
+            #expect(try await Self.social(identity, .google, idToken: token, nonce: "n-1").status == 200)
+            let replayed = try await Self.social(identity, .google, idToken: token, nonce: "n-1")
+            #expect(replayed.status == 400 && replayed["error"] == "invalid_grant", "\(replayed)")
+            #expect(try await identity.db.scalar("SELECT count(*)::int FROM events WHERE type = 'signed_in'", Int.self) == 1)
+            let next = try providers.idToken(.google, subject: "g-replay", nonce: "n-2", email: "rita@gmail.com")
+            #expect(try await Self.social(identity, .google, idToken: next, nonce: "n-2").status == 200, "the provider's next token")
+            // Stored as a digest, never the token.
+            #expect(try await identity.db.scalar("SELECT count(*)::int FROM identity_used_id_tokens WHERE digest LIKE 'eyJ%'", Int.self) == 0)
+            #expect(try await identity.db.scalar("SELECT count(*)::int FROM identity_used_id_tokens", Int.self) == 2)
+        }
+    }
+
     @Test func aWrongOrMissingNonceIsRefused() async throws {
         try await IdentityHarness.with(providers: true) { identity in
             let providers = try #require(identity.providers)
@@ -153,9 +171,16 @@ import Testing
             let wrongNonce = try await Self.social(identity, .apple, handoff: handoff, nonce: "another")
             #expect(wrongNonce["error"] == "invalid_grant", "a handoff is used by any attempt: \(wrongNonce)")
 
-            let second = try await identity.send(
+            // The same ID token posted again is a replay: refused, with no handoff. Apple's next one signs in.
+            let again = try await identity.send(
                 "POST", IdentityRoutes.appleReturnPath, headers: TokenRequestTests.form,
                 body: Array(FormBody.encode([("state", "s2"), ("code", "good-web-code-2"), ("id_token", idToken), ("user", user)]).utf8))
+            #expect(try Self.handoff(in: again) == nil && again.header("Location")?.contains("error=invalid_grant") == true, "\(again)")
+            let nextToken = try providers.idToken(
+                .apple, subject: "a-web", audience: ProviderServer.appleServices, nonce: nonce, email: "anna@example.com")
+            let second = try await identity.send(
+                "POST", IdentityRoutes.appleReturnPath, headers: TokenRequestTests.form,
+                body: Array(FormBody.encode([("state", "s2"), ("code", "good-web-code-2"), ("id_token", nextToken), ("user", user)]).utf8))
             let handoff2 = try #require(try Self.handoff(in: second))
             let signedIn = try await Self.social(identity, .apple, handoff: handoff2, nonce: nonce)
             #expect(signedIn.status == 200, "\(signedIn)")
@@ -167,7 +192,8 @@ import Testing
             // Five minutes.
             let third = try await identity.send(
                 "POST", IdentityRoutes.appleReturnPath, headers: TokenRequestTests.form,
-                body: Array(FormBody.encode([("state", "s3"), ("id_token", idToken)]).utf8))
+                body: Array(FormBody.encode([("state", "s3"), ("id_token", try providers.idToken(
+                    .apple, subject: "a-web", audience: ProviderServer.appleServices, nonce: nonce, email: "anna@example.com"))]).utf8))
             let handoff3 = try #require(try Self.handoff(in: third))
             identity.clock.advance(301)
             #expect(try await Self.social(identity, .apple, handoff: handoff3, nonce: nonce)["error"] == "invalid_grant")
