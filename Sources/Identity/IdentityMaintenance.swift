@@ -46,6 +46,7 @@ public struct IdentityMaintenance: Service {
             try RateLimits.purge(before: now.addingTimeInterval(-86_400), on: connection)
             try TrustedSignIns.purge(before: now, on: connection)
             try UsedIDTokens.purge(before: now, on: connection)
+            try FailedSignIns.purge(before: now, on: connection)
         }
     }
 }

@@ -114,6 +114,41 @@ extension RateLimits {
     }
 }
 
+/// Wrong passwords per account and hour (`identity_failed_sign_ins`): at the fifth within an hour
+/// the person is told (`SignInAttemptsFailed`), at most once an hour. Counted by a digest of the
+/// address typed, whether or not it has an account, so a wrong password costs the same work either
+/// way.
+public enum FailedSignIns {
+    static let threshold = 5
+    static let window: TimeInterval = 3600
+
+    /// Counts a wrong password for `email`; the failures of this hour when the person is to be told
+    /// now (the fifth or later, nobody told within the hour), else nil.
+    static func count(email: String, now: Date, on connection: PostgresConnection) throws -> Int? {
+        let key = Data(SHA256.digest(Array("failed|\(email.lowercased())".utf8))).base64EncodedString()
+        let hourAgo = now.addingTimeInterval(-window)
+        guard let row = try connection.query(
+            """
+            INSERT INTO identity_failed_sign_ins AS f (key, window_started_at, failures) VALUES ($1, $2::timestamptz, 1)
+            ON CONFLICT (key) DO UPDATE SET
+                failures = CASE WHEN f.window_started_at <= $3::timestamptz THEN 1 ELSE f.failures + 1 END,
+                window_started_at = CASE WHEN f.window_started_at <= $3::timestamptz THEN $2::timestamptz ELSE f.window_started_at END
+            RETURNING failures, notified_at
+            """, key, now, hourAgo
+        ).first else { return nil }
+        let failures = try row.decode(Int32.self, "failures")
+        guard failures >= threshold else { return nil }
+        if let notified = try row.decode(Date?.self, "notified_at"), notified > hourAgo { return nil }
+        _ = try connection.query("UPDATE identity_failed_sign_ins SET notified_at = $2::timestamptz WHERE key = $1", key, now)
+        return Int(failures)
+    }
+
+    /// Forgets the counts of hours long past.
+    public static func purge(before now: Date, on connection: PostgresConnection) throws {
+        _ = try connection.query("DELETE FROM identity_failed_sign_ins WHERE window_started_at < $1::timestamptz", now.addingTimeInterval(-86_400))
+    }
+}
+
 /// Where an account was signed in to before (`identity_trusted_sign_ins`): an app installation (the
 /// password grant's `installation_id`) or an address, for 90 days after its last sign-in. An
 /// attempt on the account from one of them takes from a bucket of its own, at the account's limit,

@@ -16,7 +16,7 @@ public enum Refresh: Sendable {
     case renewed(SignInSession, refreshToken: OpaqueSecret)
     /// The token was used before: the whole session has just been ended (OAuth 2.0 security best
     /// current practice, RFC 9700 §4.14.2), since either its holder or a thief has the newer one.
-    case reused
+    case reused(personId: String, sessionId: UUID)
     /// Unknown, of another client, or of a session that is over.
     case refused
     /// The refresh asked for a scope the session was not given (the first such scope); the token
@@ -51,13 +51,17 @@ public enum Sessions {
     /// Renews `token` for `clientId`, in one transaction of its own on `connection`.
     /// `narrowedTo`: the scopes the refresh asks for (none: the session's); one the session was
     /// not given refuses the refresh without spending the token.
+    /// `whenReused` runs in the transaction that ends a session whose used token came again (the
+    /// identity role appends `refresh_token_reused` there, so the person is told).
     public static func refresh(
-        _ token: String, clientId: String, narrowedTo: [Scope] = [], lifetime: TimeInterval, now: Date, on connection: PostgresConnection
+        _ token: String, clientId: String, narrowedTo: [Scope] = [], lifetime: TimeInterval, now: Date, on connection: PostgresConnection,
+        whenReused: (_ personId: String, _ sessionId: UUID, PostgresConnection) throws -> Void = { _, _, _ in }
     ) throws -> Refresh {
         guard OpaqueSecret.isWellFormed(token) else { return .refused }
         let digest = OpaqueSecret(text: token).digest
         do {
-            return try renew(digest: digest, clientId: clientId, narrowedTo: narrowedTo, lifetime: lifetime, now: now, on: connection)
+            return try renew(
+                digest: digest, clientId: clientId, narrowedTo: narrowedTo, lifetime: lifetime, now: now, on: connection, whenReused: whenReused)
         } catch is RefusedRefresh {
             // The token stays as it was: refusing a refresh of a session that is over changes nothing.
             return .refused
@@ -68,7 +72,8 @@ public enum Sessions {
     }
 
     private static func renew(
-        digest: Data, clientId: String, narrowedTo: [Scope], lifetime: TimeInterval, now: Date, on connection: PostgresConnection
+        digest: Data, clientId: String, narrowedTo: [Scope], lifetime: TimeInterval, now: Date, on connection: PostgresConnection,
+        whenReused: (String, UUID, PostgresConnection) throws -> Void
     ) throws -> Refresh {
         try connection.transaction { connection -> Refresh in
             // Marking it used takes the row's lock: a second refresh with the same token waits here
@@ -76,9 +81,15 @@ public enum Sessions {
             guard let used = try connection.query(
                 "UPDATE identity_refresh_tokens SET used_at = $2 WHERE digest = $1 AND used_at IS NULL RETURNING session_id, generation", digest, now
             ).first else {
-                if let reused = try connection.query("SELECT session_id FROM identity_refresh_tokens WHERE digest = $1", digest).first {
-                    try end(sessionId: try reused.decode(UUID.self, "session_id"), reason: "refresh_token_reused", now: now, on: connection)
-                    return .reused
+                if let reused = try connection.query(
+                    "SELECT t.session_id, s.person_id FROM identity_refresh_tokens t JOIN identity_sessions s ON s.id = t.session_id WHERE t.digest = $1",
+                    digest
+                ).first {
+                    let sessionId = try reused.decode(UUID.self, "session_id")
+                    let personId = try reused.decode(String.self, "person_id")
+                    try end(sessionId: sessionId, reason: "refresh_token_reused", now: now, on: connection)
+                    try whenReused(personId, sessionId, connection)
+                    return .reused(personId: personId, sessionId: sessionId)
                 }
                 return .refused
             }

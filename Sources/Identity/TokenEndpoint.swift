@@ -200,7 +200,10 @@ public final class TokenEndpoint: Sendable {
         }
         let account = try database { connection in try Accounts.find(email: email, on: connection) }
         // One hash whatever the account: against a dummy when there is no account or no password.
-        guard try hasher.verify(password, against: account?.passwordHash), let account else { throw OAuthError.wrongCredentials }
+        guard try hasher.verify(password, against: account?.passwordHash), let account else {
+            try countFailure(email: email, personId: account?.personId, caller)
+            throw OAuthError.wrongCredentials
+        }
         guard !account.isBlocked else { throw OAuthError.accountBlocked(language: caller.language, contactURL: configuration.contactURL) }
         if let stored = account.passwordHash, hasher.needsRehash(stored), let rehashed = try? hasher.hash(password) {
             // The cost setting changed: the password is at hand only now.
@@ -218,6 +221,21 @@ public final class TokenEndpoint: Sendable {
         }
         try database { connection in try TrustedSignIns.remember(trustedBy, now: caller.now, on: connection) }
         return try signIn(account.personId, scopes: scopes, method: "password", caller)
+    }
+
+    /// A wrong password for `email` counted (`FailedSignIns`, the same work whether or not it has
+    /// an account); at the fifth within an hour its person is told once (`sign_in_attempts_failed`,
+    /// the bell and a push), saying nothing of the passwords tried.
+    func countFailure(email: String, personId: String?, _ caller: Caller) throws(OAuthError) {
+        var metadata = caller.identity.metadata
+        metadata.service = "identity"
+        try database { [validator] connection in
+            try connection.transaction { connection in
+                guard let failures = try FailedSignIns.count(email: email, now: caller.now, on: connection), let personId else { return }
+                let event = try NewEvent(SignInAttemptsFailed(personId: personId, attempts: failures), metadata: metadata)
+                _ = try EventStore.append([event], validator: validator, on: connection)
+            }
+        }
     }
 
     /// The code after `mfa_required`: the challenge stands for the right password.
@@ -448,9 +466,17 @@ public final class TokenEndpoint: Sendable {
         guard let token = form["refresh_token"] else { throw OAuthError.invalidRequest("refresh_token is missing.") }
         let narrowed = try ScopeList.parse(form["scope"])
         try localLimits.take("refresh", address: caller.address, limit: configuration.refreshPerAddress, now: caller.now)
-        let outcome = try database { connection in
+        var metadata = caller.identity.metadata
+        metadata.service = "identity"
+        let outcome = try database { [validator] connection in
             try Sessions.refresh(
-                token, clientId: caller.client.id, narrowedTo: narrowed, lifetime: configuration.refreshTokenLifetime, now: caller.now, on: connection)
+                token, clientId: caller.client.id, narrowedTo: narrowed, lifetime: configuration.refreshTokenLifetime, now: caller.now, on: connection
+            ) { personId, sessionId, connection in
+                // A copy of the token is out there: the person is told, in the transaction that ends the
+                // sign-in. Nobody known did it: no actor.
+                let event = try NewEvent(RefreshTokenReused(personId: personId, signInId: sessionId.uuidString.lowercased()), metadata: metadata)
+                _ = try EventStore.append([event], validator: validator, on: connection)
+            }
         }
         switch outcome {
         case .refused:

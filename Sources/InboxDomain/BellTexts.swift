@@ -76,6 +76,18 @@ public enum BellTexts {
                 "New recovery codes were made for your account", "Er zijn nieuwe herstelcodes voor je account gemaakt",
                 "Für dein Konto wurden neue Wiederherstellungscodes erstellt", "De nouveaux codes de récupération ont été créés pour votre compte",
             ]
+        case .signInAttemptsFailed:
+            [
+                "Someone tried several times to sign in to your account", "Iemand heeft meerdere keren geprobeerd op je account in te loggen",
+                "Jemand hat mehrmals versucht, sich bei deinem Konto anzumelden",
+                "Quelqu'un a tenté plusieurs fois de se connecter à votre compte",
+            ]
+        case .refreshTokenReused:
+            [
+                "A sign-in of your account was ended for your safety", "Een aanmelding op je account is voor je veiligheid beëindigd",
+                "Eine Anmeldung deines Kontos wurde zu deiner Sicherheit beendet",
+                "Une connexion à votre compte a été fermée pour votre sécurité",
+            ]
         case .signedOut:
             [
                 "Other sessions of your account were signed out", "Andere sessies van je account zijn afgemeld",

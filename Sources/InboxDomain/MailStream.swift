@@ -55,7 +55,7 @@ public enum MailStream: Sendable, Hashable, CustomStringConvertible {
             nil
         case .messageReceived, .offerMade, .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded, .priceDropped,
             .watchSold, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked,
-            .recoveryCodesRenewed:
+            .recoveryCodesRenewed, .signInAttemptsFailed, .refreshTokenReused:
             .notifications
         }
     }

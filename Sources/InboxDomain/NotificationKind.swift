@@ -23,6 +23,8 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
     case signInLinked
     case signInUnlinked
     case recoveryCodesRenewed
+    case signInAttemptsFailed
+    case refreshTokenReused
     // A shop's news, for each person who works at the shop: push and mail only, never the bell.
     case shopMessageReceived
     case shopOfferMade
@@ -61,6 +63,8 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
         case .signInLinked: "sign_in_linked"
         case .signInUnlinked: "sign_in_unlinked"
         case .recoveryCodesRenewed: "recovery_codes_renewed"
+        case .signInAttemptsFailed: "sign_in_attempts_failed"
+        case .refreshTokenReused: "refresh_token_reused"
         case .shopUnanswered: "shop_unanswered"
         case .offerAccepted: "offer_accepted"
         case .offerReceived: "offer_received"
@@ -75,7 +79,8 @@ public enum NotificationKind: Sendable, Hashable, CaseIterable {
         case .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded: .orders
         case .priceDropped, .watchSold: .savedWatches
         case .savedSearchMatched: .savedSearches
-        case .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked, .recoveryCodesRenewed: .security
+        case .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked, .recoveryCodesRenewed,
+            .signInAttemptsFailed, .refreshTokenReused: .security
         case .shopMessageReceived, .shopOfferMade, .shopOrderPaid, .shopUnanswered: .shop
         }
     }

@@ -132,6 +132,10 @@ public enum NotificationPlanner {
             return [security(event.personId, .signInUnlinked)]
         case let event as RecoveryCodesRenewed:
             return [security(event.personId, .recoveryCodesRenewed)]
+        case let event as SignInAttemptsFailed:
+            return [security(event.personId, .signInAttemptsFailed)]
+        case let event as RefreshTokenReused:
+            return [PlannedNotification(audience: .person(event.personId), kind: .refreshTokenReused, ids: ["signInId": event.signInId])]
         default:
             return []
         }

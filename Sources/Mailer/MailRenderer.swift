@@ -290,7 +290,8 @@ public enum MailRenderer {
         case .shopMessageReceived: BellTexts.title(.messageReceived, language)
         case .shopOfferMade: BellTexts.title(.offerMade, language)
         case .messageReceived, .offerMade, .orderPaid, .orderShipped, .orderDelivered, .orderCancelled, .orderRefunded, .priceDropped, .watchSold,
-            .savedSearchMatched, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked, .recoveryCodesRenewed, .shopOrderPaid,
+            .savedSearchMatched, .newSignIn, .passwordChanged, .secondFactorEnabled, .secondFactorDisabled, .emailChanged, .signedOut, .signInLinked, .signInUnlinked, .recoveryCodesRenewed,
+            .signInAttemptsFailed, .refreshTokenReused, .shopOrderPaid,
             .shopUnanswered, .offerAccepted, .offerReceived, .offerRefused:
             BellTexts.title(kind, language)
         }

@@ -101,6 +101,20 @@ public enum PushTexts {
                 "If it wasn't you, contact us right away.", "Was jij dit niet? Neem dan meteen contact met ons op.",
                 "Warst du das nicht, melde dich sofort bei uns.", "Si ce n'était pas vous, contactez-nous immédiatement.",
             ]
+        case .signInAttemptsFailed:
+            [
+                "If it wasn't you, change your password and turn on two-step verification.",
+                "Was jij dit niet? Wijzig dan je wachtwoord en zet verificatie in twee stappen aan.",
+                "Warst du das nicht, ändere dein Passwort und aktiviere die Bestätigung in zwei Schritten.",
+                "Si ce n'était pas vous, changez votre mot de passe et activez la validation en deux étapes.",
+            ]
+        case .refreshTokenReused:
+            [
+                "Someone may have a copy of it: sign in again, and change your password if you're unsure.",
+                "Iemand heeft er mogelijk een kopie van: log opnieuw in, en wijzig je wachtwoord als je twijfelt.",
+                "Jemand könnte eine Kopie davon haben: melde dich neu an und ändere im Zweifel dein Passwort.",
+                "Quelqu'un en a peut-être une copie : reconnectez-vous, et changez votre mot de passe en cas de doute.",
+            ]
         case .signedOut:
             [
                 "If it wasn't you, change your password right away.", "Was jij dit niet? Wijzig dan meteen je wachtwoord.",

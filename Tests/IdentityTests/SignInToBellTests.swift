@@ -50,4 +50,61 @@ import Testing
             }
         }
     }
+
+    /// Somebody guessing at the account: at the fifth wrong password within an hour the person finds
+    /// it on their bell (a security notification, pushed like the others), once an hour at most, and
+    /// nothing says how near the guesses were. A used refresh token presented again ends its sign-in
+    /// and lands there too.
+    @Test func repeatedWrongPasswordsAndAStolenRefreshTokenLandOnTheBell() async throws {
+        try await IdentityHarness.with(extraRoutes: { pool in BellRoutes.routes(client: pool) }) { identity in
+            try await InboxProjections.prepareLiveTables(client: identity.db.client)
+            identity.clock.stop()
+            try await identity.db.withProjectors {
+                try await identity.account("anna@example.com")
+                func told() async throws -> Int {
+                    try await identity.db.scalar("SELECT count(*)::int FROM events WHERE type = 'sign_in_attempts_failed'", Int.self)
+                }
+                for index in 0..<4 { _ = try await identity.password("anna@example.com", "guess-\(index)", from: "127.0.0.9\(index)") }
+                #expect(try await told() == 0, "four are not yet a pattern")
+                _ = try await identity.password("anna@example.com", "guess-4", from: "127.0.0.95")
+                #expect(try await told() == 1)
+                for index in 5..<8 { _ = try await identity.password("anna@example.com", "guess-\(index)", from: "127.0.0.9\(index)") }
+                #expect(try await told() == 1, "once an hour at most")
+                // An address nobody has is counted the same way, and tells nobody.
+                for index in 0..<6 { _ = try await identity.password("nobody@example.com", "guess-\(index)", from: "127.0.0.11\(index)") }
+                #expect(try await told() == 1)
+                let payload = try await identity.db.scalar("SELECT payload::text FROM events WHERE type = 'sign_in_attempts_failed'", String.self)
+                #expect(!payload.contains("guess"), "\(payload)")
+                identity.clock.advance(3_601)
+                for index in 0..<5 { _ = try await identity.password("anna@example.com", "later-\(index)", from: "127.0.0.12\(index)") }
+                #expect(try await told() == 2, "the next hour tells again")
+
+                // The refresh token, used once by the app, presented again by whoever copied it.
+                let signIn = try await identity.password("anna@example.com", "correct horse battery", scope: "account:read", from: "127.0.0.130")
+                #expect(signIn.status == 200, "\(signIn)")
+                let stolen = try #require(signIn["refresh_token"])
+                let refresh = [("grant_type", "refresh_token"), ("client_id", IdentityHarness.client), ("refresh_token", stolen)]
+                let renewed = try await identity.token(refresh)
+                #expect(renewed.status == 200, "\(renewed)")
+                let replayed = try await identity.token(refresh)
+                #expect(replayed.status == 400 && replayed["error"] == "invalid_grant", "\(replayed)")
+                #expect(try await identity.db.scalar("SELECT count(*)::int FROM events WHERE type = 'refresh_token_reused'", Int.self) == 1)
+
+                try await identity.db.waitUntilProjected()
+                let access = try #require(signIn["access_token"])
+                let bell = try await identity.send("GET", "/v1/me/notifications", headers: ["Authorization": "Bearer \(access)"])
+                #expect(bell.status == 200, "\(bell)")
+                let entries = try #require(bell.json["data"] as? [[String: Any]]).compactMap { $0["attributes"] as? [String: Any] }
+                let events = entries.compactMap { $0["event"] as? String }
+                #expect(events.filter { $0 == "sign_in_attempts_failed" }.count == 2, "\(events)")
+                #expect(events.first == "refresh_token_reused", "\(events)")
+                #expect(entries.filter { ($0["event"] as? String)?.hasPrefix("sign_in_attempts") == true || $0["event"] as? String == "refresh_token_reused" }
+                    .allSatisfy { $0["category"] as? String == "security" })
+                #expect(entries.first?["title"] as? String == "A sign-in of your account was ended for your safety")
+                // Pushed as the other security notifications are: their plan has the push channel.
+                let planned = NotificationPlanner.notifications(for: SignInAttemptsFailed(personId: "p", attempts: 5), facts: .init())
+                #expect(planned.map(\.kind) == [.signInAttemptsFailed] && planned.first?.kind.category == .security)
+            }
+        }
+    }
 }

@@ -51,7 +51,7 @@ public enum InboxCatalogue {
         SavedSearchCreated.self, SavedSearchChanged.self, SavedSearchDeleted.self, SavedSearchMatched.self,
         // security
         SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self, SignedOut.self, SignInLinked.self, SignInUnlinked.self,
-        RecoveryCodesRenewed.self, AccountBlocked.self, AccountClosed.self, PersonErased.self,
+        RecoveryCodesRenewed.self, SignInAttemptsFailed.self, RefreshTokenReused.self, AccountBlocked.self, AccountClosed.self, PersonErased.self,
         // preferences
         NotificationPreferenceChanged.self,
         // the bell

@@ -85,6 +85,34 @@ public struct SignInUnlinked: CatalogueEvent, Hashable {
     }
 }
 
+/// Wrong passwords were given for the account again and again (five within an hour; at most one
+/// such event an hour): somebody may be guessing. It says nothing of the passwords tried.
+public struct SignInAttemptsFailed: CatalogueEvent, Hashable {
+    public static let eventType = "sign_in_attempts_failed"
+    public var personId: String
+    /// The wrong passwords counted since the hour began.
+    public var attempts: Int
+    public var streamId: String { Streams.security(personId) }
+    public init(personId: String, attempts: Int) {
+        self.personId = personId
+        self.attempts = attempts
+    }
+}
+
+/// A refresh token that had been used was presented again: it was copied, so its sign-in was
+/// ended (the session of `signInId`); whoever holds it must sign in again.
+public struct RefreshTokenReused: CatalogueEvent, Hashable {
+    public static let eventType = "refresh_token_reused"
+    public var personId: String
+    /// The sign-in ended (a `signed_in` event's `signInId`).
+    public var signInId: String
+    public var streamId: String { Streams.security(personId) }
+    public init(personId: String, signInId: String) {
+        self.personId = personId
+        self.signInId = signInId
+    }
+}
+
 /// New recovery codes were issued (`POST /v1/me/recovery-codes`): the old ones no longer work.
 public struct RecoveryCodesRenewed: CatalogueEvent, Hashable {
     public static let eventType = "recovery_codes_renewed"

@@ -269,6 +269,8 @@ extension BellFold {
         notifies(SignInLinked.self) { $0.personId }
         notifies(SignInUnlinked.self) { $0.personId }
         notifies(RecoveryCodesRenewed.self) { $0.personId }
+        notifies(SignInAttemptsFailed.self) { $0.personId }
+        notifies(RefreshTokenReused.self) { $0.personId }
         notifies(OrderShipped.self) { $0.buyerId }
         notifies(OrderDelivered.self) { $0.buyerId }
         notifies(OrderCancelled.self) { $0.buyerId }

@@ -47,7 +47,7 @@ struct PreferencesFold {
             OrderPaid.self, OrderShipped.self, OrderDelivered.self, OrderCancelled.self, OrderRefunded.self,
             WatchStatusChanged.self, WatchPriceChanged.self, FavouriteAdded.self, FavouriteRemoved.self,
             SavedSearchMatched.self,
-            SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self, SignedOut.self, SignInLinked.self, SignInUnlinked.self, RecoveryCodesRenewed.self,
+            SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self, SignedOut.self, SignInLinked.self, SignInUnlinked.self, RecoveryCodesRenewed.self, SignInAttemptsFailed.self, RefreshTokenReused.self,
             AccountBlocked.self, AccountClosed.self,
             NotificationRead.self, AllNotificationsRead.self, NotificationDeleted.self, AllNotificationsDeleted.self,
             LegacyNotificationImported.self,

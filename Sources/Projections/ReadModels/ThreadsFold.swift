@@ -188,7 +188,7 @@ extension ThreadsFold {
             OrderShipped.self, OrderDelivered.self, OrderCancelled.self, OrderRefunded.self,
             WatchPriceChanged.self, FavouriteAdded.self, FavouriteRemoved.self,
             SavedSearchCreated.self, SavedSearchChanged.self, SavedSearchDeleted.self, SavedSearchMatched.self,
-            SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self, SignedOut.self, SignInLinked.self, SignInUnlinked.self, RecoveryCodesRenewed.self,
+            SignedIn.self, PasswordChanged.self, SecondFactorEnabled.self, SecondFactorDisabled.self, EmailChanged.self, SignedOut.self, SignInLinked.self, SignInUnlinked.self, RecoveryCodesRenewed.self, SignInAttemptsFailed.self, RefreshTokenReused.self,
             AccountBlocked.self, AccountClosed.self, NotificationPreferenceChanged.self,
             NotificationRead.self, AllNotificationsRead.self, NotificationDeleted.self, AllNotificationsDeleted.self,
             LegacyNotificationImported.self,

@@ -183,6 +183,8 @@ struct BellReplayFold: ReplayFold {
         case let e as SignInLinked: .slice(router.person(e.personId))
         case let e as SignInUnlinked: .slice(router.person(e.personId))
         case let e as RecoveryCodesRenewed: .slice(router.person(e.personId))
+        case let e as SignInAttemptsFailed: .slice(router.person(e.personId))
+        case let e as RefreshTokenReused: .slice(router.person(e.personId))
         case let e as LegacyNotificationImported: .slice(router.person(e.personId))
         case let e as NotificationRead: .slice(router.person(e.personId))
         case let e as NotificationDeleted: .slice(router.person(e.personId))
