@@ -258,7 +258,13 @@ enum GateCommand {
     /// Throws with a sentence when `binary` is not an inbox-bench that has the gate (one built
     /// from a commit before it cannot run rounds on command).
     static func requireGate(_ binary: String) throws {
-        let help = try? Subprocess.run(binary, ["gate", "--help"])
+        // A binary that could not be started at all (ETXTBSY: a file just written, whose descriptor
+        // a process forked meanwhile still holds) is tried again; one that answers is not.
+        var help = try? Subprocess.run(binary, ["gate", "--help"])
+        for _ in 0..<3 where help == nil {
+            Thread.sleep(forTimeInterval: 0.2)
+            help = try? Subprocess.run(binary, ["gate", "--help"])
+        }
         guard help?.status == 0 else {
             throw BenchmarkFailure(
                 description: "\(binary) has no gate (built from a commit before it): write a new baseline (make bench-baseline) to judge against")

@@ -19,6 +19,7 @@ import Testing
             NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
             NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
             NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")), NewEvent(RecoveryCodesRenewed(personId: "p1")), NewEvent(PersonErased(personId: "p1")),
+            NewEvent(SignInAttemptsFailed(personId: "p1", attempts: 5)), NewEvent(RefreshTokenReused(personId: "p1", signInId: "s-1")),
             NewEvent(ConversationReopened(conversationId: "c1", personId: "p1")), NewEvent(ShopBlocked(blockerId: "p1", shopId: "s1")),
             NewEvent(ShopUnblocked(blockerId: "p1", shopId: "s1")),
         ]
@@ -47,6 +48,7 @@ import Testing
             NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
             NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
             NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")), NewEvent(RecoveryCodesRenewed(personId: "p1")), NewEvent(PersonErased(personId: "p1")),
+            NewEvent(SignInAttemptsFailed(personId: "p1", attempts: 5)), NewEvent(RefreshTokenReused(personId: "p1", signInId: "s-1")),
             NewEvent(ConversationReopened(conversationId: "c1", personId: "p1")), NewEvent(ShopBlocked(blockerId: "p1", shopId: "s1")),
             NewEvent(ShopUnblocked(blockerId: "p1", shopId: "s1")),
         ]

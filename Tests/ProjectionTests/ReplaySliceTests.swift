@@ -36,6 +36,7 @@ import Testing
         for payload: any CatalogueEvent in [ShopMemberRemoved(shopId: "s1", personId: "p1"), SignedOut(personId: "p1", signInIds: ["s-1"]),
             SignInLinked(personId: "p1", provider: "apple"), SignInUnlinked(personId: "p1", provider: "apple"),
             ConversationReopened(conversationId: "c1", personId: "p1"), RecoveryCodesRenewed(personId: "p1"), PersonErased(personId: "p1"),
+            SignInAttemptsFailed(personId: "p1", attempts: 5), RefreshTokenReused(personId: "p1", signInId: "s-1"),
         ] {
             let record = RecordedEvent(
                 position: 40_001, transactionId: 1, streamId: payload.streamId, streamVersion: 1, type: type(of: payload).eventType,
