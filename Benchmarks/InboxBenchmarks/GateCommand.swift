@@ -259,13 +259,15 @@ enum GateCommand {
     /// from a commit before it cannot run rounds on command).
     static func requireGate(_ binary: String) throws {
         // A binary that could not be started at all (ETXTBSY: a file just written, whose descriptor
-        // a process forked meanwhile still holds) is tried again; one that answers is not.
-        var help = try? Subprocess.run(binary, ["gate", "--help"])
-        for _ in 0..<3 where help == nil {
-            Thread.sleep(forTimeInterval: 0.2)
-            help = try? Subprocess.run(binary, ["gate", "--help"])
+        // a process forked meanwhile still holds) is tried again, and said so; one that answers is not.
+        var help: (status: Int32, output: String)?
+        var failure: (any Error)?
+        for attempt in 0..<4 where help == nil {
+            if attempt > 0 { Thread.sleep(forTimeInterval: 0.25) }
+            do { help = try Subprocess.run(binary, ["gate", "--help"]) } catch { failure = error }
         }
-        guard help?.status == 0 else {
+        guard let help else { throw BenchmarkFailure(description: "\(binary) could not be started: \(failure.map { "\($0)" } ?? "")") }
+        guard help.status == 0 else {
             throw BenchmarkFailure(
                 description: "\(binary) has no gate (built from a commit before it): write a new baseline (make bench-baseline) to judge against")
         }

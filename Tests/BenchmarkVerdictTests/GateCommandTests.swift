@@ -40,8 +40,15 @@ import Testing
             done
             """
         let path = folder.appendingPathComponent(name).path
-        try script.write(toFile: path, atomically: true, encoding: .utf8)
-        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path)
+        // Written with O_CLOEXEC: a descriptor open for writing that a process forked meanwhile by
+        // a test running beside this one inherited would keep the script from being run (ETXTBSY)
+        // for as long as that process lives.
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o755)
+        guard descriptor >= 0 else { throw GateTestFailure(description: "cannot write \(path): errno \(errno)") }
+        let bytes = Array(script.utf8)
+        let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        close(descriptor)
+        guard written == bytes.count else { throw GateTestFailure(description: "cannot write \(path): errno \(errno)") }
         return path
     }
 
