@@ -18,8 +18,9 @@ import PostgresClient
 /// 3. **The swap**, in one transaction under an `ACCESS EXCLUSIVE` lock on the log (appends and
 ///    reads wait for it; a lock timeout of 5 s, tried again): the last events are copied, the old
 ///    table is dropped with its indexes, triggers and sequence, the copy takes its name, its
-///    indexes and constraints their names, the sequence its place, and the triggers and the
-///    functions returning the log's rows are made again from their stored definitions.
+///    indexes and constraints their names, the sequence its place, and the triggers are made again
+///    from their stored definitions. Nothing of the tier depends on the table itself (sql/031); an
+///    object that does (a view of the operator's) makes the drop fail, and nothing changes.
 ///
 /// Readers keep their checkpoints: positions and transaction ids are copied. Dropping the old
 /// table removes its files, and with them the clear text, from the live database; backups and WAL
@@ -182,9 +183,6 @@ public struct LogSealing: Sendable {
         let triggers = try connection.query(
             "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'events'::regclass AND NOT tgisinternal ORDER BY tgname"
         ).map { try $0.decode(String.self, at: 0) }
-        let functions = try connection.query(
-            "SELECT p.oid::regprocedure::text AS signature, pg_get_functiondef(p.oid) AS definition FROM pg_proc p WHERE p.prorettype = 'events'::regtype ORDER BY p.oid"
-        ).map { (signature: try $0.decode(String.self, "signature"), definition: try $0.decode(String.self, "definition")) }
         let constraints = try connection.query(
             """
             SELECT conname::text AS name, contype::text AS kind, (SELECT relname::text FROM pg_class WHERE oid = conindid) AS index
@@ -195,7 +193,6 @@ public struct LogSealing: Sendable {
         let sequence = try connection.query("SELECT pg_get_serial_sequence('events', 'position')").scalar(String.self)
         let lastValue = try connection.query("SELECT last_value FROM \(sequence)").scalar(Int64.self)
 
-        for function in functions { _ = try connection.execute("DROP FUNCTION \(function.signature)") }
         _ = try connection.execute("DROP TABLE events")
         _ = try connection.execute("ALTER TABLE \(Self.copy) RENAME TO events")
         for index in indexes {
@@ -215,7 +212,6 @@ public struct LogSealing: Sendable {
             _ = try connection.execute("ALTER SEQUENCE \(copiedSequence) RENAME TO \(bare)")
         }
         for trigger in triggers { _ = try connection.execute(trigger) }
-        for function in functions { _ = try connection.execute(function.definition) }
         if let comment { _ = try connection.execute("COMMENT ON TABLE events IS '\(comment.replacingOccurrences(of: "'", with: "''"))'") }
         outcome = tail
     }

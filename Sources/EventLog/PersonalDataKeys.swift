@@ -93,10 +93,7 @@ public final class PersonalDataKeys: Sendable {
     /// not cached: the transaction may roll back; the next append reads it.
     func makeKeys(_ people: [String], on connection: PostgresConnection) throws -> [String: [UInt8]?] {
         let make = { () throws -> [String: [UInt8]?] in
-            connection.executeWithNext(
-                PostgresStatement(
-                    "SELECT pg_advisory_xact_lock(hashtext('person_data_keys'), hashtext(p)) FROM unnest($1::text[]) WITH ORDINALITY AS u(p, n) ORDER BY n",
-                    people))
+            connection.executeWithNext(Self.locking(people))
             let fresh = people.map { (person: $0, key: SecureRandom.bytes(AES256GCM.keyBytes)) }
             // A statement of its own after the locks, so its snapshot sees an erasure that committed
             // while they were awaited.
@@ -139,12 +136,6 @@ public final class PersonalDataKeys: Sendable {
             }
         }
         if missing.isEmpty { return (keys, []) }
-        let remember = { (found: [String: [UInt8]]) in
-            self.cache.withLock { cache in
-                if cache.count + found.count > Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
-                for (person, key) in found { cache[CacheKey(database: database, person: person)] = key }
-            }
-        }
         var unknown: [String] = []
         var found: [String: [UInt8]] = [:]
         let stored = try stored(missing, on: connection)
@@ -157,7 +148,10 @@ public final class PersonalDataKeys: Sendable {
             case nil: unknown.append(person)
             }
         }
-        remember(found)
+        cache.withLock { cache in
+            if cache.count + found.count > Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
+            for (person, key) in found { cache[CacheKey(database: database, person: person)] = key }
+        }
         return (keys, unknown)
     }
 
@@ -220,7 +214,15 @@ public final class PersonalDataKeys: Sendable {
 
     /// Serializes making a person's key with erasing them.
     static func lock(_ person: String, on connection: PostgresConnection) throws {
-        _ = try connection.query("SELECT pg_advisory_xact_lock(hashtext('person_data_keys'), hashtext($1))", person)
+        let statement = locking([person])
+        _ = try connection.query(statement.sql, binds: statement.binds)
+    }
+
+    /// The statement that takes `people`'s locks, in their order.
+    static func locking(_ people: [String]) -> PostgresStatement {
+        PostgresStatement(
+            "SELECT pg_advisory_xact_lock(hashtext('person_data_keys'), hashtext(p)) FROM unnest($1::text[]) WITH ORDINALITY AS u(p, n) ORDER BY n",
+            people)
     }
 
     /// `event`, its personal fields sealed for the log (`$seal` added), when it holds personal

@@ -33,7 +33,7 @@ public struct RateLimits: Sendable {
     /// Takes one attempt of `kind` for `counted` within `limit`, or throws `429 too_many_requests`
     /// with the whole seconds until the next attempt would be let through.
     public func take(_ kind: String, _ counted: Counted, limit: AttemptLimit, now: Date, on connection: PostgresConnection) throws {
-        let key = Data(SHA256.digest(Array("\(kind)|\(counted.text)".utf8))).base64EncodedString()
+        let key = Self.digest("\(kind)|\(counted.text)")
         // The bucket as refilled since it was last touched; one taken when there is one.
         let refill = "least($2::float8, bucket.tokens + greatest(0, extract(epoch FROM ($4::timestamptz - bucket.updated_at))::float8) * $3::float8)"
         let row = try connection.query(
@@ -50,6 +50,12 @@ public struct RateLimits: Sendable {
         let tokens = try row.decode(Double.self, "tokens")
         let wait = (1 - tokens) / limit.perSecond
         throw OAuthError.tooManyRequests(retryAfter: max(1, Int(wait.rounded(.up))))
+    }
+
+    /// What the identity role's tables keep instead of an address, an e-mail address or a token:
+    /// its SHA-256 in base64.
+    static func digest(_ text: String) -> String {
+        Data(SHA256.digest(Array(text.utf8))).base64EncodedString()
     }
 
     /// Forgets buckets untouched for a day: every limit has refilled long before.
@@ -125,7 +131,7 @@ public enum FailedSignIns {
     /// Counts a wrong password for `email`; the failures of this hour when the person is to be told
     /// now (the fifth or later, nobody told within the hour), else nil.
     static func count(email: String, now: Date, on connection: PostgresConnection) throws -> Int? {
-        let key = Data(SHA256.digest(Array("failed|\(email.lowercased())".utf8))).base64EncodedString()
+        let key = RateLimits.digest("failed|\(email.lowercased())")
         let hourAgo = now.addingTimeInterval(-window)
         guard let row = try connection.query(
             """
@@ -161,7 +167,7 @@ public enum TrustedSignIns {
     /// The keys an attempt on `email` could be trusted by: its installation's first, then its address's.
     static func keys(email: String, installation: String?, address: String) -> [String] {
         ((installation.map { ["installation:\($0)"] } ?? []) + ["address:\(address)"]).map { what in
-            Data(SHA256.digest(Array("trusted|\(email.lowercased())|\(what)".utf8))).base64EncodedString()
+            RateLimits.digest("trusted|\(email.lowercased())|\(what)")
         }
     }
 

@@ -230,7 +230,7 @@ func blocking<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T
 public enum UsedIDTokens {
     /// Remembers `token` as used until `expiresAt` (and the clocks' leeway); false when it was used before.
     static func use(_ token: String, expiresAt: Date, on connection: PostgresConnection) throws -> Bool {
-        let digest = Data(SHA256.digest(Array(token.utf8))).base64EncodedString()
+        let digest = RateLimits.digest(token)
         return try connection.query(
             "INSERT INTO identity_used_id_tokens (digest, expires_at) VALUES ($1, $2::timestamptz) ON CONFLICT (digest) DO NOTHING RETURNING digest",
             digest, expiresAt.addingTimeInterval(120)

@@ -288,11 +288,7 @@ public final class UploadStore: Sendable {
                 let gone = try connection.query(
                     "DELETE FROM uploads WHERE sha256 = $1 AND NOT attached AND expires_at <= $2 RETURNING handle", sha256, cutoff
                 ).count
-                let left = try connection.query("SELECT count(*)::int FROM uploads WHERE sha256 = $1", sha256).scalar(Int.self)
-                if left == 0, let path = path(of: sha256) {
-                    try bucket?.delete(key: Self.objectKey(sha256))
-                    if unlink(path.path) != 0 && errno != ENOENT { throw CocoaError(.fileWriteUnknown) }
-                }
+                try deleteFileIfUnnamed(sha256, on: connection)
                 return gone
             }
         }
@@ -335,19 +331,26 @@ public final class UploadStore: Sendable {
             for sha256 in unnamed {
                 deleted += try client.transactionBlocking { connection in
                     _ = try connection.query("SELECT pg_advisory_xact_lock($1::bigint)", Self.lockKey(sha256))
-                    guard try connection.query("SELECT count(*)::int FROM uploads WHERE sha256 = $1", sha256).scalar(Int.self) == 0,
-                        let path = path(of: sha256)
-                    else { return 0 }
-                    try bucket?.delete(key: Self.objectKey(sha256))
-                    guard unlink(path.path) == 0 else {
-                        if errno == ENOENT { return 0 }
-                        throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path.path])
-                    }
-                    return 1
+                    return try deleteFileIfUnnamed(sha256, on: connection) ? 1 : 0
                 }
             }
         }
         return deleted
+    }
+
+    /// Under the digest's lock (held by the caller's transaction): when no record names `sha256`,
+    /// its object leaves the bucket and its file this node's folder. True when a file was deleted.
+    @discardableResult
+    private func deleteFileIfUnnamed(_ sha256: String, on connection: PostgresConnection) throws -> Bool {
+        guard try connection.query("SELECT count(*)::int FROM uploads WHERE sha256 = $1", sha256).scalar(Int.self) == 0,
+            let path = path(of: sha256)
+        else { return false }
+        try bucket?.delete(key: Self.objectKey(sha256))
+        guard unlink(path.path) == 0 else {
+            if errno == ENOENT { return false }
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path.path])
+        }
+        return true
     }
 
     /// Removes `.incoming-…` files last changed before `date`: a write in progress changes its
