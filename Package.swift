@@ -206,7 +206,7 @@ let package = Package(
             name: "PostgresClientTests", dependencies: ["PostgresClient", "EventLog", "InboxTesting", "HTTPTesting"],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting", "Lifecycle", "Encodings"],
+            name: "EventLogTests", dependencies: ["EventLog", "PostgresClient", "InboxDomain", "InboxTesting", "Lifecycle", "Encodings", "Crypto"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EncodingsTests", dependencies: ["Encodings", "Crypto"], swiftSettings: swiftSettings),

@@ -41,6 +41,38 @@ public enum HMAC {
         return output
     }
 
+    /// One HMAC context kept for many MACs on one thread (`begin`, `update`..., `finish`): copying
+    /// the template's context for each MAC cost as much as the MAC of a short text.
+    public final class Session {
+        private let context: OpaquePointer?
+        public let hash: Hash
+
+        public init(_ hash: Hash) {
+            self.hash = hash
+            context = EVP_MAC_CTX_dup(hash == .sha1 ? HMAC.sha1.context : HMAC.sha256.context)
+        }
+
+        deinit { EVP_MAC_CTX_free(context) }
+
+        /// Starts a MAC under `key` (not empty).
+        public func begin(key: UnsafeRawBufferPointer) -> Bool {
+            guard let context, !key.isEmpty else { return false }
+            return EVP_MAC_init(context, key.baseAddress, key.count, nil) == 1
+        }
+
+        public func update(_ bytes: UnsafeRawBufferPointer) -> Bool {
+            guard let context else { return false }
+            return bytes.isEmpty || EVP_MAC_update(context, bytes.baseAddress, bytes.count) == 1
+        }
+
+        /// Writes the MAC (`hash.length` bytes) to `output`.
+        public func finish(into output: UnsafeMutableRawBufferPointer) -> Bool {
+            guard let context, output.count >= hash.length else { return false }
+            var length = 0
+            return EVP_MAC_final(context, output.baseAddress, &length, output.count) == 1 && length == hash.length
+        }
+    }
+
     /// An HMAC context with its digest set, never given a key itself (only its copies are).
     final class Template: @unchecked Sendable {
         let context: OpaquePointer

@@ -230,6 +230,8 @@ struct AppendRequest: Sendable {
     let expectedJSON: String
     /// Each event's metadata as sent, which is what `RecordedEvent.metadataJSON` holds for a new event.
     let metadataTexts: [String]
+    /// Where each payload is in `eventsJSON`'s UTF-8 bytes.
+    let payloadRanges: [Range<Int>]
     /// No expected versions and no idempotency key twice: `append_new_events` can take it.
     let fitsFastPath: Bool
     /// Whether an event holds personal fields, sealed at `run` when keys are installed.
@@ -246,7 +248,7 @@ struct AppendRequest: Sendable {
             try Self.validate(event, index: index)
             try validator?.check(event, index: index)
         }
-        (eventsJSON, metadataTexts) = Self.json(events, payloads: nil)
+        (eventsJSON, metadataTexts, payloadRanges) = Self.json(events)
         holdsPersonalData = events.contains { PersonalDataKeys.personalTypes.contains($0.type) }
         Planted.spend(.append, units: events.count)
 
@@ -267,12 +269,14 @@ struct AppendRequest: Sendable {
         fitsFastPath = !holdsVersions && keysAreDistinct
     }
 
-    /// The batch as `append_events` takes it, and each event's metadata as written; `payloads`
-    /// replaces the payloads given (sealed ones) where it holds one.
-    static func json(_ events: [NewEvent], payloads: [String?]?) -> (String, [String]) {
+    /// The batch as `append_events` takes it, each event's metadata as written, and where each
+    /// payload is in the batch's UTF-8 bytes.
+    static func json(_ events: [NewEvent]) -> (String, [String], [Range<Int>]) {
         var text = JSONText(capacity: events.count * 256 + 16)
         var metadataTexts: [String] = []
         metadataTexts.reserveCapacity(events.count)
+        var payloadRanges: [Range<Int>] = []
+        payloadRanges.reserveCapacity(events.count)
         text.raw(UInt8(ascii: "["))
         for (index, event) in events.enumerated() {
             if index > 0 { text.raw(UInt8(ascii: ",")) }
@@ -285,7 +289,9 @@ struct AppendRequest: Sendable {
             text.key("schemaVersion", first: &first)
             text.raw(String(event.schemaVersion))
             text.key("payload", first: &first)
-            text.raw(payloads?[index] ?? event.payloadJSON)
+            let payloadStart = text.bytes.count
+            text.raw(event.payloadJSON)
+            payloadRanges.append(payloadStart..<text.bytes.count)
             text.key("metadata", first: &first)
             var metadata = JSONText(capacity: 160)
             Self.write(event.metadata, to: &metadata)
@@ -298,7 +304,26 @@ struct AppendRequest: Sendable {
             text.raw(UInt8(ascii: "}"))
         }
         text.raw(UInt8(ascii: "]"))
-        return (text.string, metadataTexts)
+        return (text.string, metadataTexts, payloadRanges)
+    }
+
+    /// `eventsJSON` with the payloads that hold personal data sealed (`PersonalDataKeys.seal`):
+    /// the bytes between them are copied as they were encoded.
+    func sealedJSON(_ keys: PersonalDataKeys, plan: PersonalDataKeys.KeyPlan, on connection: PostgresConnection) throws -> String {
+        var template = eventsJSON
+        var batch: [UInt8] = []
+        return try template.withUTF8 { bytes in
+            batch.reserveCapacity(bytes.count * 2)
+            var copied = 0
+            try keys.seal(events, plan: plan, on: connection) { index, sealed in
+                let range = payloadRanges[index]
+                batch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[copied..<range.lowerBound]))
+                batch.append(contentsOf: sealed)
+                copied = range.upperBound
+            }
+            batch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[copied...]))
+            return String(decoding: batch, as: UTF8.self)
+        }
     }
 
     static func validate(_ event: NewEvent, index: Int) throws {
@@ -419,7 +444,7 @@ struct AppendRequest: Sendable {
             if !plan.unknown.isEmpty && !connection.isInTransaction {
                 return try connection.transaction { try run(on: $0, keyPlan: plan) }
             }
-            eventsJSON = Self.json(events, payloads: try keys.sealed(events, plan: plan, on: connection)).0
+            eventsJSON = try sealedJSON(keys, plan: plan, on: connection)
         }
         // Inside the caller's transaction a failed statement would abort it: retry behind a savepoint.
         let savepoint = connection.isInTransaction

@@ -28,12 +28,7 @@ public final class PersonalDataKeys: Sendable {
     let previous: SecretsKey?
     /// Data keys already committed, for sealing, by database and person: a key made by an append
     /// is not kept here (its transaction may still roll back).
-    private let cache = Mutex<[CacheKey: [UInt8]]>([:])
-
-    struct CacheKey: Hashable {
-        let database: String
-        let person: String
-    }
+    private let cache = Mutex<[String: [String: [UInt8]]]>([:])
     static let cacheLimit = 100_000
 
     public init(kek: SecretsKey, previous: SecretsKey? = nil) {
@@ -131,8 +126,9 @@ public final class PersonalDataKeys: Sendable {
         var keys: [String: [UInt8]?] = [:]
         var missing: [String] = []
         cache.withLock { cache in
+            let cached = cache[database] ?? [:]
             for person in people {
-                if let key = cache[CacheKey(database: database, person: person)] { keys[person] = .some(key) } else { missing.append(person) }
+                if let key = cached[person] { keys[person] = .some(key) } else { missing.append(person) }
             }
         }
         if missing.isEmpty { return (keys, []) }
@@ -149,8 +145,8 @@ public final class PersonalDataKeys: Sendable {
             }
         }
         cache.withLock { cache in
-            if cache.count + found.count > Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
-            for (person, key) in found { cache[CacheKey(database: database, person: person)] = key }
+            if cache.values.reduce(found.count, { $0 + $1.count }) > Self.cacheLimit { cache.removeAll() }
+            cache[database, default: [:]].merge(found) { _, new in new }
         }
         return (keys, unknown)
     }
@@ -240,55 +236,116 @@ public final class PersonalDataKeys: Sendable {
 
     /// `sealed(_:on:)` with the batch's plan, its unknown people's keys made first.
     func sealed(_ events: [NewEvent], plan: KeyPlan, on connection: PostgresConnection) throws -> [String?] {
+        var payloads = [String?](repeating: nil, count: events.count)
+        try seal(events, plan: plan, on: connection) { index, sealed in payloads[index] = String(decoding: sealed, as: UTF8.self) }
+        return payloads
+    }
+
+    /// Seals the payloads of `events` that hold personal data, giving each one's text as the log
+    /// stores it to `each` with the event's index, in the events' order (the bytes are `each`'s to
+    /// copy, not to keep). A batch of at least `parallelFrom` such events is sealed on every core,
+    /// a share each: the append waits for it, and PostgreSQL has nothing to do meanwhile.
+    func seal(
+        _ events: [NewEvent], plan: KeyPlan, on connection: PostgresConnection, each: (_ index: Int, _ sealed: UnsafeBufferPointer<UInt8>) throws -> Void
+    ) throws {
         var keys = plan.keys
         if !plan.unknown.isEmpty { keys.merge(try makeKeys(plan.unknown, on: connection)) { _, made in made } }
-        // A seal id and a nonce for each of (usually) one field an event.
-        var random = RandomBytes(expected: plan.payloads.lazy.filter { $0 != nil }.count * (Self.sealIdRandomBytes + AES256GCM.nonceBytes))
-        return try zip(events, plan.payloads).map { event, payload in
-            guard let payload, let key = keys[payload.personalDataOwner] else { return nil }
-            return try sealed(event, payload: payload, key: key, random: &random)
+        var work: [SealingWork] = []
+        work.reserveCapacity(events.count)
+        for (index, (event, payload)) in zip(events, plan.payloads).enumerated() {
+            guard let payload, let key = keys[payload.personalDataOwner] else { continue }
+            work.append(SealingWork(index: index, event: event, payload: payload, key: key))
+        }
+        let parts = work.count >= Self.parallelFrom ? min(Self.cores, work.count / (Self.parallelFrom / 2)) : 1
+        let sealed: [SealedPart]
+        if parts <= 1 {
+            sealed = [try seal(work[...])]
+        } else {
+            let work = work
+            let size = (work.count + parts - 1) / parts
+            let results = Mutex<[Int: Result<SealedPart, any Error>]>([:])
+            DispatchQueue.concurrentPerform(iterations: parts) { part in
+                let result = Result { try self.seal(work[min(work.count, part * size)..<min(work.count, (part + 1) * size)]) }
+                results.withLock { $0[part] = result }
+            }
+            sealed = try results.withLock { results in try (0..<parts).map { try results[$0]!.get() } }
+        }
+        for part in sealed {
+            try part.bytes.withUnsafeBufferPointer { bytes in
+                for (index, range) in part.payloads { try each(index, UnsafeBufferPointer(rebasing: bytes[range])) }
+            }
         }
     }
 
-    /// `event` sealed under `key` (nil: its person is erased, the fields are stored erased).
-    private func sealed(_ event: NewEvent, payload: any EventPayload & HoldsPersonalData, key: [UInt8]?, random: inout RandomBytes) throws -> String? {
+    /// From this many events that hold personal data, a batch is sealed on every core.
+    static let parallelFrom = 32
+    /// Read once: Foundation reads the cgroup's CPU quota from files at every call.
+    static let cores = ProcessInfo.processInfo.activeProcessorCount
+
+    /// An event to seal, its key looked up (nil: its person is erased).
+    struct SealingWork: Sendable {
+        let index: Int
+        let event: NewEvent
+        let payload: any EventPayload & HoldsPersonalData
+        let key: [UInt8]?
+    }
+
+    /// Sealed payloads one after another in `bytes`, each with its event's index.
+    struct SealedPart: Sendable {
+        var bytes: [UInt8] = []
+        var payloads: [(index: Int, range: Range<Int>)] = []
+    }
+
+    /// The payloads of `work` sealed on this thread, with OpenSSL contexts of its own.
+    private func seal(_ work: ArraySlice<SealingWork>) throws -> SealedPart {
+        // A seal id and a nonce for each of (usually) one field an event.
+        let sealer = try BatchSealer(random: RandomBytes(expected: work.count * (Self.sealIdRandomBytes + AES256GCM.nonceBytes)))
+        var part = SealedPart()
+        part.bytes.reserveCapacity(work.reduce(0) { $0 + $1.event.payloadJSON.utf8.count + 200 })
+        part.payloads.reserveCapacity(work.count)
+        for item in work {
+            let start = part.bytes.count
+            guard try seal(item.event, payload: item.payload, key: item.key, sealer: sealer, to: &part.bytes) else { continue }
+            part.payloads.append((item.index, start..<part.bytes.count))
+        }
+        return part
+    }
+
+    /// `event` sealed under `key` (nil: its person is erased, the fields are stored erased),
+    /// appended to `output`; false when its payload is not one object (stored as given).
+    private func seal(_ event: NewEvent, payload: any EventPayload & HoldsPersonalData, key: [UInt8]?, sealer: BatchSealer, to output: inout [UInt8]) throws -> Bool {
         let person = payload.personalDataOwner
-        let seal = Base64URL.encode(random.take(Self.sealIdRandomBytes)) + ":" + person
-        let sealer = FieldSealer(key: key, seal: seal, stream: event.streamId, person: person, type: event.type)
+        let seal = sealer.sealId(person)
         let fields = type(of: payload).personalFields
+        sealer.startEvent(seal: seal, stream: event.streamId, person: person, type: event.type)
         // The payload's text with its personal members replaced (PersonalDataSplice), or, for a
         // text that is not one object, libjansson's tree of it.
-        if let spliced = try PersonalDataSplice.sealed(event.payloadJSON, fields: fields, seal: seal, sealing: { text, field, output in
-            switch try sealer.seal(text, field: field, nonce: random.take(AES256GCM.nonceBytes)) {
-            case .sealed(let sealed):
-                output.append(contentsOf: #"{"$sealed":{"v":""#.utf8)
-                output.append(contentsOf: sealed.v.utf8)
-                output.append(contentsOf: #"","h":""#.utf8)
-                output.append(contentsOf: sealed.h.utf8)
-                output.append(contentsOf: #""}}"#.utf8)
-            case .erased:
-                output.append(contentsOf: #"{"$erased":true}"#.utf8)
-            }
+        if try PersonalDataSplice.seal(event.payloadJSON, fields: fields, seal: seal, to: &output, sealing: { text, field, output in
+            if let key { try sealer.seal(text, field: field, key: key, to: &output) } else { output.append(contentsOf: #"{"$erased":true}"#.utf8) }
         }) {
-            return spliced
+            return true
         }
-        guard case .object(var members) = try JSONValue(parsing: event.payloadJSON) else { return nil }
+        // Not one object: PostgreSQL refuses it (the log's payloads are objects).
+        guard case .object(var members) = try JSONValue(parsing: event.payloadJSON) else { return false }
         for field in fields {
-            guard case .string(let text)? = members[field] else { continue }
-            switch try sealer.seal(text, field: field) {
-            case .sealed(let sealed): members[field] = .object(["$sealed": .object(["v": .string(sealed.v), "h": .string(sealed.h)])])
-            case .erased: members[field] = .object(["$erased": .bool(true)])
+            guard case .string(var text)? = members[field] else { continue }
+            guard let key else {
+                members[field] = .object(["$erased": .bool(true)])
+                continue
             }
+            let sealed = try text.withUTF8 { try sealer.sealedField(UnsafeRawBufferPointer($0), field: field, key: key) }
+            members[field] = .object(["$sealed": .object(["v": .string(sealed.v), "h": .string(sealed.h)])])
         }
         members["$seal"] = .string(seal)
         var text = JSONText(capacity: event.payloadJSON.utf8.count + 160)
         text.value(.object(members))
-        return text.string
+        output.append(contentsOf: text.bytes)
+        return true
     }
 
     /// `sealed(_:on:)`, for the benchmark that measures it alone.
-    public func sealedForMeasuring(_ event: NewEvent, on connection: PostgresConnection) throws -> String? {
-        try sealed(event, on: connection)
+    public func sealedForMeasuring(_ events: [NewEvent], on connection: PostgresConnection) throws -> [String?] {
+        try sealed(events, on: connection)
     }
 
     /// The typed payload of `event` when its type holds personal data.
@@ -478,17 +535,99 @@ struct RandomBytes {
         draw = min(4_096, max(64, expected))
     }
 
-    mutating func take(_ count: Int) -> [UInt8] {
+    /// `count` bytes never handed out before, given to `body`.
+    mutating func take<T>(_ count: Int, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
         if used + count > pool.count {
             pool = SecureRandom.bytes(max(draw, count))
             used = 0
         }
         defer { used += count }
-        return Array(pool[used..<(used + count)])
+        return try pool.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[used..<(used + count)])) }
     }
 }
 
-/// Seals the personal fields of one event being encoded for the log.
+/// Seals the personal fields of a batch's events, on the thread that appends it: OpenSSL's
+/// contexts and the bytes each field is built in are made once for the batch, not for each field
+/// (they cost more than the sealing of a short text; `inbox-bench sealing`, `seal-only`).
+final class BatchSealer {
+    private let cipher: AES256GCM.Session
+    private let mac = HMAC.Session(.sha256)
+    private var random: RandomBytes
+    /// The associated data of the event being sealed, up to its type (`FieldCrypto.associatedDataPrefix`).
+    private var associated: [UInt8] = []
+    private var eventAssociated = 0
+    private var type = ""
+    private var sealedBytes: [UInt8] = []
+    private var macBytes = [UInt8](repeating: 0, count: 32)
+    private var macHeader: [UInt8] = []
+
+    init(random: RandomBytes) throws {
+        cipher = try AES256GCM.Session()
+        self.random = random
+        associated.reserveCapacity(256)
+        sealedBytes.reserveCapacity(512)
+        macHeader.reserveCapacity(128)
+    }
+
+    /// A new seal id for an event of `person`: `<16 characters of base64url>:<person>`.
+    func sealId(_ person: String) -> String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(17 + person.utf8.count)
+        random.take(PersonalDataKeys.sealIdRandomBytes) { Base64URL.append($0, to: &bytes) }
+        bytes.append(UInt8(ascii: ":"))
+        bytes.append(contentsOf: person.utf8)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The event whose fields come next.
+    func startEvent(seal: String, stream: String, person: String, type: String) {
+        associated.removeAll(keepingCapacity: true)
+        FieldCrypto.append(FieldCrypto.associatedDataPrefix, [seal, stream, person, type], to: &associated)
+        eventAssociated = associated.count
+        self.type = type
+    }
+
+    /// Writes `{"$sealed":{"v":...,"h":...}}` for `text`, the field `field` of the event started.
+    func seal(_ text: UnsafeRawBufferPointer, field: String, key: [UInt8], to output: inout [UInt8]) throws {
+        try sealBytes(text, field: field, key: key)
+        output.append(contentsOf: #"{"$sealed":{"v":""#.utf8)
+        Base64URL.append(sealedBytes, to: &output)
+        output.append(contentsOf: #"","h":""#.utf8)
+        Base64URL.append(macBytes[..<FieldCrypto.macBytes], to: &output)
+        output.append(contentsOf: #""}}"#.utf8)
+    }
+
+    /// `seal(_:field:key:to:)`'s `v` and `h`, for a payload built as a tree.
+    func sealedField(_ text: UnsafeRawBufferPointer, field: String, key: [UInt8]) throws -> SealedField {
+        try sealBytes(text, field: field, key: key)
+        return SealedField(v: Base64URL.encode(sealedBytes), h: Base64URL.encode(macBytes[..<FieldCrypto.macBytes]))
+    }
+
+    /// The sealed text in `sealedBytes`, its MAC in `macBytes`.
+    private func sealBytes(_ text: UnsafeRawBufferPointer, field: String, key: [UInt8]) throws {
+        associated.removeSubrange(eventAssociated...)
+        associated.append(0)
+        associated.append(contentsOf: field.utf8)
+        sealedBytes.removeAll(keepingCapacity: true)
+        macHeader.removeAll(keepingCapacity: true)
+        FieldCrypto.append(FieldCrypto.macPrefix, [type, field, ""], to: &macHeader)
+        let cipher = cipher
+        let mac = mac
+        let made = try key.withUnsafeBytes { key in
+            try random.take(AES256GCM.nonceBytes) { nonce in
+                try associated.withUnsafeBytes { associated in
+                    try cipher.seal(text, key: key, associatedData: associated, nonce: nonce, to: &sealedBytes)
+                }
+            }
+            return mac.begin(key: key) && macHeader.withUnsafeBytes { mac.update($0) } && mac.update(text)
+                && macBytes.withUnsafeMutableBytes { mac.finish(into: $0) }
+        }
+        guard made else { throw CryptoError("OpenSSL could not compute the MAC of a personal field (HMAC-SHA256).") }
+    }
+}
+
+/// Seals the personal fields of one event being encoded for the log (a payload encoded as a whole,
+/// `PersonalData.sealer`).
 struct FieldSealer: PersonalDataSealing {
     /// Nil: the person is erased; their fields are stored erased.
     let key: [UInt8]?
@@ -498,14 +637,11 @@ struct FieldSealer: PersonalDataSealing {
     let type: String
 
     func seal(_ text: String, field: String) throws -> PersonalDataSealed {
-        try seal(text, field: field, nonce: SecureRandom.bytes(AES256GCM.nonceBytes))
-    }
-
-    func seal(_ text: String, field: String, nonce: [UInt8]) throws -> PersonalDataSealed {
         guard let key else { return .erased }
-        let sealed = try AES256GCM.seal(
-            Array(text.utf8), key: key, associatedData: FieldCrypto.associatedData(seal, stream: stream, person, type, field), nonce: nonce)
-        return .sealed(SealedField(v: Base64URL.encode(sealed), h: FieldCrypto.mac(text, key: key, type: type, field: field)))
+        let sealer = try BatchSealer(random: RandomBytes(expected: AES256GCM.nonceBytes))
+        sealer.startEvent(seal: seal, stream: stream, person: person, type: type)
+        var text = text
+        return .sealed(try text.withUTF8 { try sealer.sealedField(UnsafeRawBufferPointer($0), field: field, key: key) })
     }
 }
 
@@ -520,12 +656,51 @@ struct FieldOpener: PersonalDataOpening {
     func open(_ sealed: SealedField, field: String) throws -> PersonalText {
         guard let key = ring.key(person) else { return .erased }
         guard let bytes = Base64URL.decode(sealed.v), bytes.count <= 1 << 20 else { throw PersonalDataFieldError(field: field) }
+        let opening = FieldOpening.take()
+        defer { FieldOpening.giveBack(opening) }
+        guard let text = opening.open(bytes, key: key, associatedData: [seal, stream, person, type, field]) else { throw PersonalDataFieldError(field: field) }
+        return .text(text)
+    }
+}
+
+/// What opening a field needs, kept for the next one: an OpenSSL cipher context (making one cost
+/// more than opening a short text) and the bytes the associated data and the text are built in.
+/// Taken from a small pool by each open, so concurrent decodes each have their own.
+final class FieldOpening: @unchecked Sendable {
+    private let cipher: AES256GCM.Session?
+    private var associated: [UInt8] = []
+    private var text: [UInt8] = []
+
+    private init() {
+        cipher = try? AES256GCM.Session()
+        associated.reserveCapacity(256)
+        text.reserveCapacity(512)
+    }
+
+    private static let pool = Mutex<[FieldOpening]>([])
+
+    static func take() -> FieldOpening { pool.withLock { $0.popLast() } ?? FieldOpening() }
+
+    static func giveBack(_ opening: FieldOpening) {
+        pool.withLock { if $0.count < 32 { $0.append(opening) } }
+    }
+
+    /// The text of `sealed`, nil when it does not open.
+    func open(_ sealed: [UInt8], key: [UInt8], associatedData parts: [String]) -> String? {
+        guard let cipher else { return nil }
+        associated.removeAll(keepingCapacity: true)
+        FieldCrypto.append(FieldCrypto.associatedDataPrefix, parts, to: &associated)
+        text.removeAll(keepingCapacity: true)
         do {
-            let text = try AES256GCM.open(bytes, key: key, associatedData: FieldCrypto.associatedData(seal, stream: stream, person, type, field))
-            return .text(String(decoding: text, as: UTF8.self))
+            try sealed.withUnsafeBytes { sealed in
+                try key.withUnsafeBytes { key in
+                    try associated.withUnsafeBytes { try cipher.open(sealed, key: key, associatedData: $0, to: &text) }
+                }
+            }
         } catch {
-            throw PersonalDataFieldError(field: field)
+            return nil
         }
+        return String(decoding: text, as: UTF8.self)
     }
 }
 
@@ -536,28 +711,24 @@ struct PersonalDataFieldError: Error, CustomStringConvertible {
 }
 
 enum FieldCrypto {
+    /// The associated data of a field: "wristler/personal/v2", the seal (the event's own id and its
+    /// person), the stream, the person, the type and the field, NUL between them.
     static let associatedDataPrefix = Array("wristler/personal/v2".utf8)
     static let macPrefix = Array("wristler/personal-mac/v1".utf8)
 
-    /// "wristler/personal/v2", the seal (the event's own id and its person), the stream, the
-    /// person, the type and the field, NUL between them.
-    static func associatedData(_ seal: String, stream: String, _ person: String, _ type: String, _ field: String) -> [UInt8] {
-        joined(associatedDataPrefix, [seal, stream, person, type, field])
-    }
+    /// How many bytes of the MAC of a field (`h`) are kept: 128 bits of HMAC-SHA256 of
+    /// "wristler/personal-mac/v1", the type, the field and the text (NUL between them) under the
+    /// person's key.
+    static let macBytes = 16
 
-    static func joined(_ prefix: [UInt8], _ parts: [String]) -> [UInt8] {
-        var bytes = prefix
-        bytes.reserveCapacity(prefix.count + parts.reduce(0) { $0 + $1.utf8.count + 1 })
+    /// `prefix`, then each of `parts` after a NUL.
+    static func append(_ prefix: [UInt8], _ parts: [String], to bytes: inout [UInt8]) {
+        bytes.reserveCapacity(bytes.count + prefix.count + parts.reduce(0) { $0 + $1.utf8.count + 1 })
+        bytes.append(contentsOf: prefix)
         for part in parts {
             bytes.append(0)
             bytes.append(contentsOf: part.utf8)
         }
-        return bytes
-    }
-
-    /// 128 bits of HMAC-SHA256 of the field's text under the person's key.
-    static func mac(_ text: String, key: [UInt8], type: String, field: String) -> String {
-        Base64URL.encode(HMAC.mac(.sha256, key: key, data: joined(macPrefix, [type, field, text])).prefix(16))
     }
 }
 

@@ -121,30 +121,43 @@ enum PersonalDataSplice {
     }
 
     /// `payload` with each top-level string member named in `fields` replaced by what `sealing`
-    /// writes for its text (`{"$sealed": ...}` or `{"$erased": true}`), and `"$seal": seal` added;
-    /// nil when the payload is not one JSON object.
-    static func sealed(
-        _ payload: String, fields: [String], seal: String,
-        sealing: (_ text: String, _ field: String, _ output: inout [UInt8]) throws -> Void
-    ) throws -> String? {
+    /// writes for its text, given as UTF-8 bytes with escapes undone (`{"$sealed": ...}` or
+    /// `{"$erased": true}`), and `"$seal": seal` added, appended to `output`; false (nothing
+    /// appended) when the payload is not one JSON object.
+    static func seal(
+        _ payload: String, fields: [String], seal: String, to output: inout [UInt8],
+        sealing: (_ text: UnsafeRawBufferPointer, _ field: String, _ output: inout [UInt8]) throws -> Void
+    ) throws -> Bool {
         var payload = payload
-        return try payload.withUTF8 { bytes -> String? in
-            guard let (members, close) = members(bytes) else { return nil }
-            var output: [UInt8] = []
-            output.reserveCapacity(bytes.count + 256)
+        let start = output.count
+        return try payload.withUTF8 { bytes -> Bool in
+            guard let (members, close) = members(bytes) else { return false }
+            output.reserveCapacity(output.count + bytes.count + 256)
             var copied = 0
             for member in members where member.valueIsString {
                 let name: String
                 if member.keyHasEscape {
-                    guard let decoded = string(bytes, (member.key.lowerBound - 1)..<(member.key.upperBound + 1), escaped: true) else { return nil }
+                    guard let decoded = string(bytes, (member.key.lowerBound - 1)..<(member.key.upperBound + 1), escaped: true) else {
+                        output.removeSubrange(start...)
+                        return false
+                    }
                     name = decoded
                 } else {
                     guard let field = fields.first(where: { $0.utf8.elementsEqual(bytes[member.key]) }) else { continue }
                     name = field
                 }
-                guard fields.contains(name), let text = string(bytes, member.value, escaped: member.valueHasEscape) else { continue }
-                output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[copied..<member.value.lowerBound]))
-                try sealing(text, name, &output)
+                guard fields.contains(name) else { continue }
+                if member.valueHasEscape {
+                    guard var text = string(bytes, member.value, escaped: true) else {
+                        output.removeSubrange(start...)
+                        return false
+                    }
+                    output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[copied..<member.value.lowerBound]))
+                    try text.withUTF8 { try sealing(UnsafeRawBufferPointer($0), name, &output) }
+                } else {
+                    output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[copied..<member.value.lowerBound]))
+                    try sealing(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[(member.value.lowerBound + 1)..<(member.value.upperBound - 1)])), name, &output)
+                }
                 copied = member.value.upperBound
             }
             output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[copied..<close]))
@@ -152,7 +165,7 @@ enum PersonalDataSplice {
             output.append(contentsOf: #""$seal":"#.utf8)
             JSONString.append(seal, to: &output)
             output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[close...]))
-            return String(decoding: output, as: UTF8.self)
+            return true
         }
     }
 

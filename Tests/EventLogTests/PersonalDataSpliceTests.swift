@@ -9,13 +9,22 @@ import Testing
 /// member of a personal name is replaced (spelt with escapes or given twice included), nothing
 /// else changes, and a text that is not one object is left to the slow path.
 @Suite struct PersonalDataSpliceTests {
-    /// The payload spliced with a marker that holds the text it was given.
+    /// The payload spliced with a marker that holds the text it was given, written after bytes
+    /// that were in the output before (which stay, and are all there is when the splice fails).
     static func spliced(_ payload: String, fields: [String] = ["body"]) throws -> String? {
-        try PersonalDataSplice.sealed(payload, fields: fields, seal: "0123:per\"son") { text, field, output in
+        let before = Array("[earlier batch],".utf8)
+        var output = before
+        let spliced = try PersonalDataSplice.seal(payload, fields: fields, seal: "0123:per\"son", to: &output) { text, field, output in
             output.append(contentsOf: #"{"sealedText":"#.utf8)
-            JSONString.append(field + "=" + text, to: &output)
+            JSONString.append(field + "=" + String(decoding: text, as: UTF8.self), to: &output)
             output.append(UInt8(ascii: "}"))
         }
+        #expect(Array(output.prefix(before.count)) == before)
+        guard spliced else {
+            #expect(output == before)
+            return nil
+        }
+        return String(decoding: output.dropFirst(before.count), as: UTF8.self)
     }
 
     static func value(_ text: String) throws -> JSONValue {
