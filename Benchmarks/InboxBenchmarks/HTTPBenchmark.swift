@@ -453,9 +453,15 @@ struct HTTPBenchmark: Benchmark {
         }
     }
 
+    /// wrk runs in a session of its own (util-linux's `setsid`), as a client on another machine
+    /// would be nothing of the server's: with the kernel's autogroups on (Debian's default), CPU
+    /// time is shared between sessions first, and wrk in the benchmark's session took the
+    /// server's share while every PostgreSQL process had its own ("Where the time goes").
     static func wrk(url: String, script: String, connections: Int = connections, seconds: Int = seconds, timeout: Int? = nil) throws -> WrkResult {
         let (status, output) = try Subprocess.run(
-            "/usr/bin/wrk", ["-t2", "-c\(connections)", "-d\(seconds)s", "--latency"] + (timeout.map { ["--timeout", "\($0)s"] } ?? []) + ["-s", script, url])
+            "/usr/bin/setsid",
+            ["--wait", "/usr/bin/wrk", "-t2", "-c\(connections)", "-d\(seconds)s", "--latency"] + (timeout.map { ["--timeout", "\($0)s"] } ?? [])
+                + ["-s", script, url])
         guard status == 0 else { throw BenchmarkFailure(description: "wrk failed: \(output)") }
         func value(after label: String) -> String? {
             output.split(separator: "\n").first { $0.trimmingCharacters(in: .whitespaces).hasPrefix(label) }
