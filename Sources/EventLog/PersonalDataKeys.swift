@@ -626,25 +626,6 @@ final class BatchSealer {
     }
 }
 
-/// Seals the personal fields of one event being encoded for the log (a payload encoded as a whole,
-/// `PersonalData.sealer`).
-struct FieldSealer: PersonalDataSealing {
-    /// Nil: the person is erased; their fields are stored erased.
-    let key: [UInt8]?
-    let seal: String
-    let stream: String
-    let person: String
-    let type: String
-
-    func seal(_ text: String, field: String) throws -> PersonalDataSealed {
-        guard let key else { return .erased }
-        let sealer = try BatchSealer(random: RandomBytes(expected: AES256GCM.nonceBytes))
-        sealer.startEvent(seal: seal, stream: stream, person: person, type: type)
-        var text = text
-        return .sealed(try text.withUTF8 { try sealer.sealedField(UnsafeRawBufferPointer($0), field: field, key: key) })
-    }
-}
-
 /// Opens the sealed fields of one event being decoded.
 struct FieldOpener: PersonalDataOpening {
     let ring: KeyRing

@@ -46,18 +46,14 @@ public enum PersonalText: Codable, Hashable, Sendable, ExpressibleByStringLitera
         self = try opener.open(sealed, field: decoder.codingPath.last?.stringValue ?? "")
     }
 
+    /// The text as a string, `erased` as `{"$erased": true}`: the log seals a payload's text
+    /// after it is encoded (`PersonalDataKeys`), never while.
     public func encode(to encoder: any Encoder) throws {
-        switch (self, PersonalData.sealer) {
-        case (.text(let text), let sealer?):
-            var object = encoder.container(keyedBy: Key.self)
-            switch try sealer.seal(text, field: encoder.codingPath.last?.stringValue ?? "") {
-            case .sealed(let sealed): try object.encode(sealed, forKey: .sealed)
-            case .erased: try object.encode(true, forKey: .erased)
-            }
-        case (.text(let text), nil):
+        switch self {
+        case .text(let text):
             var single = encoder.singleValueContainer()
             try single.encode(text)
-        case (.erased, _):
+        case .erased:
             var object = encoder.container(keyedBy: Key.self)
             try object.encode(true, forKey: .erased)
         }
@@ -91,20 +87,8 @@ public protocol PersonalDataOpening: Sendable {
     func open(_ sealed: SealedField, field: String) throws -> PersonalText
 }
 
-/// What seals the personal fields of the event being encoded for the log.
-public protocol PersonalDataSealing: Sendable {
-    func seal(_ text: String, field: String) throws -> PersonalDataSealed
-}
-
-public enum PersonalDataSealed: Sendable {
-    case sealed(SealedField)
-    /// The person is erased: the field is stored erased, nothing of it readable.
-    case erased
-}
-
-/// The opener and sealer of the event being decoded or encoded, bound by the event log around
-/// each one (task-local: concurrent decodes each see their own).
+/// The opener of the event being decoded, bound by the event log around each one (task-local:
+/// concurrent decodes each see their own).
 public enum PersonalData {
     @TaskLocal public static var opener: (any PersonalDataOpening)?
-    @TaskLocal public static var sealer: (any PersonalDataSealing)?
 }
