@@ -416,8 +416,14 @@ final class SteppedBenchmark: @unchecked Sendable {
             }
             if chunk.isEmpty { return nil }
             buffer += chunk
+            // Its stdout carries only "ready" and "measured" lines: a longer one is not the protocol.
+            guard buffer.count <= Self.longestLine else {
+                throw BenchmarkFailure(description: "\(binary) wrote more than \(Self.longestLine / 1024) KiB without a line break on its stdout (see \(log))")
+            }
         }
     }
+
+    static let longestLine = 64 * 1024
 
     func waitUntilReady() async throws {
         while let line = try await line() {

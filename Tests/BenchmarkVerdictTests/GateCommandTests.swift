@@ -22,8 +22,9 @@ import Testing
 
     /// A stand-in `inbox-bench`: each configuration of INBOX_BENCH_ONLY measures `rates[round % count]`
     /// in round `round`; `gate --help` succeeds unless `hasGate` is false; it exits with 1 after
-    /// `dieAfter` rounds when given.
-    static func standIn(in folder: URL, name: String, rates: [Double], hasGate: Bool = true, dieAfter: Int? = nil) throws -> String {
+    /// `dieAfter` rounds when given; after `floodAfter` rounds it writes 70,000 bytes and no line
+    /// break, then sleeps 5 s (the gate must give up on it before then).
+    static func standIn(in folder: URL, name: String, rates: [Double], hasGate: Bool = true, dieAfter: Int? = nil, floodAfter: Int? = nil) throws -> String {
         let script = """
             #!/bin/bash
             if [[ $1 == gate && $2 == --help ]]; then exit \(hasGate ? 0 : 1); fi
@@ -36,6 +37,7 @@ import Testing
                 echo "ready $round"
                 read -r line || exit 0
                 \(dieAfter.map { "(( round > \($0) )) && exit 1" } ?? "")
+                \(floodAfter.map { "(( round > \($0) )) && { head -c 70000 /dev/zero | tr '\\0' x; sleep 5; }" } ?? "")
                 for id in "${ids[@]}"; do echo "measured $id $round ${rates[round % ${#rates[@]}]}"; done
             done
             """
@@ -60,13 +62,14 @@ import Testing
         var terminated: Set<String>
     }
 
-    static func gate(candidate: [Double], baseline: [Double], paths: String = "append,mail", candidateHasGate: Bool = true, dieAfter: Int? = nil)
-        throws -> Outcome
-    {
+    static func gate(
+        candidate: [Double], baseline: [Double], paths: String = "append,mail", candidateHasGate: Bool = true, dieAfter: Int? = nil,
+        floodAfter: Int? = nil
+    ) throws -> Outcome {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("gate-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
-        let a = try standIn(in: folder, name: "candidate", rates: candidate, hasGate: candidateHasGate, dieAfter: dieAfter)
+        let a = try standIn(in: folder, name: "candidate", rates: candidate, hasGate: candidateHasGate, dieAfter: dieAfter, floodAfter: floodAfter)
         let b = try standIn(in: folder, name: "baseline", rates: baseline)
         let json = folder.appendingPathComponent("gate.json").path
         let process = Process()
@@ -147,6 +150,14 @@ import Testing
         // ignores SIGTERM itself, and a child that inherited that would be killed without
         // cleaning up its embedded PostgreSQL.
         #expect(outcome.terminated == ["baseline"])
+    }
+
+    @Test func aProcessThatWritesNoLineBreakIsStoppedNotBuffered() throws {
+        let outcome = try Self.gate(candidate: [1000], baseline: [1000], paths: "append", floodAfter: 2)
+        #expect(outcome.status == 3, "\(outcome.output)")
+        #expect(outcome.output.contains("FAILED TO RUN: append"))
+        #expect(outcome.output.contains("wrote more than 64 KiB without a line break"))
+        #expect(outcome.terminated.contains("candidate"))
     }
 
     @Test func aBaselineBuiltBeforeTheGateIsRefusedWithASentence() throws {
