@@ -592,7 +592,9 @@ public enum ConversationRoutes {
     static func messageResource(_ message: ThreadMessage, in conversation: String, viewer: String, side: ConversationSide, to text: inout JSONText) {
         ObjectWriter.write(&text) { resource, text in
             resource.object("attributes", &text) { attributes, text in
-                attributes.value("attachmentHandles", .array(message.attachmentHandles.map(JSONValue.string)), &text)
+                // An erased message shows none: its author's uploads went with them (404 each).
+                let handles = message.body == nil ? [] : message.attachmentHandles
+                attributes.value("attachmentHandles", .array(handles.map(JSONValue.string)), &text)
                 if side == .seller || message.authorId == viewer { attributes.string("authorId", message.authorId, &text) }
                 attributes.string("authorSide", message.authorSide, &text)
                 attributes.string("body", message.body, &text)
