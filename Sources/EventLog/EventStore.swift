@@ -480,8 +480,10 @@ struct AppendRequest: Sendable {
                     continue
                 }
                 // A concurrent append took the same stream version or idempotency key first: the
-                // next attempt sees it (and returns the original for a known key).
-                if error.isUniqueViolation && attempt < Self.maximumAttempts {
+                // next attempt sees it (and returns the original for a known key). Two batches that
+                // cross the same streams in opposite orders wait on each other's new versions, and
+                // PostgreSQL aborts one of them (a deadlock): it goes again once the other is in.
+                if error.isUniqueViolation || error.sqlState == .deadlockDetected, attempt < Self.maximumAttempts {
                     attempt += 1
                     // A little jitter keeps writers on one hot stream from colliding in lockstep.
                     // This runs on the connection's own thread, not the cooperative pool.

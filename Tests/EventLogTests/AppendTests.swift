@@ -161,6 +161,30 @@ import Testing
         #expect(versions == Array(1...200))
     }
 
+    /// Batches that cross the same streams in opposite orders wait on each other's new versions
+    /// and can deadlock in PostgreSQL; the one it aborts is appended again, not lost.
+    @Test func batchesCrossingTheSameStreamsInOppositeOrdersAreAllAppended() async throws {
+        let db = try await TestDatabase.make(poolSize: 8)
+        defer { Task { await db.drop() } }
+        let streams = (0..<6).map { "conversation-\($0)" }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for writer in 0..<4 {
+                group.addTask {
+                    let order = writer % 2 == 0 ? streams : streams.reversed()
+                    for round in 0..<10 {
+                        _ = try await db.store.append(order.map { message($0, "w\(writer)-r\(round)") } + order.map { message($0, "w\(writer)-r\(round)-again") })
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let events = try await db.readAll()
+        #expect(events.count == 4 * 10 * 12)
+        for stream in streams {
+            #expect(events.filter { $0.streamId == stream }.map(\.streamVersion).sorted() == Array(1...(4 * 10 * 2)), "\(stream)")
+        }
+    }
+
     @Test func invalidEventsAreRefusedNamingTheFieldBeforeAnythingIsWritten() async throws {
         let db = try await TestDatabase.make()
         defer { Task { await db.drop() } }
