@@ -30,58 +30,28 @@ public enum AES256GCM {
     public static func seal(_ plaintext: [UInt8], key: [UInt8], associatedData: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
         guard key.count == keyBytes else { throw CryptoError("An AES-256-GCM key is 32 bytes, not \(key.count).") }
         guard nonce.count == nonceBytes else { throw CryptoError("An AES-256-GCM nonce is 12 bytes here, not \(nonce.count).") }
-        guard let context = EVP_CIPHER_CTX_new() else { throw CryptoError("OpenSSL could not make a cipher context.") }
-        defer { EVP_CIPHER_CTX_free(context) }
-        var ciphertext = [UInt8](repeating: 0, count: plaintext.count + 16)
-        var tag = [UInt8](repeating: 0, count: tagBytes)
-        var length: Int32 = 0
-        var total = 0
-        guard EVP_EncryptInit_ex(context, cipher.pointer, nil, nil, nil) == 1,
-            EVP_CIPHER_CTX_ctrl(context, setNonceLength, Int32(nonceBytes), nil) == 1,
-            EVP_EncryptInit_ex(context, nil, nil, key, nonce) == 1,
-            associatedData.isEmpty || EVP_EncryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1,
-            ciphertext.withUnsafeMutableBufferPointer({ out in
-                guard EVP_EncryptUpdate(context, out.baseAddress, &length, plaintext, Int32(plaintext.count)) == 1 else { return false }
-                total = Int(length)
-                guard EVP_EncryptFinal_ex(context, out.baseAddress! + total, &length) == 1 else { return false }
-                total += Int(length)
-                return true
-            }),
-            EVP_CIPHER_CTX_ctrl(context, getTag, Int32(tagBytes), &tag) == 1
-        else { throw CryptoError("OpenSSL could not seal the value (AES-256-GCM).") }
-        return [format] + nonce + ciphertext[..<total] + tag
+        var sealed: [UInt8] = []
+        sealed.reserveCapacity(1 + nonceBytes + plaintext.count + tagBytes)
+        try plaintext.withUnsafeBytes { plaintext in
+            try key.withUnsafeBytes { key in
+                try associatedData.withUnsafeBytes { associatedData in
+                    try nonce.withUnsafeBytes { try Session().seal(plaintext, key: key, associatedData: associatedData, nonce: $0, to: &sealed) }
+                }
+            }
+        }
+        return sealed
     }
 
     /// The plaintext of `sealed`, or an error when the key, the associated data or a byte of it is
     /// not what sealed it.
     public static func open(_ sealed: [UInt8], key: [UInt8], associatedData: [UInt8]) throws -> [UInt8] {
-        guard key.count == keyBytes else { throw CryptoError("An AES-256-GCM key is 32 bytes, not \(key.count).") }
-        guard sealed.count >= 1 + nonceBytes + tagBytes, sealed[0] == format else { throw CryptoError("The sealed value is not one this release wrote.") }
-        let nonce = Array(sealed[1..<(1 + nonceBytes)])
-        let ciphertext = Array(sealed[(1 + nonceBytes)..<(sealed.count - tagBytes)])
-        var tag = Array(sealed[(sealed.count - tagBytes)...])
-        guard let context = EVP_CIPHER_CTX_new() else { throw CryptoError("OpenSSL could not make a cipher context.") }
-        defer { EVP_CIPHER_CTX_free(context) }
-        var plaintext = [UInt8](repeating: 0, count: ciphertext.count + 16)
-        var length: Int32 = 0
-        var total = 0
-        guard EVP_DecryptInit_ex(context, cipher.pointer, nil, nil, nil) == 1,
-            EVP_CIPHER_CTX_ctrl(context, setNonceLength, Int32(nonceBytes), nil) == 1,
-            EVP_DecryptInit_ex(context, nil, nil, key, nonce) == 1,
-            associatedData.isEmpty || EVP_DecryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1,
-            plaintext.withUnsafeMutableBufferPointer({ out in
-                guard EVP_DecryptUpdate(context, out.baseAddress, &length, ciphertext, Int32(ciphertext.count)) == 1 else { return false }
-                total = Int(length)
-                return true
-            }),
-            EVP_CIPHER_CTX_ctrl(context, setTag, Int32(tagBytes), &tag) == 1,
-            plaintext.withUnsafeMutableBufferPointer({ out in
-                guard EVP_DecryptFinal_ex(context, out.baseAddress! + total, &length) == 1 else { return false }
-                total += Int(length)
-                return true
-            })
-        else { throw CryptoError("The sealed value does not open with this key (a wrong key-encryption key, or a value changed or moved).") }
-        return Array(plaintext[..<total])
+        var plaintext: [UInt8] = []
+        try sealed.withUnsafeBytes { sealed in
+            try key.withUnsafeBytes { key in
+                try associatedData.withUnsafeBytes { try Session().open(sealed, key: key, associatedData: $0, to: &plaintext) }
+            }
+        }
+        return plaintext
     }
 }
 

@@ -14,7 +14,7 @@ public enum HMAC {
         }
     }
 
-    /// A context per hash with its digest set and no key, made once and copied for each MAC:
+    /// A context per hash with its digest set and no key, made once and copied for each session:
     /// OpenSSL 3's one-shot `HMAC()` fetches the MAC and its digest by name at every call, which
     /// cost more than the MAC of a short text.
     static let sha1 = Template("SHA1")
@@ -23,21 +23,12 @@ public enum HMAC {
     /// The MAC of `data` under `key`.
     public static func mac(_ hash: Hash, key: [UInt8], data: [UInt8]) -> [UInt8] {
         var output = [UInt8](repeating: 0, count: hash.length)
-        var length = 0
-        let template = hash == .sha1 ? Self.sha1 : Self.sha256
-        var computed = false
-        if let context = EVP_MAC_CTX_dup(template.context) {
-            defer { EVP_MAC_CTX_free(context) }
-            // An empty key is the same as one byte of zero (both are padded with zeros, RFC 2104),
-            // which OpenSSL takes where it refuses an empty one.
-            let key = key.isEmpty ? [0] : key
-            computed =
-                EVP_MAC_init(context, key, key.count, nil) == 1 && EVP_MAC_update(context, data, data.count) == 1
-                && EVP_MAC_final(context, &output, &length, output.count) == 1
-        }
+        let session = Session(hash)
+        let computed = key.withUnsafeBytes { session.begin(key: $0) } && data.withUnsafeBytes { session.update($0) }
+            && output.withUnsafeMutableBytes { session.finish(into: $0) }
         // HMAC does not fail on valid buffers; if it ever did, random bytes match nothing (zeros
         // would match each other).
-        guard computed, length == hash.length else { return SecureRandom.bytes(hash.length) }
+        guard computed else { return SecureRandom.bytes(hash.length) }
         return output
     }
 
@@ -54,9 +45,14 @@ public enum HMAC {
 
         deinit { EVP_MAC_CTX_free(context) }
 
-        /// Starts a MAC under `key` (not empty).
+        /// Starts a MAC under `key`. An empty key is the same as one byte of zero (both are padded
+        /// with zeros, RFC 2104), which OpenSSL takes where it refuses an empty one.
         public func begin(key: UnsafeRawBufferPointer) -> Bool {
-            guard let context, !key.isEmpty else { return false }
+            guard let context else { return false }
+            if key.isEmpty {
+                var zero: UInt8 = 0
+                return EVP_MAC_init(context, &zero, 1, nil) == 1
+            }
             return EVP_MAC_init(context, key.baseAddress, key.count, nil) == 1
         }
 
