@@ -59,6 +59,10 @@ public struct FanoutSender: Service {
         self.logger = logger.with(["role": "fanout"])
     }
 
+    /// Distinct statements each worker's session keeps prepared: a batch runs the same dozen or so,
+    /// so PostgreSQL parses and plans each once per session rather than once per batch.
+    public static let preparedStatements = 64
+
     /// Transient database errors, and a read model whose tables its projector has not made yet
     /// (a fan-out started before any projector on a new database): both pass.
     static func isRetryable(_ error: any Error) -> Bool {
@@ -75,7 +79,7 @@ public struct FanoutSender: Service {
                     name: "fanout-\(worker)",
                     work: FanoutWork(
                         store: store, transport: transport, batchSize: options.batchSize, node: options.node, now: now, logger: logger),
-                    configuration: configuration, channels: [NotificationOutbox.channel],
+                    configuration: configuration.withPreparedStatements(Self.preparedStatements), channels: [NotificationOutbox.channel],
                     options: LeasedLoop<FanoutWork>.Options(pollInterval: options.pollInterval), clock: clock, logger: logger,
                     isRetryable: Self.isRetryable, appendsEvents: false)
                 group.addTask { try await loop.run(from: FanoutWork.State()) }

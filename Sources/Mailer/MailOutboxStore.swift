@@ -399,6 +399,86 @@ public struct MailOutboxStore: Sendable {
     /// waits for the next) leave the queue when it was sent, refused for good, had nobody to go
     /// to, or failed its last attempt; a temporary failure keeps them until the backoff's end.
     public func record(_ claimed: Claimed, _ resolution: Resolution, now: Date, on connection: PostgresConnection) throws -> Recorded {
+        if case .temporary = resolution { return try recordAttempt(claimed, resolution, now: now, on: connection) }
+        return try recordFinal(claimed, resolution, now: now, on: connection)
+    }
+
+    /// `record` of a mail that ends its items (sent, refused for good, nobody to send it to): the
+    /// same transaction as `recordAttempt`'s in one round trip. Nothing of it waits on an answer
+    /// before it, so every statement goes at once (BEGIN, the claim's row locked, the items
+    /// deleted, the row and the counters updated, COMMIT), each after the lock guarded by the
+    /// claim: when the claim is lost they change nothing.
+    func recordFinal(_ claimed: Claimed, _ resolution: Resolution, now: Date, on connection: PostgresConnection) throws -> Recorded {
+        let items = claimed.items.map(\.outboxId)
+        let sent: Bool
+        let counts: [String: Int]
+        let reason: String?
+        switch resolution {
+        case .sent:
+            (sent, counts, reason) = (true, ["sent": 1, "notifications_sent": items.count], nil)
+        case .permanent(let text):
+            (sent, counts, reason) = (false, ["dropped": 1, "dropped.permanent": 1, "notifications_dropped": items.count], text)
+        case .noContact:
+            (sent, counts, reason) = (false, ["no_contact": 1, "notifications_dropped": items.count], "no contact")
+        case .temporary:
+            preconditionFailure("a temporary failure is recorded by recordAttempt")
+        }
+        let names = counts.keys.sorted()
+        let gather = claimed.stream == .notifications ? settings.gather : .zero
+        let statements = [
+            PostgresStatement("BEGIN"),
+            // Locked first, so that the statements after it see a decision that committed meanwhile.
+            PostgresStatement(
+                "SELECT attempts FROM mail_people WHERE person_id = $1 AND stream = $2 AND claim = $3 FOR UPDATE", claimed.personId,
+                claimed.stream.key, claimed.claim),
+            PostgresStatement(
+                """
+                DELETE FROM mail_queue WHERE person_id = $1 AND stream = $2 AND outbox_id = ANY($3::bigint[])
+                    AND EXISTS (SELECT 1 FROM mail_people m WHERE m.person_id = $1 AND m.stream = $2 AND m.claim = $4)
+                """, claimed.personId, claimed.stream.key, items, claimed.claim),
+            // What was queued meanwhile goes at the next allowed time (after a sent mail of the
+            // gathered notifications, one gathering later) or when its window ends, whichever is later.
+            PostgresStatement(
+                """
+                WITH recorded AS (
+                    UPDATE mail_people m SET
+                        next_allowed_at = CASE WHEN $3 THEN $4::timestamptz + $5 * interval '1 millisecond' ELSE next_allowed_at END,
+                        mails_sent = mails_sent + CASE WHEN $3 THEN 1 ELSE 0 END,
+                        last_sent_at = CASE WHEN $3 THEN $4::timestamptz ELSE last_sent_at END,
+                        attempts = 0, message_id = NULL, claim = NULL, claimed_until = NULL, last_reason = $6,
+                        due_at = CASE WHEN EXISTS (SELECT 1 FROM mail_queue q WHERE q.person_id = $1 AND q.stream = $2)
+                            THEN greatest(CASE WHEN $3 THEN $4::timestamptz + $5 * interval '1 millisecond' ELSE next_allowed_at END,
+                                $4::timestamptz + window_ms * interval '1 millisecond') END
+                    WHERE person_id = $1 AND stream = $2 AND claim = $7
+                    RETURNING 1
+                ), counted AS (
+                    INSERT INTO mail_counters (name, count) SELECT * FROM unnest($8::text[], $9::bigint[]) WHERE EXISTS (SELECT 1 FROM recorded)
+                    ON CONFLICT (name) DO UPDATE SET count = mail_counters.count + EXCLUDED.count
+                )
+                SELECT count(*) FROM recorded
+                """, claimed.personId, claimed.stream.key, sent, now, gather.wholeMilliseconds, reason.map { String($0.prefix(500)) },
+                claimed.claim, names, names.map { Int64(counts[$0]!) }),
+            PostgresStatement("COMMIT"),
+        ]
+        let results: [PostgresRows]
+        do {
+            results = try connection.pipeline(statements)
+        } catch {
+            // A statement that failed left the transaction open and aborted, its COMMIT skipped.
+            if connection.isOpen && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
+            throw error
+        }
+        guard let row = results[1].first, try results[3].scalar(Int64.self) == 1 else { return .claimLost }
+        switch resolution {
+        case .sent: return .sent
+        case .noContact: return .noContact
+        default: return .dropped(attempts: Int(try row.decode(Int32.self, "attempts")) + 1)
+        }
+    }
+
+    /// `record` of a temporary failure: tried again after the backoff, or dropped after its last
+    /// attempt, which the claim's row counts.
+    func recordAttempt(_ claimed: Claimed, _ resolution: Resolution, now: Date, on connection: PostgresConnection) throws -> Recorded {
         try connection.transaction { connection in
             // Locked first, so that the statements after it see a decision that committed meanwhile.
             guard

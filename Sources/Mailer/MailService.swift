@@ -36,6 +36,10 @@ public struct MailService: Service {
 
     private let loop: LeasedLoop<MailWork>
 
+    /// Distinct statements the mailer's session keeps prepared: a round runs the same few dozen, so
+    /// PostgreSQL parses and plans each once per session (unprepared, that was most of its time).
+    public static let preparedStatements = 64
+
     public init(
         configuration: PostgresConfiguration, store: MailOutboxStore = MailOutboxStore(), transport: any MailTransport, from: MailAddress,
         links: MailRenderer.Links?, options: Options = Options(), now: @escaping @Sendable () -> Date = { Date() },
@@ -47,7 +51,8 @@ public struct MailService: Service {
             work: MailWork(
                 sender: MailSender(store: store, transport: transport, from: from, links: links, now: now, logger: logger),
                 batchSize: options.batchSize),
-            configuration: configuration, channels: [NotificationOutbox.channel], options: .init(pollInterval: options.pollInterval), clock: clock,
+            configuration: configuration.withPreparedStatements(Self.preparedStatements), channels: [NotificationOutbox.channel],
+            options: .init(pollInterval: options.pollInterval), clock: clock,
             logger: logger, isRetryable: Self.isRetryable, appendsEvents: false)
     }
 

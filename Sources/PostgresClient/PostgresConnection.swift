@@ -447,8 +447,9 @@ public final class PostgresConnection {
     private func checkedPrepared(_ result: OpaquePointer?, sql: String, binds: [PostgresBind]) throws -> PostgresRows {
         do {
             return try PostgresRows(checking: result, connection: self, sql: sql)
-        } catch let error as PostgresError where error.sqlState == .featureNotSupported {
+        } catch var error as PostgresError where error.sqlState == .featureNotSupported {
             preparedStatements[PreparedKey(sql: sql, types: binds.map { $0.type.oid })] = nil
+            error.preparedStatementForgotten = true
             throw error
         }
     }

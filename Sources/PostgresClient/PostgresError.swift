@@ -37,6 +37,10 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public var constraint: String?
     public var file: String
     public var line: Int
+    /// The statement ran prepared, and PostgreSQL refused it because a table it reads changed shape
+    /// since ("cached plan must not change result type", `0A000`): the session has forgotten it, so
+    /// running it again prepares it afresh and succeeds.
+    public var preparedStatementForgotten = false
 
     public init(
         _ code: Code, _ message: String, sqlState: SQLState? = nil, detail: String? = nil, constraint: String? = nil,
@@ -66,9 +70,9 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     }
     /// The statement may well succeed if tried again later: a serialization failure or deadlock
     /// (class 40), a lack of resources (53), an operator's intervention such as a cancelled
-    /// statement (57), or a lost connection.
+    /// statement (57), a lost connection, or a prepared statement refused and forgotten.
     public var isTransient: Bool {
-        if isConnectionError { return true }
+        if isConnectionError || preparedStatementForgotten { return true }
         guard let sqlState else { return false }
         return sqlState.class == .transactionRollback || sqlState.class == .insufficientResources
             || sqlState.class == .operatorIntervention

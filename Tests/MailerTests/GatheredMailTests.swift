@@ -279,6 +279,7 @@ import Testing
             let late = try await db.client.withConnection { try store.record(first[0], .sent(messageID: "<a@b.example>"), now: start.addingTimeInterval(301), on: $0) }
             #expect(late == .claimLost)
             #expect(try await db.queued("held") == ["password_changed"], "nothing recorded by the late mailer")
+            #expect(try await db.client.withConnection { try MailOutboxStore.counters(on: $0) }["sent"] == nil, "nor counted")
             let recorded = try await db.client.withConnection { try store.record(second[0], .noContact, now: start.addingTimeInterval(301), on: $0) }
             #expect(recorded == .noContact)
         }

@@ -91,6 +91,8 @@ import Testing
             try connection.transaction { connection in _ = try connection.query("SELECT * FROM entries WHERE id > $1", Int32(0)) }
         }
         #expect(refused?.sqlState == .featureNotSupported)
+        // Forgotten, so a loop that meets it tries again (and succeeds), as after a lost connection.
+        #expect(refused?.preparedStatementForgotten == true && refused?.isTransient == true)
         let again = try connection.transaction { connection in try connection.query("SELECT * FROM entries WHERE id > $1", Int32(0)) }
         #expect(again.columnNames == ["id", "title", "read"])
     }
