@@ -1,4 +1,5 @@
 import Crypto
+import Encodings
 import Foundation
 
 /// Writes a `MailMessage` as RFC 5322 bytes.
@@ -109,14 +110,7 @@ public enum MailComposer {
 
     /// `Tue, 01 Dec 2026 01:48:01 +0000` (RFC 5322 section 3.3), always in UTC.
     public static func rfc5322Date(_ date: Date) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC")!
-        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second, .weekday], from: date)
-        let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
-        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        return String(
-            format: "%@, %02d %@ %04d %02d:%02d:%02d +0000", days[parts.weekday! - 1], parts.day!, months[parts.month! - 1], parts.year!, parts.hour!,
-            parts.minute!, parts.second!)
+        UTCTime.format(date, "%a, %d %b %Y %H:%M:%S +0000")
     }
 }
 
@@ -188,21 +182,23 @@ enum QuotedPrintable {
                 let last = position == line.index(before: line.endIndex)
                 let literal = (byte >= 33 && byte <= 126 && byte != UInt8(ascii: "=")) || ((byte == 32 || byte == 9) && !last)
                 // A leading "." is written =2E so no relay's dot-stuffing can change the line.
-                let encoded: [UInt8] =
-                    literal && !(length == 0 && byte == UInt8(ascii: ".")) ? [byte] : [UInt8(ascii: "="), hex[Int(byte >> 4)], hex[Int(byte & 15)]]
+                var escaped = !literal || (length == 0 && byte == UInt8(ascii: "."))
                 // Room for the soft break's "=" unless this is the line's last piece.
                 let room = last ? 76 : 75
-                if length + encoded.count > room {
+                if length + (escaped ? 3 : 1) > room {
                     out += [UInt8(ascii: "="), 13, 10]
                     length = 0
-                    if encoded == [UInt8(ascii: ".")] {
-                        out += [UInt8(ascii: "="), hex[Int(byte >> 4)], hex[Int(byte & 15)]]
-                        length = 3
-                        continue
-                    }
+                    if byte == UInt8(ascii: ".") { escaped = true }
                 }
-                out += encoded
-                length += encoded.count
+                if escaped {
+                    out.append(UInt8(ascii: "="))
+                    out.append(hex[Int(byte >> 4)])
+                    out.append(hex[Int(byte & 15)])
+                    length += 3
+                } else {
+                    out.append(byte)
+                    length += 1
+                }
             }
         }
         return out

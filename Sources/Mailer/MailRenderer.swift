@@ -52,14 +52,14 @@ public enum MailRenderer {
         let categories = Array(Set(items.map(\.kind.category))).sorted { $0.rawValue < $1.rawValue }
         let titles = items.map { lineTitle($0.kind, language) }
         let subject =
-            items.count == 1 ? "Wristler: \(titles[0])" : words(Texts.subjectMany, language).replacingOccurrences(of: "%d", with: "\(items.count)")
+            items.count == 1 ? "Wristler: \(titles[0])" : words(Texts.subjectMany, language).filling("%d", with: "\(items.count)")
         let content = Content(
             subject: subject, intro: words(Texts.intro, language),
             lines: zip(items, titles).map { Line(title: $1, detail: nil, when: $0.happenedAt) }, closing: words(Texts.open, language),
             footers: categories.map {
                 Footer(
                     token: $0.rawValue,
-                    because: words(Texts.footer, language).replacingOccurrences(of: "%@", with: PreferenceTexts.title($0, language)),
+                    because: words(Texts.footer, language).filling("%@", with: PreferenceTexts.title($0, language)),
                     action: words(Texts.unsubscribe, language))
             },
             oneClick: categories.isEmpty ? nil : categories.map(\.rawValue).joined(separator: "."))
@@ -98,21 +98,21 @@ public enum MailRenderer {
         let total = counts.reduce(0, +)
         let quoted = quote(name ?? "", language)
         // The name is another tier's data: in the subject, without line breaks and at most 100 characters.
-        let subject = (total == 1 ? words(Texts.searchOne, language) : words(Texts.searchMany, language).replacingOccurrences(of: "%d", with: "\(total)"))
-            .replacingOccurrences(of: "%@", with: quote(Header.fitting(name ?? "", limit: 100), language))
+        let subject = (total == 1 ? words(Texts.searchOne, language) : words(Texts.searchMany, language).filling("%d", with: "\(total)"))
+            .filling("%@", with: quote(Header.fitting(name ?? "", limit: 100), language))
         let token = "search:" + searchId
         return Content(
-            subject: subject, intro: words(Texts.searchIntro, language).replacingOccurrences(of: "%@", with: quoted),
+            subject: subject, intro: words(Texts.searchIntro, language).filling("%@", with: quoted),
             lines: zip(items, counts).map { item, count in
                 Line(
-                    title: count == 1 ? words(Texts.watchOne, language) : words(Texts.watchMany, language).replacingOccurrences(of: "%d", with: "\(count)"),
+                    title: count == 1 ? words(Texts.watchOne, language) : words(Texts.watchMany, language).filling("%d", with: "\(count)"),
                     detail: nil, when: item.happenedAt)
             },
             closing: words(Texts.searchOpen, language),
             footers: UnsubscribeLink.isValidField(token)
                 ? [
                     Footer(
-                        token: token, because: words(Texts.searchFooter, language).replacingOccurrences(of: "%@", with: quoted),
+                        token: token, because: words(Texts.searchFooter, language).filling("%@", with: quoted),
                         action: words(Texts.searchStop, language))
                 ] : [],
             oneClick: UnsubscribeLink.isValidField(token) ? token : nil)
@@ -121,7 +121,7 @@ public enum MailRenderer {
     /// What buyers wrote to a shop and is still waiting: each message's first words and offer.
     static func digestMail(_ items: [MailOutboxStore.Item], _ language: Language) -> Content {
         let subject =
-            items.count == 1 ? words(Texts.digestOne, language) : words(Texts.digestMany, language).replacingOccurrences(of: "%d", with: "\(items.count)")
+            items.count == 1 ? words(Texts.digestOne, language) : words(Texts.digestMany, language).filling("%d", with: "\(items.count)")
         return Content(
             subject: subject, intro: words(Texts.digestIntro, language),
             lines: items.map { item in
@@ -135,12 +135,12 @@ public enum MailRenderer {
 
     /// The shop's watches that were paid for: each order and its amount.
     static func soldMail(_ items: [MailOutboxStore.Item], _ language: Language) -> Content {
-        let subject = items.count == 1 ? words(Texts.soldOne, language) : words(Texts.soldMany, language).replacingOccurrences(of: "%d", with: "\(items.count)")
+        let subject = items.count == 1 ? words(Texts.soldOne, language) : words(Texts.soldMany, language).filling("%d", with: "\(items.count)")
         return Content(
             subject: subject, intro: words(Texts.soldIntro, language),
             lines: items.map { item in
                 let ids = ItemIds(json: item.ids)
-                var title = words(Texts.soldLine, language).replacingOccurrences(of: "%@", with: ids.orderId ?? "?")
+                var title = words(Texts.soldLine, language).filling("%@", with: ids.orderId ?? "?")
                 if let amount = ids.amount { title += ": " + money(amount, language) }
                 return Line(title: title, detail: nil, when: item.happenedAt)
             },
@@ -150,7 +150,7 @@ public enum MailRenderer {
     static func shopFooter(_ language: Language) -> Footer {
         Footer(
             token: NotificationCategory.shop.rawValue,
-            because: words(Texts.footer, language).replacingOccurrences(of: "%@", with: PreferenceTexts.title(.shop, language)),
+            because: words(Texts.footer, language).filling("%@", with: PreferenceTexts.title(.shop, language)),
             action: words(Texts.unsubscribe, language))
     }
 
@@ -177,7 +177,7 @@ public enum MailRenderer {
         }
         html += "</ul>\n"
         if content.lines.count > listed {
-            let more = words(Texts.more, language).replacingOccurrences(of: "%d", with: "\(content.lines.count - listed)")
+            let more = words(Texts.more, language).filling("%d", with: "\(content.lines.count - listed)")
             text += "\(more)\n"
             html += "<p>\(escape(more))</p>\n"
         }
@@ -274,14 +274,10 @@ public enum MailRenderer {
     public static let listed = 50
 
     /// `2026-12-01 14:05 UTC`: the same in every language, and never ambiguous.
-    static func timestamp(_ date: Date) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC")!
-        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute], from: date)
-        return String(format: "%04d-%02d-%02d %02d:%02d UTC", parts.year!, parts.month!, parts.day!, parts.hour!, parts.minute!)
-    }
+    static func timestamp(_ date: Date) -> String { UTCTime.format(date, "%Y-%m-%d %H:%M UTC") }
 
     static func escape(_ text: String) -> String { HTML.escape(text) }
+
 
     /// A notification's line in a mail: the bell's title of its kind; in a shop's digest, the
     /// message's or the offer's own words (the digest's subject already says whose shop).
@@ -381,5 +377,25 @@ public enum MailRenderer {
             "Open the Wristler app and switch to your shop to answer.", "Open de Wristler-app en wissel naar je winkel om te antwoorden.",
             "Öffne die Wristler-App und wechsle zu deinem Shop, um zu antworten.", "Ouvrez l'app Wristler et passez à votre boutique pour répondre.",
         ]
+    }
+}
+
+extension String {
+    /// The text with every `mark` (`%d`, `%@`) replaced by `value`: the texts' placeholders, found
+    /// in their bytes (Foundation's `replacingOccurrences` went through `NSString` for each).
+    func filling(_ mark: String, with value: String) -> String {
+        let bytes = Array(utf8)
+        let needle = Array(mark.utf8)
+        guard !needle.isEmpty, bytes.firstRange(of: needle) != nil else { return self }
+        var filled: [UInt8] = []
+        filled.reserveCapacity(bytes.count + value.utf8.count)
+        var start = 0
+        while let found = bytes[start...].firstRange(of: needle) {
+            filled += bytes[start..<found.lowerBound]
+            filled += value.utf8
+            start = found.upperBound
+        }
+        filled += bytes[start...]
+        return String(decoding: filled, as: UTF8.self)
     }
 }

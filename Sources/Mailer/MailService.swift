@@ -27,14 +27,21 @@ public struct MailService: Service {
         /// Pending entries decided, and people claimed, per step.
         public var batchSize: Int
         public var pollInterval: Duration
+        /// Mailing loops in this process, each with its own session and its own connection to the
+        /// relay. A mail is a few round trips waited on one after the other (the database's, the
+        /// relay's), so one loop leaves the machine mostly idle; claims keep the loops apart as
+        /// they keep nodes apart.
+        public var workers: Int
 
-        public init(batchSize: Int = 100, pollInterval: Duration = .seconds(5)) {
+        public init(batchSize: Int = 100, pollInterval: Duration = .seconds(5), workers: Int = 4) {
             self.batchSize = max(1, batchSize)
             self.pollInterval = pollInterval
+            self.workers = max(1, workers)
         }
     }
 
-    private let loop: LeasedLoop<MailWork>
+    private let loops: [LeasedLoop<MailWork>]
+    private let logger: Logger
 
     /// Distinct statements the mailer's session keeps prepared: a round runs the same few dozen, so
     /// PostgreSQL parses and plans each once per session (unprepared, that was most of its time).
@@ -46,14 +53,16 @@ public struct MailService: Service {
         clock: any Clock<Duration> = ContinuousClock(), logger: Logger = .silent
     ) {
         let logger = logger.with(["role": "mail"])
-        loop = LeasedLoop(
-            name: "mail",
-            work: MailWork(
-                sender: MailSender(store: store, transport: transport, from: from, links: links, now: now, logger: logger),
-                batchSize: options.batchSize),
-            configuration: configuration.withPreparedStatements(Self.preparedStatements), channels: [NotificationOutbox.channel],
-            options: .init(pollInterval: options.pollInterval), clock: clock,
-            logger: logger, isRetryable: Self.isRetryable, appendsEvents: false)
+        self.logger = logger
+        let work = MailWork(
+            sender: MailSender(store: store, transport: transport, from: from, links: links, now: now, logger: logger), batchSize: options.batchSize)
+        loops = (1...options.workers).map { worker in
+            LeasedLoop(
+                name: options.workers == 1 ? "mail" : "mail-\(worker)", work: work,
+                configuration: configuration.withPreparedStatements(Self.preparedStatements), channels: [NotificationOutbox.channel],
+                options: .init(pollInterval: options.pollInterval), clock: clock,
+                logger: logger, isRetryable: Self.isRetryable, appendsEvents: false)
+        }
     }
 
     /// Transient database errors, and read models whose tables no projector has made yet: both pass.
@@ -63,7 +72,18 @@ public struct MailService: Service {
     }
 
     public func run() async throws {
-        try await loop.run(from: MailWork.State())
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for loop in loops { group.addTask { try await loop.run(from: MailWork.State()) } }
+            do {
+                try await group.next()
+            } catch is CancellationError {
+            } catch {
+                logger.error("the mailer stopped", metadata: ["error": "\(error)"])
+                group.cancelAll()
+                throw error
+            }
+            group.cancelAll()
+        }
     }
 }
 

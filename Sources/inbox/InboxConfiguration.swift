@@ -145,6 +145,8 @@ struct InboxConfiguration: Sendable {
     /// `INBOX_MAIL_BATCH`, `INBOX_MAIL_POLL_SECONDS`: entries decided and mails claimed per
     /// step; the wait between two looks when nothing woke the mailer.
     var mailBatch: Int = 100
+    /// `INBOX_MAIL_WORKERS`: mailing loops per process, each its own session and relay connection.
+    var mailWorkers: Int = 4
     /// `INBOX_REPLAY_MEMORY_EVENTS`: the events of the log whose state a replay folds in memory
     /// at a time; a longer log is folded in slices of people (`Replayer`); and what a projector
     /// from empty tables folds in memory before its first commit (`Projector.Options`). 0: through SQL.
@@ -432,6 +434,11 @@ struct InboxConfiguration: Sendable {
             "INBOX_MAIL_BATCH", "--mail-batch", 1...10_000, default: 100, unit: "a whole number",
             meaning: "outbox entries decided, and mails claimed, per step of the mailer (1-10000)") {
             $0.mailBatch = $1
+        },
+        wholeNumber(
+            "INBOX_MAIL_WORKERS", "--mail-workers", 1...64, default: 4, unit: "a whole number",
+            meaning: "mailing loops per process, each with its own database session and relay connection (1-64)") {
+            $0.mailWorkers = $1
         },
         wholeNumber(
             "INBOX_MAIL_POLL_SECONDS", "--mail-poll-seconds", 1...3600, default: 5, unit: "a whole number of seconds",

@@ -44,7 +44,9 @@ extension Roles {
                 shopDigest: .seconds(configuration.shopDigestSeconds), staleAfter: .seconds(configuration.mailStaleSeconds)))
         let service = MailService(
             configuration: database.client.configuration.connection, store: store, transport: transport, from: mail.from, links: links,
-            options: MailService.Options(batchSize: configuration.mailBatch, pollInterval: .seconds(configuration.mailPollSeconds)), logger: log)
+            options: MailService.Options(
+                batchSize: configuration.mailBatch, pollInterval: .seconds(configuration.mailPollSeconds), workers: configuration.mailWorkers),
+            logger: log)
         // A mail in flight takes at most the SMTP timeout; what is not recorded is sent again later.
         return ServiceGroup.Member("the mailer", service, shutdownDeadline: .seconds(10))
     }

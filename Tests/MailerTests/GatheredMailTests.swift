@@ -338,6 +338,57 @@ import Testing
     }
 }
 
+/// The service's loops (`MailService.Options.workers`, `INBOX_MAIL_WORKERS`) mail at once, each
+/// person once.
+@Suite struct MailWorkersTests {
+    @Test func theServicesLoopsMailAtOnceAndEachPersonOnce() async throws {
+        let folder = try MailMocks.temporaryDirectory("mailer-folder")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try await withTestDatabase { db in
+            let people = (1...24).map { "worker-\($0)" }
+            for person in people { try await db.setContact(person, "\(person)@example.com", .en) }
+            let transport = OverlapTransport(inner: FolderTransport(folder: folder.path))
+            let service = MailService(
+                configuration: db.configuration, transport: transport, from: sender, links: nil,
+                options: .init(batchSize: 4, pollInterval: .seconds(30), workers: 3))
+            let task = Task { try await service.run() }
+            defer { task.cancel() }
+            try await db.appendAndProject(people.map { PasswordChanged(personId: $0) })
+            let deadline = ContinuousClock.now + .seconds(30)
+            while try mails(in: folder).count < people.count && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+            // A moment more: a mail sent twice would show now.
+            try await Task.sleep(for: .milliseconds(300))
+            task.cancel()
+            _ = await task.result
+            #expect(try mails(in: folder).map(\.toAddress).sorted() == people.map { "\($0)@example.com" }.sorted(), "each person once")
+            #expect(transport.mostAtOnce > 1, "the loops sent at the same time")
+            #expect(try await db.mailCounters()["sent"] == Int64(people.count))
+        }
+    }
+}
+
+/// Sends through `inner` slowly, and remembers how many sends were under way at once at most.
+final class OverlapTransport: MailTransport, @unchecked Sendable {
+    let inner: any MailTransport
+    private let lock = NSLock()
+    private var underWay = 0
+    private var most = 0
+
+    init(inner: any MailTransport) { self.inner = inner }
+
+    var mostAtOnce: Int { lock.withLock { most } }
+
+    func send(_ message: MailMessage) -> MailOutcome {
+        lock.withLock {
+            underWay += 1
+            most = max(most, underWay)
+        }
+        defer { lock.withLock { underWay -= 1 } }
+        usleep(30_000)
+        return inner.send(message)
+    }
+}
+
 /// `MailOutboxStore.status`, as `inbox status` and /metrics read it.
 @Suite struct MailStatusTests {
     @Test func theStatusCountsWhatWaitsAndWhatWasSent() async throws {
