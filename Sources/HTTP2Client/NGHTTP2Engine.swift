@@ -420,7 +420,7 @@ private final class H2Loop: @unchecked Sendable {
     private static func validate(_ request: HTTP2Request, pathOffset: Int) -> HTTP2ClientError? {
         for header in request.headers {
             if header.name.isEmpty || header.name.utf8.contains(where: { $0 == 13 || $0 == 10 || $0 == 58 || $0 == 0 || $0 == 32 })
-                || header.value.utf8.contains(where: { $0 == 13 || $0 == 10 || $0 == 0 })
+                || Self.holdsLineBreakOrNUL(header.value)
             {
                 return HTTP2ClientError(kind: .invalidRequest, message: "header \(header.name.debugDescription) cannot be sent", isRetryable: false)
             }
@@ -479,7 +479,8 @@ private final class H2Loop: @unchecked Sendable {
         fields.removeAll(keepingCapacity: true)
         func field(_ name: some Collection<UInt8>, _ value: some Collection<UInt8>, lowercase: Bool = false) {
             let nameStart = scratch.count
-            if lowercase {
+            // Names are mostly given in lower case already: then they are copied whole.
+            if lowercase && name.contains(where: { $0 >= 65 && $0 <= 90 }) {
                 for byte in name { scratch.append(byte >= 65 && byte <= 90 ? byte + 32 : byte) }
             } else {
                 scratch.append(contentsOf: name)
@@ -554,6 +555,16 @@ private final class H2Loop: @unchecked Sendable {
         stream.headerBytes = 0
         stream.remoteEnded = false
         connection.streams[id] = stream
+    }
+
+    /// Whether `value` holds CR, LF or NUL: a header value that cannot be sent. Scanned by the C
+    /// library over the string's bytes (a provider's token is some hundreds of them, on every push).
+    private static func holdsLineBreakOrNUL(_ value: String) -> Bool {
+        var value = value
+        return value.withUTF8 { bytes in
+            guard let base = bytes.baseAddress, !bytes.isEmpty else { return false }
+            return memchr(base, 0, bytes.count) != nil || memchr(base, 10, bytes.count) != nil || memchr(base, 13, bytes.count) != nil
+        }
     }
 
     private static func isConnectionSpecific(_ name: String.UTF8View) -> Bool {

@@ -273,7 +273,8 @@ public enum NotificationOutbox {
         return try entries("SELECT \(selected) FROM notification_outbox o WHERE o.id = ANY($1::bigint[]) ORDER BY o.id", ids, on: connection)
     }
 
-    /// The columns `entries` reads, of the outbox as `o`.
+    /// The columns `entries` reads, of the outbox as `o`, by position (the fan-out reads a row per
+    /// entry, a thousand a batch).
     private static let selected = """
         o.id, o.notification_id, o.audience, o.recipient_id, o.event, o.source_position, o.created_at, o.enqueued_at,
             o.recipients, o.push_skipped, o.mail_skipped, o.ids::text AS ids
@@ -296,21 +297,21 @@ public enum NotificationOutbox {
         var unreadable = 0
         entries.reserveCapacity(rows.count)
         for row in rows {
-            guard let audience = NotificationKind.Audience(rawValue: try row.decode(String.self, "audience")),
-                let kind = NotificationKind(word: try row.decode(String.self, "event"), audience: audience)
+            guard let audience = NotificationKind.Audience(rawValue: try row.decode(String.self, at: 2)),
+                let kind = NotificationKind(word: try row.decode(String.self, at: 4), audience: audience)
             else {
                 unreadable += 1
                 continue
             }
-            let ids = try Self.ids(try row.decode(String.self, "ids"))
+            let ids = try Self.ids(try row.decode(String.self, at: 11))
             let mail = MailStream.of(kind, ids: ids)
             let recipients: [String]
-            var pushSkipped = try row.decode([String]?.self, "push_skipped") ?? []
-            var mailSkipped = try row.decode([String]?.self, "mail_skipped") ?? []
-            if let listed = try row.decode([String]?.self, "recipients") {
+            var pushSkipped = try row.decode([String]?.self, at: 9) ?? []
+            var mailSkipped = try row.decode([String]?.self, at: 10) ?? []
+            if let listed = try row.decode([String]?.self, at: 8) {
                 recipients = listed
             } else if audience == .person {
-                recipients = [try row.decode(String.self, "recipient_id")]
+                recipients = [try row.decode(String.self, at: 3)]
             } else {
                 // A shop's news enqueued before sql/019 and never decided (the migration decided
                 // what waited): for nobody.
@@ -318,9 +319,9 @@ public enum NotificationOutbox {
                 pushSkipped = [SkipReason.noMember.rawValue]
                 mailSkipped = [SkipReason.noMember.rawValue]
             }
-            let id = try row.decode(Int64.self, "id"), notificationId = try row.decode(String.self, "notification_id")
-            let position = try row.decode(Int64.self, "source_position"), happenedAt = try row.decode(Date.self, "created_at")
-            let enqueuedAt = try row.decode(Date.self, "enqueued_at")
+            let id = try row.decode(Int64.self, at: 0), notificationId = try row.decode(String.self, at: 1)
+            let position = try row.decode(Int64.self, at: 5), happenedAt = try row.decode(Date.self, at: 6)
+            let enqueuedAt = try row.decode(Date.self, at: 7)
             for (index, person) in recipients.enumerated() {
                 entries.append(
                     OutboxEntry(

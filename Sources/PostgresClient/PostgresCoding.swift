@@ -138,12 +138,36 @@ extension Bool: PostgresEncodable, PostgresDecodable {
 }
 
 extension UUID: PostgresEncodable, PostgresDecodable {
-    public var postgresText: String? { uuidString.lowercased() }
+    public var postgresText: String? { withUnsafeBytes(of: uuid) { Hex.uuidString($0) } }
     public static var postgresType: PostgresDataType { .uuid }
     public static func accepts(_ type: PostgresDataType) -> Bool { type == .uuid }
     public static func decode(postgresText text: String, type: PostgresDataType) throws -> Self {
-        guard let value = UUID(uuidString: text) else { throw PostgresDecodingFailure.malformed("\"\(text)\" is not a UUID") }
+        guard let value = parse(postgresText: text) else { throw PostgresDecodingFailure.malformed("\"\(text)\" is not a UUID") }
         return value
+    }
+
+    /// PostgreSQL's text of a UUID, always `8-4-4-4-12` hex digits, read digit by digit:
+    /// Foundation's `UUID(uuidString:)` runs `sscanf` on it, and the fan-out reads one per push.
+    static func parse(postgresText text: String) -> UUID? {
+        var text = text
+        return text.withUTF8 { digits -> UUID? in
+            guard digits.count == 36 else { return nil }
+            var value: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            let read = withUnsafeMutableBytes(of: &value) { bytes -> Bool in
+                var index = 0
+                for byte in 0..<16 {
+                    if index == 8 || index == 13 || index == 18 || index == 23 {
+                        guard digits[index] == UInt8(ascii: "-") else { return false }
+                        index += 1
+                    }
+                    guard let high = Hex.value(ofDigit: digits[index]), let low = Hex.value(ofDigit: digits[index + 1]) else { return false }
+                    bytes[byte] = high << 4 | low
+                    index += 2
+                }
+                return true
+            }
+            return read ? UUID(uuid: value) : nil
+        }
     }
 }
 

@@ -36,6 +36,20 @@ import Testing
         #expect(values.6 == 2.5)
     }
 
+    /// UUIDs are read digit by digit: what is not PostgreSQL's `8-4-4-4-12` text is refused.
+    @Test func uuidTextIsReadOnlyInItsOneShape() throws {
+        let id = UUID(uuidString: "9F2C4E1A-07B3-4D5E-8A6F-112233445566")!
+        #expect(try UUID.decode(postgresText: "9f2c4e1a-07b3-4d5e-8a6f-112233445566", type: .uuid) == id)
+        #expect(try UUID.decode(postgresText: "9F2C4E1A-07B3-4D5E-8A6F-112233445566", type: .uuid) == id)
+        #expect(id.postgresText == "9f2c4e1a-07b3-4d5e-8a6f-112233445566")
+        for malformed in [
+            "", "9f2c4e1a07b34d5e8a6f112233445566", "9f2c4e1a-07b3-4d5e-8a6f-11223344556", "9f2c4e1a-07b3-4d5e-8a6f-1122334455667",
+            "9f2c4e1a_07b3-4d5e-8a6f-112233445566", "9f2c4e1a-07b3-4d5e-8a6f-11223344556g", "{9f2c4e1a-07b3-4d5e-8a6f-1122334455}",
+        ] {
+            #expect(throws: (any Error).self, "\(malformed)") { try UUID.decode(postgresText: malformed, type: .uuid) }
+        }
+    }
+
     @Test func timestampsFromTheServerDecodeInUTC() async throws {
         let db = try await TestDatabase.make(migrated: false)
         defer { Task { await db.drop() } }
