@@ -73,27 +73,15 @@ public struct FanoutSender: Service {
     public func run() async throws {
         defer { transport.shutdown() }
         logger.info("fan-out started", metadata: ["workers": .int(options.workers), "batch": .int(options.batchSize)])
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for worker in 1...options.workers {
-                let loop = LeasedLoop(
-                    name: "fanout-\(worker)",
-                    work: FanoutWork(
-                        store: store, transport: transport, batchSize: options.batchSize, node: options.node, now: now, logger: logger),
-                    configuration: configuration.withPreparedStatements(Self.preparedStatements), channels: [NotificationOutbox.channel],
-                    options: LeasedLoop<FanoutWork>.Options(pollInterval: options.pollInterval), clock: clock, logger: logger,
-                    isRetryable: Self.isRetryable, appendsEvents: false)
-                group.addTask { try await loop.run(from: FanoutWork.State()) }
-            }
-            do {
-                try await group.next()
-            } catch is CancellationError {
-            } catch {
-                logger.error("the fan-out stopped", metadata: ["error": "\(error)"])
-                group.cancelAll()
-                throw error
-            }
-            group.cancelAll()
+        let loops = (1...options.workers).map { worker in
+            LeasedLoop(
+                name: "fanout-\(worker)",
+                work: FanoutWork(store: store, transport: transport, batchSize: options.batchSize, node: options.node, now: now, logger: logger),
+                configuration: configuration.withPreparedStatements(Self.preparedStatements), channels: [NotificationOutbox.channel],
+                options: LeasedLoop<FanoutWork>.Options(pollInterval: options.pollInterval), clock: clock, logger: logger,
+                isRetryable: Self.isRetryable, appendsEvents: false)
         }
+        try await LeasedLoop.runSideBySide(loops, from: FanoutWork.State(), logger: logger, stopped: "the fan-out stopped")
     }
 }
 

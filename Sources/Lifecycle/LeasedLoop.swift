@@ -169,6 +169,24 @@ public struct LeasedLoop<Work: LoopWork>: Sendable {
         self.observe = observe
     }
 
+    /// Runs `loops` side by side (a fan-out's or a mailer's several loops of one work), each from
+    /// `initial`, until the task is cancelled or one of them fails for a reason it does not retry:
+    /// that error is logged (`stopped`) and thrown, and the other loops are cancelled.
+    public static func runSideBySide(_ loops: [LeasedLoop], from initial: Work.State, logger: Logger, stopped: String) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for loop in loops { group.addTask { try await loop.run(from: initial) } }
+            do {
+                try await group.next()
+            } catch is CancellationError {
+            } catch {
+                logger.error(stopped, metadata: ["error": "\(error)"])
+                group.cancelAll()
+                throw error
+            }
+            group.cancelAll()
+        }
+    }
+
     /// Runs until the task is cancelled (then throws `CancellationError`) or a step fails for a
     /// reason that is not retried.
     public func run(from initial: Work.State) async throws {

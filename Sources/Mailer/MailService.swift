@@ -72,18 +72,7 @@ public struct MailService: Service {
     }
 
     public func run() async throws {
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for loop in loops { group.addTask { try await loop.run(from: MailWork.State()) } }
-            do {
-                try await group.next()
-            } catch is CancellationError {
-            } catch {
-                logger.error("the mailer stopped", metadata: ["error": "\(error)"])
-                group.cancelAll()
-                throw error
-            }
-            group.cancelAll()
-        }
+        try await LeasedLoop.runSideBySide(loops, from: MailWork.State(), logger: logger, stopped: "the mailer stopped")
     }
 }
 
