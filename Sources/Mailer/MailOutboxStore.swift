@@ -409,35 +409,58 @@ public struct MailOutboxStore: Sendable {
     /// deleted, the row and the counters updated, COMMIT), each after the lock guarded by the
     /// claim: when the claim is lost they change nothing.
     func recordFinal(_ claimed: Claimed, _ resolution: Resolution, now: Date, on connection: PostgresConnection) throws -> Recorded {
-        let items = claimed.items.map(\.outboxId)
+        let items = claimed.items.count
         let sent: Bool
         let counts: [String: Int]
         let reason: String?
         switch resolution {
         case .sent:
-            (sent, counts, reason) = (true, ["sent": 1, "notifications_sent": items.count], nil)
+            (sent, counts, reason) = (true, ["sent": 1, "notifications_sent": items], nil)
         case .permanent(let text):
-            (sent, counts, reason) = (false, ["dropped": 1, "dropped.permanent": 1, "notifications_dropped": items.count], text)
+            (sent, counts, reason) = (false, ["dropped": 1, "dropped.permanent": 1, "notifications_dropped": items], text)
         case .noContact:
-            (sent, counts, reason) = (false, ["no_contact": 1, "notifications_dropped": items.count], "no contact")
+            (sent, counts, reason) = (false, ["no_contact": 1, "notifications_dropped": items], "no contact")
         case .temporary:
             preconditionFailure("a temporary failure is recorded by recordAttempt")
         }
+        let statements =
+            [
+                PostgresStatement("BEGIN"),
+                // Locked first, so that the statements after it see a decision that committed meanwhile.
+                PostgresStatement(
+                    "SELECT attempts FROM mail_people WHERE person_id = $1 AND stream = $2 AND claim = $3 FOR UPDATE", claimed.personId,
+                    claimed.stream.key, claimed.claim),
+            ] + ending(claimed, sent: sent, reason: reason, counts: counts, now: now) + [PostgresStatement("COMMIT")]
+        let results: [PostgresRows]
+        do {
+            results = try connection.pipeline(statements)
+        } catch {
+            // A statement that failed left the transaction open and aborted, its COMMIT skipped.
+            if connection.isOpen && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
+            throw error
+        }
+        guard let row = results[1].first, try results[3].scalar(Int64.self) == 1 else { return .claimLost }
+        switch resolution {
+        case .sent: return .sent
+        case .noContact: return .noContact
+        default: return .dropped(attempts: Int(try row.decode(Int32.self, "attempts")) + 1)
+        }
+    }
+
+    /// The statements that end a claimed mail's items, each guarded by the claim (with it lost,
+    /// they change nothing); the last answers one row, how many claims it ended (0 or 1). The
+    /// items that were in the mail leave the queue; what was queued meanwhile goes at the next
+    /// allowed time (after a sent mail of the gathered notifications, one gathering later) or when
+    /// its window ends, whichever is later.
+    private func ending(_ claimed: Claimed, sent: Bool, reason: String?, counts: [String: Int], now: Date) -> [PostgresStatement] {
         let names = counts.keys.sorted()
         let gather = claimed.stream == .notifications ? settings.gather : .zero
-        let statements = [
-            PostgresStatement("BEGIN"),
-            // Locked first, so that the statements after it see a decision that committed meanwhile.
-            PostgresStatement(
-                "SELECT attempts FROM mail_people WHERE person_id = $1 AND stream = $2 AND claim = $3 FOR UPDATE", claimed.personId,
-                claimed.stream.key, claimed.claim),
+        return [
             PostgresStatement(
                 """
                 DELETE FROM mail_queue WHERE person_id = $1 AND stream = $2 AND outbox_id = ANY($3::bigint[])
                     AND EXISTS (SELECT 1 FROM mail_people m WHERE m.person_id = $1 AND m.stream = $2 AND m.claim = $4)
-                """, claimed.personId, claimed.stream.key, items, claimed.claim),
-            // What was queued meanwhile goes at the next allowed time (after a sent mail of the
-            // gathered notifications, one gathering later) or when its window ends, whichever is later.
+                """, claimed.personId, claimed.stream.key, claimed.items.map(\.outboxId), claimed.claim),
             PostgresStatement(
                 """
                 WITH recorded AS (
@@ -458,22 +481,7 @@ public struct MailOutboxStore: Sendable {
                 SELECT count(*) FROM recorded
                 """, claimed.personId, claimed.stream.key, sent, now, gather.wholeMilliseconds, reason.map { String($0.prefix(500)) },
                 claimed.claim, names, names.map { Int64(counts[$0]!) }),
-            PostgresStatement("COMMIT"),
         ]
-        let results: [PostgresRows]
-        do {
-            results = try connection.pipeline(statements)
-        } catch {
-            // A statement that failed left the transaction open and aborted, its COMMIT skipped.
-            if connection.isOpen && connection.isInTransaction { _ = try? connection.execute("ROLLBACK") }
-            throw error
-        }
-        guard let row = results[1].first, try results[3].scalar(Int64.self) == 1 else { return .claimLost }
-        switch resolution {
-        case .sent: return .sent
-        case .noContact: return .noContact
-        default: return .dropped(attempts: Int(try row.decode(Int32.self, "attempts")) + 1)
-        }
     }
 
     /// `record` of a temporary failure: tried again after the backoff, or dropped after its last
@@ -488,15 +496,10 @@ public struct MailOutboxStore: Sendable {
                 ).first
             else { return .claimLost }
             let attempts = Int(try row.decode(Int32.self, "attempts")) + 1
-            let items = claimed.items.map(\.outboxId)
-            let recorded: Recorded
-            var counts: [String: Int] = [:]
-            var reason: String?
-            switch resolution {
-            case .sent:
-                recorded = .sent
-                counts = ["sent": 1, "notifications_sent": items.count]
-            case .temporary(let text, let messageID) where attempts < settings.maximumAttempts:
+            guard case .temporary(let text, let messageID) = resolution else {
+                preconditionFailure("only a temporary failure is recorded by recordAttempt")
+            }
+            if attempts < settings.maximumAttempts {
                 let at = now.addingTimeInterval(settings.wait(afterAttempt: attempts).inSeconds)
                 try connection.query(
                     """
@@ -505,48 +508,11 @@ public struct MailOutboxStore: Sendable {
                     """, claimed.personId, claimed.stream.key, Int32(attempts), at, messageID, String(text.prefix(500)))
                 try Self.count(["retried": 1], on: connection)
                 return .retry(at: at, attempts: attempts)
-            case .temporary(let text, _):
-                recorded = .dropped(attempts: attempts)
-                counts = ["dropped": 1, "dropped.attempts": 1, "notifications_dropped": items.count]
-                reason = text
-            case .permanent(let text):
-                recorded = .dropped(attempts: attempts)
-                counts = ["dropped": 1, "dropped.permanent": 1, "notifications_dropped": items.count]
-                reason = text
-            case .noContact:
-                recorded = .noContact
-                counts = ["no_contact": 1, "notifications_dropped": items.count]
-                reason = "no contact"
             }
-            // The claim's row is locked: what follows cannot find it changed, so it goes in one
-            // round trip with the COMMIT (a mail's record was seven round trips, most of its time).
-            connection.executeWithNext(
-                PostgresStatement(
-                    "DELETE FROM mail_queue WHERE person_id = $1 AND stream = $2 AND outbox_id = ANY($3::bigint[])", claimed.personId, claimed.stream.key,
-                    items))
-            let sent = recorded == .sent
-            // What was queued meanwhile goes at the next allowed time (after a sent mail of the
-            // gathered notifications, one gathering later) or when its window ends, whichever is later.
-            let gather = claimed.stream == .notifications ? settings.gather : .zero
-            connection.executeWithNext(
-                PostgresStatement(
-                """
-                UPDATE mail_people SET
-                    next_allowed_at = CASE WHEN $3 THEN $4::timestamptz + $5 * interval '1 millisecond' ELSE next_allowed_at END,
-                    mails_sent = mails_sent + CASE WHEN $3 THEN 1 ELSE 0 END,
-                    last_sent_at = CASE WHEN $3 THEN $4::timestamptz ELSE last_sent_at END,
-                    attempts = 0, message_id = NULL, claim = NULL, claimed_until = NULL, last_reason = $6
-                WHERE person_id = $1 AND stream = $2
-                """, claimed.personId, claimed.stream.key, sent, now, gather.wholeMilliseconds, reason.map { String($0.prefix(500)) }))
-            connection.executeWithNext(
-                PostgresStatement(
-                """
-                UPDATE mail_people m SET due_at = CASE WHEN EXISTS (SELECT 1 FROM mail_queue q WHERE q.person_id = $1 AND q.stream = $2)
-                    THEN greatest(next_allowed_at, $3::timestamptz + window_ms * interval '1 millisecond') END
-                WHERE person_id = $1 AND stream = $2
-                """, claimed.personId, claimed.stream.key, now))
-            if let counting = Self.counting(counts) { connection.executeWithNext(counting) }
-            return recorded
+            // The last attempt: the items are dropped. The row is locked, so the rest goes with the COMMIT.
+            let counts = ["dropped": 1, "dropped.attempts": 1, "notifications_dropped": claimed.items.count]
+            for statement in ending(claimed, sent: false, reason: text, counts: counts, now: now) { connection.executeWithNext(statement) }
+            return .dropped(attempts: attempts)
         }
     }
 
