@@ -475,8 +475,9 @@ public struct MailOutboxStore: Sendable {
                     WHERE person_id = $1 AND stream = $2 AND claim = $7
                     RETURNING 1
                 ), counted AS (
-                    INSERT INTO mail_counters (name, count) SELECT * FROM unnest($8::text[], $9::bigint[]) WHERE EXISTS (SELECT 1 FROM recorded)
-                    ON CONFLICT (name) DO UPDATE SET count = mail_counters.count + EXCLUDED.count
+                    INSERT INTO mail_counters (name, shard, count)
+                    SELECT n, \(Self.shard), c FROM unnest($8::text[], $9::bigint[]) AS u(n, c) WHERE EXISTS (SELECT 1 FROM recorded)
+                    ON CONFLICT (name, shard) DO UPDATE SET count = mail_counters.count + EXCLUDED.count
                 )
                 SELECT count(*) FROM recorded
                 """, claimed.personId, claimed.stream.key, sent, now, gather.wholeMilliseconds, reason.map { String($0.prefix(500)) },
@@ -519,7 +520,7 @@ public struct MailOutboxStore: Sendable {
     /// The counters of `mail_counters`, by name.
     public static func counters(on connection: PostgresConnection) throws -> [String: Int64] {
         var counters: [String: Int64] = [:]
-        for row in try connection.query("SELECT name, count FROM mail_counters") {
+        for row in try connection.query("SELECT name, sum(count)::bigint AS count FROM mail_counters GROUP BY name") {
             counters[try row.decode(String.self, "name")] = try row.decode(Int64.self, "count")
         }
         return counters
@@ -546,13 +547,23 @@ public struct MailOutboxStore: Sendable {
 
     /// Adds to `mail_counters`.
     static func count(_ counts: [String: Int], on connection: PostgresConnection) throws {
-        try connection.addToCounters(counterTable, counts)
+        guard let statement = counting(counts) else { return }
+        try connection.query(statement.sql, binds: statement.binds)
     }
 
-    /// `count`'s statement, to send with others; nil for no counts.
+    /// `count`'s statement, to send with others; nil for no counts. It adds to this session's
+    /// shard of each counter (sql/035), so that mailing loops recording at once do not wait on one
+    /// another's rows.
     static func counting(_ counts: [String: Int]) -> PostgresStatement? {
-        PostgresConnection.addingToCounters(counterTable, counts)
+        let names = counts.keys.sorted()
+        if names.isEmpty { return nil }
+        return PostgresStatement(
+            """
+            INSERT INTO mail_counters (name, shard, count) SELECT n, \(shard), c FROM unnest($1::text[], $2::bigint[]) AS u(n, c)
+            ON CONFLICT (name, shard) DO UPDATE SET count = mail_counters.count + EXCLUDED.count
+            """, names, names.map { Int64(counts[$0]!) })
     }
 
-    static let counterTable = "mail_counters"
+    /// The shard of `mail_counters` a session adds to.
+    static let shard = "(pg_backend_pid() % 16)::smallint"
 }

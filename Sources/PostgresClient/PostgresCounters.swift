@@ -1,6 +1,6 @@
 extension PostgresConnection {
     /// Adds `counts` to a table of counters by name (`name text PRIMARY KEY, count bigint`, such as
-    /// `push_counters` and `mail_counters`), in one statement. `table` is the code's own constant.
+    /// `push_counters`), in one statement. `table` is the code's own constant.
     public func addToCounters(_ table: String, _ counts: [String: Int]) throws {
         guard let statement = Self.addingToCounters(table, counts) else { return }
         try query(statement.sql, binds: statement.binds)

@@ -887,7 +887,7 @@ def check(cluster, tier, traffic, report):
         bell = {(person, order): count for person, order, count in cursor.fetchall()}
         cursor.execute("SELECT name, count FROM push_counters WHERE name LIKE 'reclaimed%%' OR name LIKE 'sent%%'")
         report["pushCounters"] = dict(cursor.fetchall())
-        cursor.execute("SELECT name, count FROM mail_counters")
+        cursor.execute("SELECT name, sum(count)::bigint FROM mail_counters GROUP BY name")
         report["mailCounters"] = dict(cursor.fetchall())
     lost = [m for m in messages if m not in logged_messages] + [o for o in orders if o not in logged_orders]
     doubled = [k for k, c in list(logged_messages.items()) + list(logged_orders.items()) if c > 1]
