@@ -359,6 +359,10 @@ final class SteppedBenchmark: @unchecked Sendable {
             log.replacingOccurrences(of: ".log", with: ".json"),
         ]
         var environment = ProcessInfo.processInfo.environment
+        // Each build migrates with its own commit's migrations when its tree has them (a build at
+        // `<tree>/.build/release/inbox-bench`): a migration that changed a key since the baseline
+        // (sql/035, the mail counters') would otherwise fail the baseline's own code.
+        if let migrations = Self.migrations(beside: binary) { environment["INBOX_MIGRATIONS_DIR"] = migrations }
         environment["INBOX_BENCH_STEPPED"] = "1"
         environment["INBOX_BENCH_ONLY"] = configurations.joined(separator: ",")
         if let seconds { environment["INBOX_BENCH_SECONDS"] = String(seconds) }
@@ -390,6 +394,15 @@ final class SteppedBenchmark: @unchecked Sendable {
         self.pid = pid
         toChild = input[1]
         fromChild = output[0]
+    }
+
+    /// The `sql` folder of the tree a build at `<tree>/.build/<configuration>/inbox-bench` was made
+    /// in, if it holds the migrations.
+    static func migrations(beside binary: String) -> String? {
+        let tree = URL(fileURLWithPath: binary).resolvingSymlinksInPath().deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let folder = tree.appendingPathComponent("sql")
+        return FileManager.default.fileExists(atPath: folder.appendingPathComponent("001_event_log.sql").path) ? folder.path : nil
     }
 
     deinit {

@@ -106,7 +106,7 @@ struct HTTPBenchmark: Benchmark {
         let requestClient = try InboxRoutes.requestPool(connection: client.configuration.connection, size: 8)
         defer { requestClient.close() }
         let store = EventStore(client: requestClient, validator: database.store.validator)
-        let migrator = try Migrator(directory: Migrator.locateDirectory(explicit: nil))
+        let migrator = try Migrator(directory: Migrator.locateDirectory(explicit: ProcessInfo.processInfo.environment["INBOX_MIGRATIONS_DIR"]))
         // As `inbox serve` runs by default: bell and conversation list pages kept in memory, told
         // of changes by NOTIFY.
         let bellCache = BellCache()

@@ -72,7 +72,7 @@ struct IdentityBenchmark: Benchmark {
             for server in servers { server.shutdown() }
             for pool in pools { pool.close() }
         }
-        let migrator = try Migrator(directory: Migrator.locateDirectory(explicit: nil))
+        let migrator = try Migrator(directory: Migrator.locateDirectory(explicit: ProcessInfo.processInfo.environment["INBOX_MIGRATIONS_DIR"]))
         let unlimited = AttemptLimit(1_000_000, per: 1)
         for entry in costs {
             var configuration = IdentityConfiguration()

@@ -29,6 +29,7 @@ import Testing
             #!/bin/bash
             if [[ $1 == gate && $2 == --help ]]; then exit \(hasGate ? 0 : 1); fi
             [[ $INBOX_BENCH_STEPPED == 1 ]] || exit 2
+            echo -n "$INBOX_MIGRATIONS_DIR" > "$0.migrations"
             trap 'echo terminated > "$0.terminated"; exit 143' TERM
             rates=(\(rates.map { String($0) }.joined(separator: " ")))
             IFS=, read -ra ids <<< "$INBOX_BENCH_ONLY"
@@ -60,17 +61,33 @@ import Testing
         var record: [String: Any]
         /// Which stand-ins were ended by SIGTERM (their trap ran).
         var terminated: Set<String>
+        /// The migrations folder each stand-in was given, and the folder its tree holds (`inTrees`).
+        var migrations: [String: (given: String, own: String)] = [:]
     }
 
     static func gate(
         candidate: [Double], baseline: [Double], paths: String = "append,mail", candidateHasGate: Bool = true, dieAfter: Int? = nil,
-        floodAfter: Int? = nil
+        floodAfter: Int? = nil, inTrees: Bool = false
     ) throws -> Outcome {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("gate-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
-        let a = try standIn(in: folder, name: "candidate", rates: candidate, hasGate: candidateHasGate, dieAfter: dieAfter, floodAfter: floodAfter)
-        let b = try standIn(in: folder, name: "baseline", rates: baseline)
+        // In trees: each stand-in is `<tree>/.build/release/inbox-bench` beside `<tree>/sql`, as a
+        // build of a checkout is.
+        func place(_ name: String) throws -> (folder: URL, name: String) {
+            guard inTrees else { return (folder, name) }
+            let tree = folder.appendingPathComponent("\(name)-tree")
+            let build = tree.appendingPathComponent(".build/release")
+            try FileManager.default.createDirectory(at: build, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(at: tree.appendingPathComponent("sql"), withIntermediateDirectories: true)
+            try Data("-- \(name)".utf8).write(to: tree.appendingPathComponent("sql/001_event_log.sql"))
+            return (build, "inbox-bench")
+        }
+        let (candidateFolder, candidateName) = try place("candidate")
+        let (baselineFolder, baselineName) = try place("baseline")
+        let a = try standIn(
+            in: candidateFolder, name: candidateName, rates: candidate, hasGate: candidateHasGate, dieAfter: dieAfter, floodAfter: floodAfter)
+        let b = try standIn(in: baselineFolder, name: baselineName, rates: baseline)
         let json = folder.appendingPathComponent("gate.json").path
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try inboxBench())
@@ -86,7 +103,14 @@ import Testing
         process.waitUntilExit()
         let record = (try? JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: json)))) as? [String: Any] ?? [:]
         let terminated = Set(["candidate", "baseline"].filter { FileManager.default.fileExists(atPath: folder.appendingPathComponent("\($0).terminated").path) })
-        return Outcome(status: process.terminationStatus, output: text, record: record, terminated: terminated)
+        var migrations: [String: (given: String, own: String)] = [:]
+        for (name, binary) in [("candidate", a), ("baseline", b)] {
+            let given = (try? String(contentsOfFile: binary + ".migrations", encoding: .utf8)) ?? ""
+            let own = URL(fileURLWithPath: binary).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("sql").path
+            migrations[name] = (given, own)
+        }
+        return Outcome(status: process.terminationStatus, output: text, record: record, terminated: terminated, migrations: migrations)
     }
 
     /// Runs inbox-bench with `arguments`: its exit status and stderr.
@@ -130,6 +154,19 @@ import Testing
         // Judged after the first 8 pairs: nothing was inconclusive.
         let results = outcome.record["results"] as? [[String: Any]] ?? []
         #expect(results.map { ($0["candidateRates"] as? [Double])?.count } == [8, 8])
+    }
+
+    /// A build made in a checkout migrates with that checkout's migrations: a migration that
+    /// changed a key since the baseline would otherwise fail the baseline's own code.
+    @Test func eachBuildMigratesWithItsOwnTreesMigrations() throws {
+        let rates = [1000.0, 990, 1010, 1005, 995, 1020, 980]
+        let outcome = try Self.gate(candidate: rates, baseline: rates, inTrees: true)
+        #expect(outcome.status == 0, "\(outcome.output)")
+        for build in ["candidate", "baseline"] {
+            let migrations = try #require(outcome.migrations[build])
+            #expect(migrations.given == migrations.own, "\(build)")
+            #expect(migrations.given.hasSuffix("\(build)-tree/sql"), "\(build): \(migrations.given)")
+        }
     }
 
     @Test func pairsTooFarApartAreInconclusiveAfterSixteenNeverPassed() throws {
