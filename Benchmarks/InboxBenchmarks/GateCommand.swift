@@ -397,10 +397,10 @@ final class SteppedBenchmark: @unchecked Sendable {
     }
 
     /// The `sql` folder of the tree a build at `<tree>/.build/<configuration>/inbox-bench` was made
-    /// in, if it holds the migrations.
+    /// in, if it holds the migrations. The path as given: SwiftPM's `.build/release` is a link into
+    /// `.build/<triple>/release`, one level deeper.
     static func migrations(beside binary: String) -> String? {
-        let tree = URL(fileURLWithPath: binary).resolvingSymlinksInPath().deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
+        let tree = URL(fileURLWithPath: binary).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let folder = tree.appendingPathComponent("sql")
         return FileManager.default.fileExists(atPath: folder.appendingPathComponent("001_event_log.sql").path) ? folder.path : nil
     }

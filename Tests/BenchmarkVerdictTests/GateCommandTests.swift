@@ -73,12 +73,13 @@ import Testing
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         // In trees: each stand-in is `<tree>/.build/release/inbox-bench` beside `<tree>/sql`, as a
-        // build of a checkout is.
+        // build of a checkout is, `release` a link to `.build/<triple>/release` as SwiftPM makes it.
         func place(_ name: String) throws -> (folder: URL, name: String) {
             guard inTrees else { return (folder, name) }
             let tree = folder.appendingPathComponent("\(name)-tree")
             let build = tree.appendingPathComponent(".build/release")
-            try FileManager.default.createDirectory(at: build, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(at: tree.appendingPathComponent(".build/x86_64-unknown-linux-gnu/release"), withIntermediateDirectories: true)
+            try FileManager.default.createSymbolicLink(atPath: build.path, withDestinationPath: "x86_64-unknown-linux-gnu/release")
             try FileManager.default.createDirectory(at: tree.appendingPathComponent("sql"), withIntermediateDirectories: true)
             try Data("-- \(name)".utf8).write(to: tree.appendingPathComponent("sql/001_event_log.sql"))
             return (build, "inbox-bench")
