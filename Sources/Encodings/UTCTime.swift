@@ -6,9 +6,10 @@ import Glibc
 /// show. Foundation's `Calendar` made a calendar and a time zone for each, a tenth of a mail's
 /// rendering.
 public enum UTCTime {
-    /// `date` (to the second, rounded down) in `format`, `strftime`'s conversions.
+    /// `date` (to the second, rounded down) in `format`, `strftime`'s conversions; empty for a
+    /// date no `time_t` holds.
     public static func format(_ date: Date, _ format: String) -> String {
-        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        guard var seconds = time_t(exactly: date.timeIntervalSince1970.rounded(.down)) else { return "" }
         var parts = tm()
         guard gmtime_r(&seconds, &parts) != nil else { return "" }
         var buffer = [CChar](repeating: 0, count: 128)

@@ -1,4 +1,5 @@
 import Crypto
+import Encodings
 import Foundation
 
 #if canImport(Glibc)
@@ -21,12 +22,10 @@ public struct FolderTransport: MailTransport {
 
     /// The name the mail is written under: `20261201T014801.123Z-<16 hex digits>.eml`.
     public static func fileName(for message: MailMessage) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC")!
-        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second, .nanosecond], from: message.date)
-        let stamp = String(
-            format: "%04d%02d%02dT%02d%02d%02d.%03dZ", parts.year!, parts.month!, parts.day!, parts.hour!, parts.minute!, parts.second!,
-            parts.nanosecond! / 1_000_000)
+        let seconds = message.date.timeIntervalSince1970.rounded(.down)
+        let milliseconds = min(999, max(0, Int(((message.date.timeIntervalSince1970 - seconds) * 1000 + 1e-6).rounded(.down))))
+        let fraction = String(milliseconds)
+        let stamp = UTCTime.format(message.date, "%Y%m%dT%H%M%S") + "." + String(repeating: "0", count: 3 - fraction.count) + fraction + "Z"
         return "\(stamp)-\(SHA256.hexDigest(message.messageID).prefix(16)).eml"
     }
 
