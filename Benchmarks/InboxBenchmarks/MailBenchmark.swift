@@ -117,10 +117,9 @@ struct MailBenchmark: Benchmark {
                         total.other.merge(loop.other, uniquingKeysWith: +)
                     }
                 }
-                let drainedIn = ContinuousClock.now - started
-                let counters = try await mailerClient.withConnection { try MailOutboxStore.counters(on: $0) }
-                let drained = (drainedIn, loops.mails, loops.steps, loops.other, Int(counters["notifications_sent"] ?? 0))
-                let (elapsed, mails, steps, other, notificationsSent) = drained
+                let elapsed = ContinuousClock.now - started
+                let (mails, steps, other) = loops
+                let notificationsSent = Int(try await mailerClient.withConnection { try MailOutboxStore.counters(on: $0) }["notifications_sent"] ?? 0)
                 guard mails == people, other.isEmpty else {
                     throw BenchmarkFailure(description: "\(label): \(mails) of \(people) people were mailed; besides: \(other)")
                 }
