@@ -111,6 +111,12 @@ struct FanoutBenchmark: Benchmark {
                     "Outbox rows decided, claimed, rendered per device language, sent to nghttpd over TLS HTTP/2 and recorded: pushes/s.",
                 kind: .client, batchSize: 500, appenders: 2, eventsPerRound: pushesPerRound, run: fanOut(workers: 2, batch: 500)),
             BenchmarkCase(
+                id: "fanout-4x500", title: "fan-out end to end, 4 workers x 500", description: "The same with 4 sending loops claiming 500 each.",
+                kind: .client, batchSize: 500, appenders: 4, eventsPerRound: pushesPerRound, run: fanOut(workers: 4, batch: 500)),
+            BenchmarkCase(
+                id: "fanout-3x500", title: "fan-out end to end, 3 workers x 500", description: "The same with 3 sending loops claiming 500 each.",
+                kind: .client, batchSize: 500, appenders: 3, eventsPerRound: pushesPerRound, run: fanOut(workers: 3, batch: 500)),
+            BenchmarkCase(
                 id: "fanout-4x1000", title: "fan-out end to end, 4 workers x 1,000", description: "The same with 4 sending loops claiming 1,000 each.",
                 kind: .client, batchSize: 1000, appenders: 4, eventsPerRound: pushesPerRound, run: fanOut(workers: 4, batch: 1000)),
             BenchmarkCase(

@@ -168,7 +168,9 @@ import Testing
         #expect(try await unread() == 1)
     }
 
-    static func until(_ what: String, timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws {
+    /// Waits up to a minute: in the whole suite, hundreds of tests share two cores, and the
+    /// listener's first session has been seen to take more than ten seconds there.
+    static func until(_ what: String, timeout: Duration = .seconds(60), _ condition: () async throws -> Bool) async throws {
         let deadline = ContinuousClock.now + timeout
         while try await !condition() {
             guard ContinuousClock.now < deadline else {
