@@ -33,6 +33,8 @@ public struct FanoutStore: Sendable {
     }
 
     public let settings: Settings
+    /// Where this store's next take of the queue starts, shared by the loops that use it.
+    let takeFloor = NotificationOutbox.TakeFloor()
 
     public init(settings: Settings) {
         self.settings = settings
@@ -71,7 +73,7 @@ public struct FanoutStore: Sendable {
     /// gets a row of its own.
     public func decide(limit: Int, now: Date, on connection: PostgresConnection) throws -> Decided {
         try connection.transaction { connection in
-            let taken = try NotificationOutbox.take(.push, limit: limit, on: connection)
+            let taken = try NotificationOutbox.take(.push, limit: limit, floor: takeFloor, on: connection)
             if taken.count == 0 { return .nothing }
             let deadline = now.addingTimeInterval(settings.deadline.inSeconds)
             let claim = UUID()

@@ -147,6 +147,8 @@ public struct MailOutboxStore: Sendable {
     }
 
     public let settings: Settings
+    /// Where this store's next take of the queue starts, shared by the loops that use it.
+    let takeFloor = NotificationOutbox.TakeFloor()
 
     public init(settings: Settings = Settings()) {
         self.settings = settings
@@ -164,7 +166,7 @@ public struct MailOutboxStore: Sendable {
     /// and now plus the stream's window.
     public func decide(limit: Int, now: Date, on connection: PostgresConnection) throws -> Decided {
         try connection.transaction { connection in
-            let taken = try NotificationOutbox.take(.mail, limit: limit, on: connection)
+            let taken = try NotificationOutbox.take(.mail, limit: limit, floor: takeFloor, on: connection)
             var counts: [String: Int] = [:]
             if taken.unreadable > 0 { counts["skipped.unknown_kind"] = taken.unreadable }
             var mailed: [(entry: OutboxEntry, stream: MailStream)] = []

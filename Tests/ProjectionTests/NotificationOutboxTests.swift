@@ -8,6 +8,50 @@ import Testing
 /// `NotificationOutbox`: a notification goes in once, with its recipients' decisions, and comes
 /// back one entry per recipient, whatever the ids hold.
 @Suite struct NotificationOutboxTests {
+    /// A taker's floor: a take starts above what was taken before, and an entry whose transaction
+    /// committed after a later one was taken is taken all the same: at once when the queue above
+    /// holds fewer than asked, at the latest `TakeFloor.wholeQueueEvery` later when it holds more.
+    @Test func anEntryCommittedLateBelowTheFloorIsTakenAllTheSame() async throws {
+        try await withTestDatabase { db in
+            @Sendable func notification(_ n: Int) -> OutboxNotification {
+                OutboxNotification(
+                    notificationId: "n\(n)", kind: .newSignIn, addressee: "p\(n)", idsJSON: "{}", sourcePosition: Int64(n), happenedAt: Date(),
+                    recipients: [.init(personId: "p\(n)", delivery: NotificationDelivery.decide(.newSignIn, ids: [:], facts: RecipientFacts()))])
+            }
+            func take(_ limit: Int, _ floor: NotificationOutbox.TakeFloor) async throws -> [String] {
+                try await db.client.withConnection { try NotificationOutbox.take(.push, limit: limit, floor: floor, on: $0) }.entries.map(\.recipientId)
+            }
+            func enqueue(_ numbers: ClosedRange<Int>) async throws {
+                let notifications = numbers.map(notification)
+                try await db.client.withConnection { try NotificationOutbox.enqueue(notifications, on: $0) }
+            }
+            let floor = NotificationOutbox.TakeFloor()
+            let late = try db.connect()
+            defer { late.close() }
+
+            // The lowest id, its transaction still open while later ones are taken.
+            _ = try late.execute("BEGIN")
+            try NotificationOutbox.enqueue([notification(0)], on: late)
+            try await enqueue(1...3)
+            #expect(try await take(2, floor) == ["p1", "p2"])
+            _ = try late.execute("COMMIT")
+            // Above the floor only p3, fewer than asked: the head is read too, in order.
+            #expect(try await take(5, floor) == ["p0", "p3"])
+
+            // Again, with more above the floor than a take asks for.
+            _ = try late.execute("BEGIN")
+            try NotificationOutbox.enqueue([notification(10)], on: late)
+            try await enqueue(11...16)
+            #expect(try await take(2, floor) == ["p11", "p12"])
+            _ = try late.execute("COMMIT")
+            #expect(try await take(2, floor) == ["p13", "p14"], "a take above the floor, not from the head")
+            try await Task.sleep(for: NotificationOutbox.TakeFloor.wholeQueueEvery + .milliseconds(100))
+            #expect(try await take(2, floor) == ["p10", "p15"], "the whole queue, once a while has passed")
+            #expect(try await take(2, floor) == ["p16"])
+            #expect(try await take(2, floor) == [])
+        }
+    }
+
     @Test func whatGoesInComesBackPerRecipientOnceWithItsDecisions() async throws {
         try await withTestDatabase { db in
             let odd = ["a\"b", "c\\d", "e,f {g} NULL", ""]
