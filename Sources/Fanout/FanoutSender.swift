@@ -28,7 +28,7 @@ public struct FanoutSender: Service {
         /// Names this process in `push_provider_tokens`.
         public var node: String
 
-        public init(batchSize: Int = 500, workers: Int = 2, pollInterval: Duration = .seconds(1), node: String = ProcessInfo.processInfo.hostName) {
+        public init(batchSize: Int = 500, workers: Int = 4, pollInterval: Duration = .seconds(1), node: String = ProcessInfo.processInfo.hostName) {
             self.batchSize = max(1, batchSize)
             self.workers = max(1, workers)
             self.pollInterval = pollInterval

@@ -122,7 +122,7 @@ struct InboxConfiguration: Sendable {
     /// pushes go to the others after this).
     var pushClaimSeconds: Int = 60
     /// `INBOX_FANOUT_WORKERS`, `INBOX_FANOUT_BATCH`: sending loops per process, pushes per step.
-    var fanoutWorkers: Int = 2
+    var fanoutWorkers: Int = 4
     var fanoutBatch: Int = 500
     /// `INBOX_SCHEDULE_INTERVAL_SECONDS`: the wait between two checks of the schedule.
     var scheduleIntervalSeconds: Int = 900
@@ -370,7 +370,7 @@ struct InboxConfiguration: Sendable {
             meaning: "how long a fan-out's claim on pushes lasts; a node that died leaves its pushes to the others after this (5-3600)") {
             $0.pushClaimSeconds = $1
         },
-        wholeNumber("INBOX_FANOUT_WORKERS", "--fanout-workers", 1...64, default: 2, meaning: "sending loops per fan-out process (1-64)") {
+        wholeNumber("INBOX_FANOUT_WORKERS", "--fanout-workers", 1...64, default: 4, meaning: "sending loops per fan-out process (1-64)") {
             $0.fanoutWorkers = $1
         },
         wholeNumber("INBOX_FANOUT_BATCH", "--fanout-batch", 1...5000, default: 500, meaning: "pushes claimed per step of a sending loop (1-5000)") {
