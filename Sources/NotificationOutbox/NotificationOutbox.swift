@@ -265,23 +265,28 @@ public enum NotificationOutbox {
         public static let wholeQueueEvery: Duration = .seconds(1)
 
         private let state = Mutex<(floor: Int64, wholeQueueAt: ContinuousClock.Instant?)>((0, nil))
-        private let clock = ContinuousClock()
+        private let now: @Sendable () -> ContinuousClock.Instant
 
-        public init() {}
+        /// `now`: the clock that says when the whole queue is due again (a test's, to step it).
+        public init(now: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }) {
+            self.now = now
+        }
 
         /// The id to start above, and whether to read the whole queue instead.
         func next() -> (from: Int64, wholeQueue: Bool) {
-            state.withLock { state in
-                guard state.floor > 0, let last = state.wholeQueueAt, clock.now - last < Self.wholeQueueEvery else { return (0, true) }
+            let now = now()
+            return state.withLock { state in
+                guard state.floor > 0, let last = state.wholeQueueAt, now - last < Self.wholeQueueEvery else { return (0, true) }
                 return (state.floor, false)
             }
         }
 
         /// A take reached `highest` (0: it took nothing), having read the whole queue or not.
         func took(upTo highest: Int64, wholeQueue: Bool) {
+            let now = now()
             state.withLock { state in
                 state.floor = max(state.floor, highest)
-                if wholeQueue { state.wholeQueueAt = clock.now }
+                if wholeQueue { state.wholeQueueAt = now }
             }
         }
     }
