@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 import InboxDomain
 import JSONParsing
@@ -362,7 +363,7 @@ struct AppendRequest: Sendable {
         // Bytes searched, not Foundation's `contains` (a tenth of an append's client time).
         var text = payload
         let suspect = text.withUTF8 { bytes in
-            PersonalDataKeys.find(Self.sealName, in: bytes) != nil || PersonalDataKeys.find(Self.escape, in: bytes) != nil
+            ByteSearch.find(Self.sealName, in: bytes) != nil || ByteSearch.find(Self.escape, in: bytes) != nil
         }
         guard suspect else { return false }
         guard let value = try? JSONDecoder().decode(JSONValue.self, from: Data(payload.utf8)) else { return false }

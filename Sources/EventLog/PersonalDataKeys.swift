@@ -403,7 +403,7 @@ public final class PersonalDataKeys: Sendable {
     static func seal(in payload: String) -> (id: String, person: String)? {
         var payload = payload
         return payload.withUTF8 { bytes -> (String, String)? in
-            guard let start = find(sealName, in: bytes, probe: 1) else { return nil }
+            guard let start = ByteSearch.find(sealName, in: bytes, probe: 1) else { return nil }
             var index = start + sealName.count
             while index < bytes.count, bytes[index] == UInt8(ascii: " ") || bytes[index] == UInt8(ascii: ":") { index += 1 }
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
@@ -438,25 +438,6 @@ public final class PersonalDataKeys: Sendable {
     private static func split(_ seal: String) -> (String, String)? {
         guard let colon = seal.firstIndex(of: ":") else { return nil }
         return (String(seal[..<colon]), String(seal[seal.index(after: colon)...]))
-    }
-
-    /// The index of the first `needle` in `bytes`: libc's `memchr` to each candidate for the
-    /// needle's byte at `probe` (best one rare in payloads: the `$` of `"$seal"`, not its quote),
-    /// `memcmp` of the whole.
-    static func find(_ needle: [UInt8], in bytes: UnsafeBufferPointer<UInt8>, probe: Int = 0) -> Int? {
-        guard let base = bytes.baseAddress, needle.indices.contains(probe), bytes.count >= needle.count else { return nil }
-        let last = bytes.count - needle.count
-        var index = 0
-        return needle.withUnsafeBytes { needle -> Int? in
-            let byte = Int32(needle[probe])
-            while index <= last {
-                guard let found = memchr(base + index + probe, byte, last - index + 1) else { return nil }
-                index = UnsafeRawPointer(found) - UnsafeRawPointer(base) - probe
-                if memcmp(base + index, needle.baseAddress!, needle.count) == 0 { return index }
-                index += 1
-            }
-            return nil
-        }
     }
 
     // MARK: Erasing

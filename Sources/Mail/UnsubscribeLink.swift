@@ -1,4 +1,5 @@
 import COpenSSL
+import Crypto
 import Encodings
 import Foundation
 
@@ -117,7 +118,7 @@ public struct UnsubscribeLink: Sendable {
     /// `base` (the API's unsubscribe endpoint) with the token as its `token` query parameter.
     public func url(base: String, personId: String, category: String, issuedAt: Date = Date()) throws -> String {
         let token = try token(personId: personId, category: category, issuedAt: issuedAt)
-        return "\(base)\(base.contains("?") ? "&" : "?")token=\(token)"
+        return "\(base)\(base.utf8.contains(UInt8(ascii: "?")) ? "&" : "?")token=\(token)"
     }
 
     /// Who and what `token` unsubscribes, or why it is refused. The age is left to the caller:
@@ -161,21 +162,9 @@ public struct UnsubscribeLink: Sendable {
         }
     }
 
-    /// HMAC-SHA256 of the domain-separated `signed` text.
+    /// HMAC-SHA256 of the domain-separated `signed` text (`Crypto.HMAC`: its context is made
+    /// from a template, where OpenSSL's one-shot `HMAC()` fetched the algorithm at every call).
     private func mac(_ signed: String, key: Key) -> [UInt8] {
-        let data = Array("wristler-unsubscribe.\(signed)".utf8)
-        var output = [UInt8](repeating: 0, count: 32)
-        var length: UInt32 = 0
-        let computed = key.secret.withUnsafeBytes { secret in
-            data.withUnsafeBufferPointer { input in
-                output.withUnsafeMutableBufferPointer { out in
-                    HMAC(EVP_sha256(), secret.baseAddress, Int32(secret.count), input.baseAddress, input.count, out.baseAddress, &length) != nil
-                }
-            }
-        }
-        // HMAC does not fail for SHA-256 on valid buffers; if it ever did, random bytes match nothing
-        // (zeros would match each other on both sides).
-        guard computed, length == 32 else { return (0..<32).map { _ in UInt8.random(in: 0...255) } }
-        return output
+        HMAC.mac(.sha256, key: key.secret, data: Array("wristler-unsubscribe.\(signed)".utf8))
     }
 }

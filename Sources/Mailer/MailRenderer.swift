@@ -382,18 +382,22 @@ public enum MailRenderer {
 
 extension String {
     /// The text with every `mark` (`%d`, `%@`) replaced by `value`: the texts' placeholders, found
-    /// in their bytes (Foundation's `replacingOccurrences` went through `NSString` for each).
+    /// in their bytes by `ByteSearch` (Foundation's `replacingOccurrences` went through `NSString` for
+    /// each, the standard library's generic `firstRange(of:)` was 8 % of rendering a mail).
     func filling(_ mark: String, with value: String) -> String {
         let bytes = Array(utf8)
         let needle = Array(mark.utf8)
-        guard !needle.isEmpty, bytes.firstRange(of: needle) != nil else { return self }
+        func find(from start: Int) -> Int? { bytes.withUnsafeBufferPointer { ByteSearch.find(needle, in: $0, from: start) } }
+        guard !needle.isEmpty, !bytes.isEmpty, var found = find(from: 0) else { return self }
         var filled: [UInt8] = []
         filled.reserveCapacity(bytes.count + value.utf8.count)
         var start = 0
-        while let found = bytes[start...].firstRange(of: needle) {
-            filled += bytes[start..<found.lowerBound]
+        while true {
+            filled += bytes[start..<found]
             filled += value.utf8
-            start = found.upperBound
+            start = found + needle.count
+            guard start < bytes.count, let next = find(from: start) else { break }
+            found = next
         }
         filled += bytes[start...]
         return String(decoding: filled, as: UTF8.self)

@@ -70,8 +70,15 @@ import Testing
     func findsTheFirstNeedleByItsProbeByte(text: String, probe: Int, expected: Int) {
         var text = text
         let needle = Array((probe == 1 ? #""$seal""# : "$seal").utf8)
-        let found = text.withUTF8 { PersonalDataKeys.find(needle, in: $0, probe: probe) }
+        let found = text.withUTF8 { ByteSearch.find(needle, in: $0, probe: probe) }
         #expect(found ?? -1 == expected)
+    }
+
+    /// A search from a later index finds the next needle, and nothing past the last.
+    @Test func findsTheNextNeedleFromAnIndex() {
+        var text = "%d and %d, %d"
+        let found = text.withUTF8 { bytes in [0, 1, 7, 8, 11, 12, 13, 99].map { ByteSearch.find(Array("%d".utf8), in: bytes, from: $0) ?? -1 } }
+        #expect(found == [0, 7, 7, 11, 11, -1, -1, -1])
     }
 
     @Test func readsTheSealOfAStoredPayload() {
