@@ -388,17 +388,16 @@ extension String {
         let bytes = Array(utf8)
         let needle = Array(mark.utf8)
         func find(from start: Int) -> Int? { bytes.withUnsafeBufferPointer { ByteSearch.find(needle, in: $0, from: start) } }
-        guard !needle.isEmpty, !bytes.isEmpty, var found = find(from: 0) else { return self }
         var filled: [UInt8] = []
-        filled.reserveCapacity(bytes.count + value.utf8.count)
         var start = 0
-        while true {
+        while let found = find(from: start) {
+            if start == 0 { filled.reserveCapacity(bytes.count + value.utf8.count) }
             filled += bytes[start..<found]
             filled += value.utf8
             start = found + needle.count
-            guard start < bytes.count, let next = find(from: start) else { break }
-            found = next
         }
+        // Not found (an empty mark never is): the text as it was.
+        if start == 0 { return self }
         filled += bytes[start...]
         return String(decoding: filled, as: UTF8.self)
     }

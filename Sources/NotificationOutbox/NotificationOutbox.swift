@@ -306,15 +306,16 @@ public enum NotificationOutbox {
         guard let floor else { return try take(queue, limit: limit, above: 0, upTo: .max, on: connection) }
         let (from, whole) = floor.next()
         var taken = try take(queue, limit: limit, above: whole ? 0 : from, upTo: .max, on: connection)
-        let readHead = whole || taken.count < limit
+        var readWholeQueue = whole
         if !whole && taken.count < limit {
             // The head, for what committed late: taken in order before what was found above.
             let late = try take(queue, limit: limit - taken.count, above: 0, upTo: from, on: connection)
             taken = Taken(
                 entries: late.entries + taken.entries, unreadable: late.unreadable + taken.unreadable, count: late.count + taken.count,
                 highest: max(late.highest, taken.highest))
+            readWholeQueue = true
         }
-        floor.took(upTo: taken.highest, wholeQueue: readHead)
+        floor.took(upTo: taken.highest, wholeQueue: readWholeQueue)
         return taken
     }
 
