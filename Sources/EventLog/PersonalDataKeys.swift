@@ -62,10 +62,11 @@ public final class PersonalDataKeys: Sendable {
 
     // MARK: Sealing
 
-    /// What sealing a batch needs: each event's personal payload (nil: none), the keys its people
-    /// have (nil for one erased), and the people who have none yet, in the order of their ids.
+    /// What sealing a batch needs: each event's personal fields and their owner (nil: none), the
+    /// keys its people have (nil for one erased), and the people who have none yet, in the order of
+    /// their ids.
     struct KeyPlan {
-        var payloads: [(any EventPayload & HoldsPersonalData)?]
+        var payloads: [PersonalFields?]
         var keys: [String: [UInt8]?]
         var unknown: [String]
     }
@@ -75,8 +76,20 @@ public final class PersonalDataKeys: Sendable {
     /// transaction the append then runs in one, so the keys and the events take one commit.
     func plan(_ events: [NewEvent], on connection: PostgresConnection) throws -> KeyPlan {
         let payloads = try events.map { try Self.personalPayload($0) }
-        let people = Set(payloads.compactMap { $0?.personalDataOwner }).sorted()
-        let (keys, unknown) = try knownKeys(for: people, database: connection.configuration.redactedDescription, on: connection)
+        let database = connection.configuration.redactedDescription
+        // The cache first, each person once; only the people it lacks are sorted.
+        var keys: [String: [UInt8]?] = [:]
+        keys.reserveCapacity(payloads.count)
+        var missing: Set<String> = []
+        cache.withLock { cache in
+            let cached = cache[database] ?? [:]
+            for case let payload? in payloads {
+                if let key = cached[payload.owner] { keys[payload.owner] = .some(key) } else { missing.insert(payload.owner) }
+            }
+        }
+        if missing.isEmpty { return KeyPlan(payloads: payloads, keys: keys, unknown: []) }
+        let (stored, unknown) = try storedKeys(for: missing.sorted(), database: database, on: connection)
+        keys.merge(stored) { _, stored in stored }
         return KeyPlan(payloads: payloads, keys: keys, unknown: unknown)
     }
 
@@ -120,18 +133,10 @@ public final class PersonalDataKeys: Sendable {
         return connection.isInTransaction ? try make() : try connection.transaction { _ in try make() }
     }
 
-    /// The keys of `people` cached or stored (those stored are cached now), nil for one erased, and
+    /// The keys of `missing` (people not cached) as stored (cached now), nil for one erased, and
     /// the people who have neither, in the order given.
-    private func knownKeys(for people: [String], database: String, on connection: PostgresConnection) throws -> (keys: [String: [UInt8]?], unknown: [String]) {
+    private func storedKeys(for missing: [String], database: String, on connection: PostgresConnection) throws -> (keys: [String: [UInt8]?], unknown: [String]) {
         var keys: [String: [UInt8]?] = [:]
-        var missing: [String] = []
-        cache.withLock { cache in
-            let cached = cache[database] ?? [:]
-            for person in people {
-                if let key = cached[person] { keys[person] = .some(key) } else { missing.append(person) }
-            }
-        }
-        if missing.isEmpty { return (keys, []) }
         var unknown: [String] = []
         var found: [String: [UInt8]] = [:]
         let stored = try stored(missing, on: connection)
@@ -252,20 +257,20 @@ public final class PersonalDataKeys: Sendable {
         if !plan.unknown.isEmpty { keys.merge(try makeKeys(plan.unknown, on: connection)) { _, made in made } }
         var work: [SealingWork] = []
         work.reserveCapacity(events.count)
-        for (index, (event, payload)) in zip(events, plan.payloads).enumerated() {
-            guard let payload, let key = keys[payload.personalDataOwner] else { continue }
-            work.append(SealingWork(index: index, event: event, payload: payload, key: key))
+        for (index, payload) in plan.payloads.enumerated() {
+            guard let payload, let key = keys[payload.owner] else { continue }
+            work.append(SealingWork(index: index, personal: payload, key: key))
         }
         let parts = work.count >= Self.parallelFrom ? min(Self.cores, work.count / (Self.parallelFrom / 2)) : 1
         let sealed: [SealedPart]
         if parts <= 1 {
-            sealed = [try seal(work[...])]
+            sealed = [try seal(work[...], of: events)]
         } else {
             let work = work
             let size = (work.count + parts - 1) / parts
             let results = Mutex<[Int: Result<SealedPart, any Error>]>([:])
             DispatchQueue.concurrentPerform(iterations: parts) { part in
-                let result = Result { try self.seal(work[min(work.count, part * size)..<min(work.count, (part + 1) * size)]) }
+                let result = Result { try self.seal(work[min(work.count, part * size)..<min(work.count, (part + 1) * size)], of: events) }
                 results.withLock { $0[part] = result }
             }
             sealed = try results.withLock { results in try (0..<parts).map { try results[$0]!.get() } }
@@ -282,11 +287,11 @@ public final class PersonalDataKeys: Sendable {
     /// Read once: Foundation reads the cgroup's CPU quota from files at every call.
     static let cores = ProcessInfo.processInfo.activeProcessorCount
 
-    /// An event to seal, its key looked up (nil: its person is erased).
+    /// An event to seal (its index in the batch), its personal fields and its key (nil: its person
+    /// is erased). The event itself is read from the batch: copying it here cost as much as sealing.
     struct SealingWork: Sendable {
         let index: Int
-        let event: NewEvent
-        let payload: any EventPayload & HoldsPersonalData
+        let personal: PersonalFields
         let key: [UInt8]?
     }
 
@@ -297,15 +302,15 @@ public final class PersonalDataKeys: Sendable {
     }
 
     /// The payloads of `work` sealed on this thread, with OpenSSL contexts of its own.
-    private func seal(_ work: ArraySlice<SealingWork>) throws -> SealedPart {
+    private func seal(_ work: ArraySlice<SealingWork>, of events: [NewEvent]) throws -> SealedPart {
         // A seal id and a nonce for each of (usually) one field an event.
         let sealer = try BatchSealer(random: RandomBytes(expected: work.count * (Self.sealIdRandomBytes + AES256GCM.nonceBytes)))
         var part = SealedPart()
-        part.bytes.reserveCapacity(work.reduce(0) { $0 + $1.event.payloadJSON.utf8.count + 200 })
+        part.bytes.reserveCapacity(work.reduce(0) { $0 + events[$1.index].payloadJSON.utf8.count + 200 })
         part.payloads.reserveCapacity(work.count)
         for item in work {
             let start = part.bytes.count
-            guard try seal(item.event, payload: item.payload, key: item.key, sealer: sealer, to: &part.bytes) else { continue }
+            guard try seal(events[item.index], personal: item.personal, key: item.key, sealer: sealer, to: &part.bytes) else { continue }
             part.payloads.append((item.index, start..<part.bytes.count))
         }
         return part
@@ -313,10 +318,10 @@ public final class PersonalDataKeys: Sendable {
 
     /// `event` sealed under `key` (nil: its person is erased, the fields are stored erased),
     /// appended to `output`; false when its payload is not one object (stored as given).
-    private func seal(_ event: NewEvent, payload: any EventPayload & HoldsPersonalData, key: [UInt8]?, sealer: BatchSealer, to output: inout [UInt8]) throws -> Bool {
-        let person = payload.personalDataOwner
+    private func seal(_ event: NewEvent, personal: PersonalFields, key: [UInt8]?, sealer: BatchSealer, to output: inout [UInt8]) throws -> Bool {
+        let person = personal.owner
         let seal = sealer.sealId(person)
-        let fields = type(of: payload).personalFields
+        let fields = personal.fields
         sealer.startEvent(seal: seal, stream: event.streamId, person: person, type: event.type)
         // The payload's text with its personal members replaced (PersonalDataSplice), or, for a
         // text that is not one object, libjansson's tree of it.
@@ -348,14 +353,13 @@ public final class PersonalDataKeys: Sendable {
         try sealed(events, on: connection)
     }
 
-    /// The typed payload of `event` when its type holds personal data.
-    static func personalPayload(_ event: NewEvent) throws -> (any EventPayload & HoldsPersonalData)? {
+    /// The personal fields of `event` and their owner, when its type holds personal data.
+    static func personalPayload(_ event: NewEvent) throws -> PersonalFields? {
         guard personalTypes.contains(event.type) else { return nil }
-        if let typed = event.typedPayload as? any EventPayload & HoldsPersonalData { return typed }
+        if let personal = event.typedPayload?.personalData { return personal }
         // A payload that is not of its type's shape is the validator's to refuse; without one it
         // is stored as given (no reader can read it as that type either).
-        return (try? InboxCatalogue.registry.decode(type: event.type, schemaVersion: event.schemaVersion, payload: Data(event.payloadJSON.utf8)))
-            as? any EventPayload & HoldsPersonalData
+        return (try? InboxCatalogue.registry.decode(type: event.type, schemaVersion: event.schemaVersion, payload: Data(event.payloadJSON.utf8)))?.personalData
     }
 
     /// The catalogue's types with personal fields.
@@ -541,6 +545,8 @@ final class BatchSealer {
     private var sealedBytes: [UInt8] = []
     private var macBytes = [UInt8](repeating: 0, count: 32)
     private var macHeader: [UInt8] = []
+    /// The type and field `macHeader` was written for: a batch's fields are mostly of one kind.
+    private var macHeaderOf: (type: String, field: String)?
 
     init(random: RandomBytes) throws {
         cipher = try AES256GCM.Session()
@@ -563,7 +569,11 @@ final class BatchSealer {
     /// The event whose fields come next.
     func startEvent(seal: String, stream: String, person: String, type: String) {
         associated.removeAll(keepingCapacity: true)
-        FieldCrypto.append(FieldCrypto.associatedDataPrefix, [seal, stream, person, type], to: &associated)
+        associated.append(contentsOf: FieldCrypto.associatedDataPrefix)
+        FieldCrypto.append(part: seal, to: &associated)
+        FieldCrypto.append(part: stream, to: &associated)
+        FieldCrypto.append(part: person, to: &associated)
+        FieldCrypto.append(part: type, to: &associated)
         eventAssociated = associated.count
         self.type = type
     }
@@ -587,11 +597,13 @@ final class BatchSealer {
     /// The sealed text in `sealedBytes`, its MAC in `macBytes`.
     private func sealBytes(_ text: UnsafeRawBufferPointer, field: String, key: [UInt8]) throws {
         associated.removeSubrange(eventAssociated...)
-        associated.append(0)
-        associated.append(contentsOf: field.utf8)
+        FieldCrypto.append(part: field, to: &associated)
         sealedBytes.removeAll(keepingCapacity: true)
-        macHeader.removeAll(keepingCapacity: true)
-        FieldCrypto.append(FieldCrypto.macPrefix, [type, field, ""], to: &macHeader)
+        if macHeaderOf?.type != type || macHeaderOf?.field != field {
+            macHeader.removeAll(keepingCapacity: true)
+            FieldCrypto.append(FieldCrypto.macPrefix, [type, field, ""], to: &macHeader)
+            macHeaderOf = (type, field)
+        }
         let cipher = cipher
         let mac = mac
         let made = try key.withUnsafeBytes { key in
@@ -687,10 +699,15 @@ enum FieldCrypto {
     static func append(_ prefix: [UInt8], _ parts: [String], to bytes: inout [UInt8]) {
         bytes.reserveCapacity(bytes.count + prefix.count + parts.reduce(0) { $0 + $1.utf8.count + 1 })
         bytes.append(contentsOf: prefix)
-        for part in parts {
-            bytes.append(0)
-            bytes.append(contentsOf: part.utf8)
-        }
+        for part in parts { append(part: part, to: &bytes) }
+    }
+
+    /// A NUL, then `part`.
+    @inline(__always)
+    static func append(part: String, to bytes: inout [UInt8]) {
+        bytes.append(0)
+        var part = part
+        part.withUTF8 { bytes.append(contentsOf: $0) }
     }
 }
 

@@ -49,6 +49,11 @@ import Testing
                 .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: ""))
         }
         for refused in ["Zg==", "+/+/", "Z", "Zm9vY", "Zh", "Zm9 v", "Zm9v\u{0}"] { #expect(Base64URL.decode(refused) == nil, "\(refused)") }
+        // Appended after what the output holds, from a slice and from bytes not in one buffer.
+        var output = Array("x:".utf8)
+        Base64URL.append(Array("foob".utf8)[1...], to: &output)
+        Base64URL.append((0..<2).lazy.map { UInt8($0) + 0x66 }, to: &output)
+        #expect(String(decoding: output, as: UTF8.self) == "x:b29iZmc")
     }
 }
 
