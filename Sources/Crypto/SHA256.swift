@@ -12,21 +12,15 @@ public enum SHA256 {
             output.withUnsafeMutableBufferPointer { out in
                 var length: UInt32 = 0
                 // EVP_Digest cannot fail for SHA-256 on valid buffers; a failure leaves zeros, which never matches.
-                _ = EVP_Digest(buffer.baseAddress, buffer.count, out.baseAddress, &length, Fetched.sha256.digest ?? EVP_sha256(), nil)
+                _ = EVP_Digest(buffer.baseAddress, buffer.count, out.baseAddress, &length, algorithm.pointer, nil)
             }
         }
         return output
     }
 
     /// SHA-256 fetched from the default provider once: given `EVP_sha256()`, OpenSSL 3 fetches it
-    /// again at every digest (half the time of hashing a Message-ID's name). A fetched digest is
-    /// immutable and may be used by any thread.
-    final class Fetched: @unchecked Sendable {
-        static let sha256 = Fetched("SHA256")
-        let digest: OpaquePointer?
-
-        init(_ name: String) { digest = EVP_MD_fetch(nil, name, nil) }
-    }
+    /// again at every digest (half the time of hashing a Message-ID's name).
+    static let algorithm = Fetched(EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()!)
 
     /// The digest as lower-case hex, the form migration checksums are recorded in.
     public static func hexDigest(_ bytes: some Collection<UInt8>) -> String { Hex.encode(digest(bytes)) }
