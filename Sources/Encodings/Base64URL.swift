@@ -65,25 +65,55 @@ public enum Base64URL {
     /// padding included), or has a length no encoding has, or leftover bits that are not zero.
     @inlinable
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        let input = Array(text.utf8)
-        guard input.count % 4 != 1 else { return nil }
         var output: [UInt8] = []
-        output.reserveCapacity(input.count * 3 / 4)
-        var group: UInt32 = 0
-        var bits = 0
-        let values = Self.values
-        for byte in input {
-            let value = values[Int(byte)]
-            guard value != 255 else { return nil }
-            group = group << 6 | UInt32(value)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                output.append(UInt8(truncatingIfNeeded: group >> UInt32(bits)))
-                group &= (1 << UInt32(bits)) - 1
+        let decoded =
+            text.utf8.withContiguousStorageIfAvailable { decode(contiguous: $0, appendingTo: &output) }
+            ?? Array(text.utf8).withUnsafeBufferPointer { decode(contiguous: $0, appendingTo: &output) }
+        return decoded ? output : nil
+    }
+
+    /// `decode(_:)` of text in memory, its bytes appended to `output` (grown once, then written
+    /// through a pointer); false, and `output` as it was, for text that is not base64url.
+    @inlinable
+    public static func decode(contiguous input: UnsafeBufferPointer<UInt8>, appendingTo output: inout [UInt8]) -> Bool {
+        let remainder = input.count % 4
+        guard remainder != 1 else { return false }
+        let start = output.count
+        output.append(contentsOf: repeatElement(0, count: input.count / 4 * 3 + max(0, remainder - 1)))
+        let decoded = Self.values.withUnsafeBufferPointer { values in
+            output.withUnsafeMutableBufferPointer { output -> Bool in
+                // Four characters at a time: a value outside the alphabet is 255, so one test of
+                // the high bit of all four refuses it.
+                var at = start
+                var index = 0
+                let whole = input.count - remainder
+                while index < whole {
+                    let a = values[Int(input[index])], b = values[Int(input[index + 1])]
+                    let c = values[Int(input[index + 2])], d = values[Int(input[index + 3])]
+                    guard (a | b | c | d) & 0x80 == 0 else { return false }
+                    let group = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                    output[at] = UInt8(truncatingIfNeeded: group >> 16)
+                    output[at + 1] = UInt8(truncatingIfNeeded: group >> 8)
+                    output[at + 2] = UInt8(truncatingIfNeeded: group)
+                    at += 3
+                    index += 4
+                }
+                switch remainder {
+                case 2:
+                    let a = values[Int(input[index])], b = values[Int(input[index + 1])]
+                    guard (a | b) & 0x80 == 0, b & 0x0F == 0 else { return false }
+                    output[at] = a << 2 | b >> 4
+                case 3:
+                    let a = values[Int(input[index])], b = values[Int(input[index + 1])], c = values[Int(input[index + 2])]
+                    guard (a | b | c) & 0x80 == 0, c & 0x03 == 0 else { return false }
+                    output[at] = a << 2 | b >> 4
+                    output[at + 1] = b << 4 | c >> 2
+                default: break
+                }
+                return true
             }
         }
-        guard group == 0 else { return nil }
-        return output
+        if !decoded { output.removeSubrange(start...) }
+        return decoded
     }
 }

@@ -3,14 +3,17 @@
 public enum JSONString {
     /// Appends `text` to `output` as a quoted, escaped JSON string.
     public static func append(_ text: String, to output: inout [UInt8]) {
-        output.append(UInt8(ascii: "\""))
         var text = text
-        text.withUTF8 { utf8 in
-            if utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
-                appendEscaped(utf8, to: &output)
-            } else {
-                output.append(contentsOf: utf8)
-            }
+        text.withUTF8 { append(utf8: $0, to: &output) }
+    }
+
+    /// `append(_:to:)` of text given as UTF-8 bytes.
+    public static func append(utf8: UnsafeBufferPointer<UInt8>, to output: inout [UInt8]) {
+        output.append(UInt8(ascii: "\""))
+        if utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            appendEscaped(utf8, to: &output)
+        } else {
+            output.append(contentsOf: utf8)
         }
         output.append(UInt8(ascii: "\""))
     }

@@ -169,12 +169,24 @@ enum PersonalDataSplice {
         }
     }
 
+    /// A sealed member's `v` and `h`, as bytes of the payload.
+    struct SealedBytes {
+        let v: UnsafeBufferPointer<UInt8>
+        let h: UnsafeBufferPointer<UInt8>
+    }
+
+    /// What a sealed member whose key is gone is read as.
+    static let erased = Array(#"{"$erased":true}"#.utf8)
+
     /// A stored payload as readers decode it: each top-level `{"$sealed": {"v": ..., "h": ...}}`
-    /// replaced by the text `open` gives (a JSON string, or `{"$erased": true}`), and `$seal` left
-    /// out; nil when the payload has another shape (the caller decodes it with an opener bound).
-    /// The decoder then parses a text of the unsealed one's length: libjansson's parse of the
-    /// sealed bytes cost as much as the rest of a message's decoding.
-    static func opened(_ payload: String, open: (_ sealed: SealedField, _ field: String) throws -> PersonalText) throws -> String? {
+    /// replaced by what `open` appends to the output for it (a JSON string, or `erased`), given
+    /// the member's name unescaped, and `$seal` left out; nil when the payload has another shape
+    /// (the caller decodes it with an opener bound). The decoder then parses a text of the
+    /// unsealed one's length: libjansson's parse of the sealed bytes cost as much as the rest of a
+    /// message's decoding. Nothing is allocated for a member but what `open` does.
+    static func opened(
+        _ payload: String, open: (_ sealed: SealedBytes, _ field: UnsafeBufferPointer<UInt8>, _ output: inout [UInt8]) throws -> Void
+    ) throws -> String? {
         var payload = payload
         return try payload.withUTF8 { bytes -> String? in
             guard let (members, _) = members(bytes) else { return nil }
@@ -184,25 +196,20 @@ enum PersonalDataSplice {
             var first = true
             for member in members {
                 let key = UnsafeBufferPointer(rebasing: bytes[member.key])
-                if !member.keyHasEscape, key.elementsEqual("$seal".utf8) { continue }
+                if !member.keyHasEscape, equal(key, "$seal") { continue }
                 if !first { output.append(UInt8(ascii: ",")) }
                 first = false
-                let sealed = bytes[member.value.lowerBound] == UInt8(ascii: "{") ? sealedField(UnsafeBufferPointer(rebasing: bytes[member.value])) : nil
-                guard let sealed else {
+                let value = UnsafeBufferPointer(rebasing: bytes[member.value])
+                guard value[0] == UInt8(ascii: "{"), let sealed = sealedBytes(value) else {
                     output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[(member.key.lowerBound - 1)..<member.value.upperBound]))
                     continue
                 }
-                let field: String
-                if member.keyHasEscape {
-                    guard let decoded = string(bytes, (member.key.lowerBound - 1)..<(member.key.upperBound + 1), escaped: true) else { return nil }
-                    field = decoded
-                } else {
-                    field = String(decoding: key, as: UTF8.self)
-                }
                 output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[(member.key.lowerBound - 1)..<member.value.lowerBound]))
-                switch try open(sealed, field) {
-                case .text(let text): JSONString.append(text, to: &output)
-                case .erased: output.append(contentsOf: #"{"$erased":true}"#.utf8)
+                if member.keyHasEscape {
+                    guard var field = string(bytes, (member.key.lowerBound - 1)..<(member.key.upperBound + 1), escaped: true) else { return nil }
+                    try field.withUTF8 { try open(sealed, $0, &output) }
+                } else {
+                    try open(sealed, key, &output)
                 }
             }
             output.append(UInt8(ascii: "}"))
@@ -211,26 +218,63 @@ enum PersonalDataSplice {
     }
 
     /// The `v` and `h` of `{"$sealed": {"v": ..., "h": ...}}` (in either order, nothing else in
-    /// either object, neither escaped: as the log writes it); nil for anything else.
-    static func sealedField(_ bytes: UnsafeBufferPointer<UInt8>) -> SealedField? {
-        guard let (outer, _) = members(bytes), outer.count == 1, !outer[0].keyHasEscape,
-            UnsafeBufferPointer(rebasing: bytes[outer[0].key]).elementsEqual("$sealed".utf8),
-            bytes[outer[0].value.lowerBound] == UInt8(ascii: "{"),
-            let (inner, _) = members(UnsafeBufferPointer(rebasing: bytes[outer[0].value])), inner.count == 2
+    /// either object, neither escaped: as the log writes it, with any spacing); nil for anything
+    /// else. Read in one pass, without the general parse of `members`.
+    static func sealedBytes(_ bytes: UnsafeBufferPointer<UInt8>) -> SealedBytes? {
+        var cursor = Cursor(bytes: bytes)
+        guard cursor.take(UInt8(ascii: "{")), let name = cursor.plainString(), equal(name, "$sealed"), cursor.take(UInt8(ascii: ":")),
+            cursor.take(UInt8(ascii: "{"))
         else { return nil }
-        let base = outer[0].value.lowerBound
-        var v: String?
-        var h: String?
-        for member in inner {
-            guard member.valueIsString, !member.valueHasEscape, !member.keyHasEscape, member.key.count == 1 else { return nil }
-            let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[(base + member.value.lowerBound + 1)..<(base + member.value.upperBound - 1)]), as: UTF8.self)
-            switch bytes[base + member.key.lowerBound] {
-            case UInt8(ascii: "v"): v = text
-            case UInt8(ascii: "h"): h = text
+        var v: UnsafeBufferPointer<UInt8>?
+        var h: UnsafeBufferPointer<UInt8>?
+        for member in 0..<2 {
+            guard member == 0 || cursor.take(UInt8(ascii: ",")), let key = cursor.plainString(), key.count == 1, cursor.take(UInt8(ascii: ":")),
+                let value = cursor.plainString()
+            else { return nil }
+            switch key[0] {
+            case UInt8(ascii: "v"): v = value
+            case UInt8(ascii: "h"): h = value
             default: return nil
             }
         }
-        guard let v, let h else { return nil }
-        return SealedField(v: v, h: h)
+        guard cursor.take(UInt8(ascii: "}")), cursor.take(UInt8(ascii: "}")), let v, let h else { return nil }
+        cursor.skipSpace()
+        return cursor.index == bytes.count ? SealedBytes(v: v, h: h) : nil
+    }
+
+    /// Whether `bytes` are the text `literal`.
+    @inline(__always)
+    static func equal(_ bytes: UnsafeBufferPointer<UInt8>, _ literal: StaticString) -> Bool {
+        bytes.count == literal.utf8CodeUnitCount && (bytes.isEmpty || memcmp(bytes.baseAddress!, literal.utf8Start, bytes.count) == 0)
+    }
+
+    /// A reading position in JSON text: a value, not a closure's captured variable, so moving it
+    /// costs no exclusivity check.
+    private struct Cursor {
+        let bytes: UnsafeBufferPointer<UInt8>
+        var index = 0
+
+        mutating func skipSpace() {
+            while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x0A || bytes[index] == 0x0D || bytes[index] == 0x09 { index += 1 }
+        }
+
+        /// Past `byte`, after any space; false when another byte (or the end) comes first.
+        mutating func take(_ byte: UInt8) -> Bool {
+            skipSpace()
+            guard index < bytes.count, bytes[index] == byte else { return false }
+            index += 1
+            return true
+        }
+
+        /// A string without escapes, its bytes without the quotes.
+        mutating func plainString() -> UnsafeBufferPointer<UInt8>? {
+            guard take(UInt8(ascii: "\"")), let base = bytes.baseAddress,
+                let found = memchr(base + index, Int32(UInt8(ascii: "\"")), bytes.count - index)
+            else { return nil }
+            let end = UnsafeRawPointer(found) - UnsafeRawPointer(base)
+            guard memchr(base + index, Int32(UInt8(ascii: "\\")), end - index) == nil else { return nil }
+            defer { index = end + 1 }
+            return UnsafeBufferPointer(rebasing: bytes[index..<end])
+        }
     }
 }

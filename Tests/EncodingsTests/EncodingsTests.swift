@@ -54,6 +54,15 @@ import Testing
         Base64URL.append(Array("foob".utf8)[1...], to: &output)
         Base64URL.append((0..<2).lazy.map { UInt8($0) + 0x66 }, to: &output)
         #expect(String(decoding: output, as: UTF8.self) == "x:b29iZmc")
+        // Decoded after what the output holds; refused text leaves it as it was.
+        var decoded = Array("x:".utf8)
+        #expect(Array("Zm9vYg".utf8).withUnsafeBufferPointer { Base64URL.decode(contiguous: $0, appendingTo: &decoded) })
+        #expect(Array("Zm8".utf8).withUnsafeBufferPointer { Base64URL.decode(contiguous: $0, appendingTo: &decoded) })
+        for refused in ["Zm9vY", "Zm9v*g", "Zh"] {
+            #expect(!Array(refused.utf8).withUnsafeBufferPointer { Base64URL.decode(contiguous: $0, appendingTo: &decoded) }, "\(refused)")
+        }
+        #expect(String(decoding: decoded, as: UTF8.self) == "x:foobfo")
+        #expect(Base64URL.decode("Zm9vYg"[...]) == Array("foob".utf8))
     }
 }
 

@@ -1,5 +1,6 @@
 import Crypto
 import Encodings
+import InboxDomain
 import Testing
 
 @testable import EventLog
@@ -35,14 +36,17 @@ import Testing
                 // The MAC by which a retried append is known: HMAC-SHA256 of the type, field and text.
                 let mac = HMAC.mac(.sha256, key: key, data: Array("wristler/personal-mac/v1".utf8) + [0] + Array("message_sent".utf8) + [0] + Array(field.utf8) + [0] + Array(text.utf8))
                 #expect(sealed.h == Base64URL.encode(mac.prefix(16)))
-                // A value the one-shot function sealed opens through a kept context; moved, it does not.
-                let stored = try AES256GCM.seal(Array(text.utf8), key: key, associatedData: Self.associatedData(parts + [field]))
-                let opening = FieldOpening.take()
-                defer { FieldOpening.giveBack(opening) }
-                #expect(opening.open(stored, key: key, associatedData: parts + [field]) == text)
-                #expect(opening.open(stored, key: keys[(index + 1) % keys.count], associatedData: parts + [field]) == nil)
-                #expect(opening.open(stored, key: key, associatedData: parts + ["other"]) == nil)
-                #expect(opening.open(bytes, key: key, associatedData: parts + [field]) == text)
+                // A value the one-shot function sealed opens through a kept context, as a reader
+                // opens it; with another key, or moved to another field or event, it does not.
+                let stored = SealedField(v: Base64URL.encode(try AES256GCM.seal(Array(text.utf8), key: key, associatedData: Self.associatedData(parts + [field]))), h: "")
+                let opener = FieldOpener(key: key, sealID: "seal\(index)", stream: parts[1], person: parts[2], type: parts[3])
+                #expect(try opener.open(stored, field: field) == .text(text))
+                #expect(try opener.open(sealed, field: field) == .text(text))
+                #expect(throws: PersonalDataFieldError.self) { try FieldOpener(key: keys[(index + 1) % keys.count], sealID: "seal\(index)", stream: parts[1], person: parts[2], type: parts[3]).open(stored, field: field) }
+                #expect(throws: PersonalDataFieldError.self) { try opener.open(stored, field: "other") }
+                #expect(throws: PersonalDataFieldError.self) { try FieldOpener(key: key, sealID: "seal\(index + 1)", stream: parts[1], person: parts[2], type: parts[3]).open(stored, field: field) }
+                #expect(throws: PersonalDataFieldError.self) { try opener.open(SealedField(v: stored.v + "*", h: ""), field: field) }
+                #expect(try FieldOpener(key: nil, sealID: "seal\(index)", stream: parts[1], person: parts[2], type: parts[3]).open(stored, field: field) == .erased)
             }
         }
     }

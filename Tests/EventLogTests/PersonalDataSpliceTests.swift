@@ -89,8 +89,10 @@ import Testing
 
     /// Opens every sealed value as `open(v + "/" + field)`, erased where `v` is "gone".
     static func opened(_stored: String) throws -> String? {
-        try PersonalDataSplice.opened(_stored) { sealed, field in
-            sealed.v == "gone" ? .erased : .text("\(sealed.v)/\(field)/\(sealed.h)")
+        try PersonalDataSplice.opened(_stored) { sealed, field, output in
+            let v = String(decoding: sealed.v, as: UTF8.self)
+            if v == "gone" { return output.append(contentsOf: PersonalDataSplice.erased) }
+            JSONString.append("\(v)/\(String(decoding: field, as: UTF8.self))/\(String(decoding: sealed.h, as: UTF8.self))", to: &output)
         }
     }
 
@@ -109,7 +111,9 @@ import Testing
     @Test func readsASealedFieldOnlyInTheShapeTheLogWritesIt() {
         func field(_ text: String) -> SealedField? {
             var text = text
-            return text.withUTF8 { PersonalDataSplice.sealedField($0) }
+            return text.withUTF8 { bytes in
+                PersonalDataSplice.sealedBytes(bytes).map { SealedField(v: String(decoding: $0.v, as: UTF8.self), h: String(decoding: $0.h, as: UTF8.self)) }
+            }
         }
         #expect(field(#"{"$sealed": {"h": "a", "v": "b"}}"#) == SealedField(v: "b", h: "a"))
         #expect(field(#"{"$sealed":{"v":"b","h":"a"}}"#) == SealedField(v: "b", h: "a"))
@@ -118,5 +122,15 @@ import Testing
         #expect(field(#"{"$sealed": {"h": "a", "v": 1}}"#) == nil)
         #expect(field(#"{"$sealed": {"h": "a", "v": "b"}, "other": 1}"#) == nil)
         #expect(field(#"{"$erased": true}"#) == nil)
+        #expect(field(" {\n\t\"$sealed\" : { \"v\" : \"b\" ,\r\"h\":\"a\" } } ") == SealedField(v: "b", h: "a"))
+        #expect(field(#"{"\u0024sealed": {"h": "a", "v": "b"}}"#) == nil)
+        #expect(field(#"{"$sealed": {"v": "a", "v": "b"}}"#) == nil)
+        #expect(field(#"{"$sealed": {"hh": "a", "v": "b"}}"#) == nil)
+        #expect(field(#"{"$sealed": {"h": "a\"", "v": "b"}}"#) == nil)
+        #expect(field(#"{"$sealed": {"h": "a\\", "v": "b"}}"#) == nil)
+        #expect(field(#"{"$sealed": {"h": "a", "v": "b"}} x"#) == nil)
+        #expect(field(#"{"$sealed": {"h": "a", "v": "b"#) == nil)
+        #expect(field(#"{"$sealed": {"h": "a", "v": "b"}"#) == nil)
+        #expect(field("") == nil)
     }
 }
