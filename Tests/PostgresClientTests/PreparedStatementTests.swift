@@ -214,6 +214,25 @@ import Testing
         #expect(try await BlockingThread.run { try pool.queryBlocking("SELECT 1", retryIfFoundDead: true) { try $0.decode(Int32.self, at: 0) } } == [1])
     }
 
+    /// Every session opens in UTC with ISO dates and without JIT compilation (a generic plan on a
+    /// long log passed `jit_above_cost` and was compiled at every execution).
+    @Test func everySessionOpensInUTCWithoutJIT() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        let pool = try PostgresClient(configuration: .init(connection: db.configuration, maximumConnections: 1))
+        defer { pool.close() }
+        let settings = try await pool.query("SELECT current_setting('TimeZone') || ' ' || current_setting('DateStyle') || ' ' || current_setting('jit')") {
+            try $0.decode(String.self, at: 0)
+        }
+        #expect(settings == ["UTC ISO, YMD off"])
+        // With every cost above the threshold, nothing is compiled.
+        let plan = try await pool.withConnection { connection in
+            try connection.execute("SET jit_above_cost = 0")
+            return try connection.query("EXPLAIN (ANALYZE, FORMAT TEXT) SELECT sum(x) FROM generate_series(1, 1000) x").map { try $0.decode(String.self, at: 0) }
+        }
+        #expect(!plan.isEmpty && !plan.contains { $0.contains("JIT") }, "\(plan)")
+    }
+
     @Test func aStatementTimeoutIsNeverRetried() async throws {
         let db = try await TestDatabase.make(migrated: false)
         defer { Task { await db.drop() } }
