@@ -121,6 +121,34 @@ import Testing
         }
     }
 
+    /// At most `catchUpLimit` events committed before an inline append are applied with it; one
+    /// more and every projection is left to the projector (the backlog read as one row saying
+    /// so), which then applies them all, once.
+    @Test func anInlineAppendAppliesABacklogUpToItsLimitAndLeavesALongerOneToTheProjector() async throws {
+        try await Self.withTheThreadProjected { db in
+            @Sendable func post(_ id: String) throws -> NewEvent {
+                try NewEvent(MessageSent(conversationId: "c1", messageId: id, authorSide: .seller, authorId: "seller", body: id))
+            }
+            let inline = InlineProjections(catchUpLimit: 3)
+            // Three behind: applied first, then the append's own.
+            for id in ["b1", "b2", "b3"] { _ = try await db.store.append(try post(id)) }
+            let caughtUp = try await db.client.withConnection { try inline.appendReporting([try post("m1")], on: $0).outcome }
+            #expect(caughtUp.applied == ["bell", "threads"] && caughtUp.deferred.isEmpty, "\(caughtUp)")
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 4)
+            // Four behind: left to the projector, nothing applied.
+            for id in ["b4", "b5", "b6", "b7"] { _ = try await db.store.append(try post(id)) }
+            let behind = try await db.client.withConnection { try inline.appendReporting([try post("m2")], on: $0).outcome }
+            #expect(behind.applied.isEmpty && behind.deferred == ["bell", "threads"], "\(behind)")
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 4)
+            try await db.withProjectors { try await db.waitUntilProjected() }
+            #expect(try await db.scalar("SELECT count(*)::int FROM messages", Int.self) == 9)
+            #expect(try await db.scalar("SELECT unread_count FROM bell_counters WHERE person_id = 'buyer'", Int32.self) == 9)
+            #expect(try await db.countersThatDisagreeWithARecount().isEmpty)
+            let comparison = try await db.compareWithReplay()
+            #expect(comparison.allSatisfy { $0.differing == 0 }, "\(comparison.filter { $0.differing != 0 })")
+        }
+    }
+
     /// When the staged writes fail (an event a projection refuses), nothing of them stays and the
     /// projections apply one by one as before: the refused event parked, the others applied inline.
     @Test func anInlineAppendWhoseStagedWritesFailParksTheRefusedEventAndAppliesTheRest() async throws {

@@ -162,12 +162,12 @@ public struct InlineProjections: Sendable {
         // The locks behind a savepoint too: when they cannot be had (a statement timeout while a
         // swap holds them, say), every projection is left to the async projector.
         connection.executeWithNext("SAVEPOINT inline_projection_locks")
-        let positions: [String: (ProjectionPosition, pending: [RecordedEvent])]
+        let positions: [String: (ProjectionPosition, pending: [RecordedEvent]?)]
         let isNext: Bool
         let loaded: [PostgresRows]
         do {
             (positions, isNext, loaded) = try ProjectionState.readLockedNextAndPending(
-                concerned.map(\.name), limit: catchUpLimit + 1, alongside: loads.flatMap { $0 }, on: connection)
+                concerned.map(\.name), limit: catchUpLimit, alongside: loads.flatMap { $0 }, on: connection)
             connection.executeWithNext("RELEASE SAVEPOINT inline_projection_locks")
         } catch let error as PostgresError where error.isConnectionError {
             throw error
@@ -190,8 +190,7 @@ public struct InlineProjections: Sendable {
             return outcome
         }
         for projection in concerned {
-            guard isNext, let (live, pending) = positions[projection.name], live.version == projection.version, pending.count <= catchUpLimit
-            else {
+            guard isNext, let (live, pending) = positions[projection.name], live.version == projection.version, let pending else {
                 outcome.deferred.append(projection.name)
                 continue
             }
@@ -250,10 +249,10 @@ public struct InlineProjections: Sendable {
     /// events each applied, by name.
     private func applyStaged(
         _ staged: [(projection: any StagedProjection, events: [ProjectedEvent])], loads: [[PostgresStatement]], loaded: [PostgresRows],
-        positions: [String: (ProjectionPosition, pending: [RecordedEvent])], writesGoWithNext: Bool, in context: ProjectionContext
+        positions: [String: (ProjectionPosition, pending: [RecordedEvent]?)], writesGoWithNext: Bool, in context: ProjectionContext
     ) -> [(String, Int)]? {
         for (projection, _) in staged {
-            guard let (live, pending) = positions[projection.name], live.version == projection.version, pending.isEmpty else { return nil }
+            guard let (live, pending) = positions[projection.name], live.version == projection.version, pending?.isEmpty == true else { return nil }
         }
         let connection = context.connection
         if !writesGoWithNext { connection.executeWithNext("SAVEPOINT inline_staged") }
