@@ -182,20 +182,42 @@ struct ProjectionBenchmark: Benchmark {
             try connection.execute("DELETE FROM projection_checkpoints; DELETE FROM projection_dead_letters; TRUNCATE notification_outbox CASCADE")
         }
         try await client.execute("CHECKPOINT")
-        let head = try await client.withConnection { connection in
-            try connection.query("SELECT transaction_id::text AS x, position FROM events ORDER BY transaction_id DESC, position DESC LIMIT 1")
-                .map { "\(try $0.decode(String.self, "x"))/\(try $0.decode(Int64.self, "position"))" }.first ?? ""
-        }
-        let configuration = client.configuration.connection
         let residentBefore = residentMiB(peak: false)
         peakBeforeResets.withLock { $0 = max($0, residentMiB(peak: true)) }
         resetPeakResident()
         let cpuBefore = try await cpuSeconds(client: client)
         let started = ContinuousClock.now
-        // A projector that stops (its error is not one it retries) or makes no progress for
-        // `catchUpStall` fails the benchmark, naming it, instead of leaving it waiting for ever.
+        let caughtUp = try await project(InboxProjections.all, client: client)
+        let elapsed = ContinuousClock.now - started
+        try await reportCPU(since: cpuBefore, events: events, what: "catch-up round \(round)", client: client)
+        progress(
+            "  catch-up round \(round): caught up "
+                + caughtUp.sorted { $0.value < $1.value }.map { "\($0.key) \(String(format: "%.1f", $0.value.inSeconds)) s" }.joined(separator: ", "))
+        // The projectors whose tables are empty fold up to `catchUpOptions.inMemoryEvents` events
+        // in memory before their first commit: what they held is the peak over the generator's state.
+        progress(
+            "  catch-up round \(round): resident memory \(String(format: "%.0f", residentBefore)) MiB before, peak "
+                + "\(String(format: "%.0f", residentMiB(peak: true))) MiB during")
+        let parked = try await client.withConnection { connection in
+            try connection.query("SELECT count(*) FROM projection_dead_letters").scalar(Int64.self)
+        }
+        guard parked == 0 else { throw BenchmarkFailure(description: "the catch-up parked \(parked) events") }
+        return Measurement(round: round, events: events, elapsed: elapsed)
+    }
+
+    /// Runs a `Projector` for each of `projections`, as `inbox project` does, until every one's
+    /// checkpoint stands at the log's head; returns when each first did. A projector that stops
+    /// (its error is not one it retries) or makes no progress for `catchUpStall` fails the
+    /// benchmark, naming it, instead of leaving it waiting for ever.
+    static func project(_ projections: [any Projection], client: PostgresClient) async throws -> [String: Duration] {
+        let head = try await client.withConnection { connection in
+            try connection.query("SELECT transaction_id::text AS x, position FROM events ORDER BY transaction_id DESC, position DESC LIMIT 1")
+                .map { "\(try $0.decode(String.self, "x"))/\(try $0.decode(Int64.self, "position"))" }.first ?? ""
+        }
+        let configuration = client.configuration.connection
+        let started = ContinuousClock.now
         let stopped = StoppedProjectors()
-        let tasks = InboxProjections.all.map { projection in
+        let tasks = projections.map { projection in
             Task {
                 do {
                     try await Projector(projection: projection, configuration: configuration, options: catchUpOptions).run()
@@ -206,7 +228,7 @@ struct ProjectionBenchmark: Benchmark {
             }
         }
         defer { for task in tasks { task.cancel() } }
-        let names = InboxProjections.all.map(\.name)
+        let names = projections.map(\.name)
         var lastSeen: [String] = []
         var lastMoved = ContinuousClock.now
         // When each projector's checkpoint first stood at the head: which of them the catch-up waited for.
@@ -234,23 +256,9 @@ struct ProjectionBenchmark: Benchmark {
                     description: "the catch-up did not finish: no checkpoint moved for \(catchUpStall) (\(checkpoints.joined(separator: ", ")); the head is \(head))")
             }
         }
-        let elapsed = ContinuousClock.now - started
         for task in tasks { task.cancel() }
         for task in tasks { _ = await task.result }
-        try await reportCPU(since: cpuBefore, events: events, what: "catch-up round \(round)", client: client)
-        progress(
-            "  catch-up round \(round): caught up "
-                + caughtUp.sorted { $0.value < $1.value }.map { "\($0.key) \(String(format: "%.1f", $0.value.inSeconds)) s" }.joined(separator: ", "))
-        // The projectors whose tables are empty fold up to `catchUpOptions.inMemoryEvents` events
-        // in memory before their first commit: what they held is the peak over the generator's state.
-        progress(
-            "  catch-up round \(round): resident memory \(String(format: "%.0f", residentBefore)) MiB before, peak "
-                + "\(String(format: "%.0f", residentMiB(peak: true))) MiB during")
-        let parked = try await client.withConnection { connection in
-            try connection.query("SELECT count(*) FROM projection_dead_letters").scalar(Int64.self)
-        }
-        guard parked == 0 else { throw BenchmarkFailure(description: "the catch-up parked \(parked) events") }
-        return Measurement(round: round, events: events, elapsed: elapsed)
+        return caughtUp
     }
 
     /// The rows of each of the replay's tables after a replay of the whole log, in COPY's text

@@ -14,8 +14,10 @@ import Projections
 ///   event sealed: the worst case);
 /// - `append-mix-*`: the same of batches of 100 events of the simulated marketplace (the share of
 ///   personal events a log has);
-/// - `post-*`: one message at a time appended and projected inline into the threads, as a post is;
-/// - `replay-*`: `Replayer.catchUp` of every projection over a simulated log.
+/// - `post-*`: one message at a time appended and projected inline into the threads, as a post is
+///   (the threads brought up to the head by their projector first, untimed);
+/// - `replay-*`: `Replayer.catchUp` of every projection over the log: the simulated events, and
+///   what the rounds before appended.
 struct SealingBenchmark: Benchmark {
     var rounds: Int
     var scale: Double
@@ -105,9 +107,13 @@ struct SealingBenchmark: Benchmark {
         ) { client, name, round in try await Self.post(client: client, posts: postTotal, round: round, tag: name) }
         cases += pair(
             "replay", title: "replay, every projection",
-            description: { "Replayer.catchUp of the four projections over the log of simulated events\($0 ? ", sealed, its keys read per batch" : "")." },
+            description: { "Replayer.catchUp of the four projections over the whole log (the simulated events and what the rounds before appended)\($0 ? ", sealed, its keys read per batch" : "")." },
             batchSize: ProjectionBenchmark.replayBatch, eventsPerRound: replayTotal
-        ) { client, _, round in try await ProjectionBenchmark.replay(client: client, events: replayTotal, round: round) }
+        ) { client, _, round in
+            // The whole log, which the append and post rows of the rounds before have grown.
+            let events = try await client.withConnection { try $0.query("SELECT count(*) FROM events").scalar(Int64.self) }
+            return try await ProjectionBenchmark.replay(client: client, events: Int(events), round: round)
+        }
         // The client's own part of a replay: decoding the messages of each log, read once.
         for (name, client, withKeys) in [("unsealed", plain, false), ("sealed", sealed, true)] {
             PersonalDataKeys.swapForMeasuring(withKeys ? keys : nil)
@@ -220,16 +226,29 @@ struct SealingBenchmark: Benchmark {
                     conversationId: "bench-post-\(tag)-r\(round)-c\(index)", buyerId: "author-\(index % authors)", shopId: "s1", watchId: "w1"))
         }
         _ = try await EventStore(client: client).append(starts)
+        // Untimed: the threads' projector brings them up to the head (their live tables made the
+        // first time), as it keeps them in production, so each post is projected inline: behind a
+        // backlog longer than the inline driver's limit every post would be left to the projector.
+        _ = try await ProjectionBenchmark.project([ThreadsProjection()], client: client)
         let started = ContinuousClock.now
-        try await client.withConnection { connection in
+        let deferred = try await client.withConnection { connection in
+            var deferred = 0
             for index in 0..<posts {
                 let event = try NewEvent(
                     catalogueEvent: InboxDomain.MessageSent(
                         conversationId: "bench-post-\(tag)-r\(round)-c\(index % 500)", messageId: "bench-post-\(tag)-r\(round)-m\(index)",
                         authorSide: .buyer, authorId: "author-\(index % 500 % authors)", body: "Still for sale? message \(index)"))
-                _ = try inline.append([event], on: connection)
+                if !(try inline.appendReporting([event], on: connection).outcome.deferred.isEmpty) { deferred += 1 }
             }
+            return deferred
         }
-        return Measurement(round: round, events: posts, elapsed: ContinuousClock.now - started)
+        let elapsed = ContinuousClock.now - started
+        // A post behind an older transaction that could append (autovacuum's ANALYZE takes one)
+        // is left to the projector, as in production: a few are counted, more fail the round.
+        if deferred > 0 { progress("  post round \(round) (\(tag)): \(deferred) of \(posts) posts left to the projector") }
+        guard deferred * 100 <= posts else {
+            throw BenchmarkFailure(description: "\(deferred) of \(posts) posts were left to the projector, not projected inline")
+        }
+        return Measurement(round: round, events: posts, elapsed: elapsed)
     }
 }
