@@ -1,4 +1,4 @@
-/// base64url without padding (RFC 4648 section 5, as JWTs use it in RFC 7515), done byte by byte:
+/// base64url without padding (RFC 4648 section 5, as JWTs use it in RFC 7515), written by hand over the bytes:
 /// Foundation's base64 and three text replacements cost more than the rest of a bell page's links.
 public enum Base64URL {
     @usableFromInline static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
