@@ -77,7 +77,7 @@ public final class PostgresConnection {
     /// Whether a transaction is open (or failed and not yet rolled back).
     public var isInTransaction: Bool {
         // A held-back BEGIN opens one (or the statement it goes with fails).
-        if heldBack.first?.sql == "BEGIN", let handle, PQtransactionStatus(handle) == PQTRANS_IDLE { return true }
+        if heldBack.first?.sql.hasPrefix("BEGIN") == true, let handle, PQtransactionStatus(handle) == PQTRANS_IDLE { return true }
         flushHeldBack()
         guard let handle else { return false }
         let status = PQtransactionStatus(handle)
@@ -180,18 +180,20 @@ public final class PostgresConnection {
         _ = try? execute("")
     }
 
-    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws. The
+    /// `BEGIN` goes with the body's first statement (`executeWithNext`), not in a round trip of its own.
     public func transaction<T>(
         isolation: TransactionIsolation = .readCommitted, _ body: (PostgresConnection) throws -> T
     ) throws -> T {
-        try execute(isolation == .readCommitted ? "BEGIN" : "BEGIN ISOLATION LEVEL \(isolation.rawValue)")
+        executeWithNext(isolation == .readCommitted ? "BEGIN" : "BEGIN ISOLATION LEVEL \(isolation.rawValue)")
         let value: T
         do {
             value = try body(self)
         } catch {
             // What the body held back goes nowhere: it would run, or fail, before the ROLLBACK.
+            // (With nothing sent, not even the BEGIN, there is nothing to roll back.)
             heldBack = []
-            if isOpen { _ = try? execute("ROLLBACK") }
+            if isOpen && isInTransaction { _ = try? execute("ROLLBACK") }
             throw error
         }
         do {

@@ -346,6 +346,39 @@ import Testing
         #expect(try await db.client.query("SELECT id FROM marks ORDER BY id") { try $0.decode(Int32.self, at: 0) } == [4])
     }
 
+    /// `transaction`'s `BEGIN` goes with the body's first statement: a transaction of one statement
+    /// is two round trips (it and the `COMMIT`), its isolation level is the one asked for, and a
+    /// first statement that fails fails the transaction, which is rolled back.
+    @Test func aTransactionsBeginGoesWithItsFirstStatement() async throws {
+        let db = try await TestDatabase.make(migrated: false)
+        defer { Task { await db.drop() } }
+        try await db.client.execute("CREATE TABLE marks (id int PRIMARY KEY CHECK (id > 0))")
+        try await db.client.withConnection { connection in
+            let before = connection.roundTrips
+            let level = try connection.transaction(isolation: .repeatableRead) { connection in
+                #expect(connection.isInTransaction)
+                return try connection.query("SELECT current_setting('transaction_isolation') AS level").scalar(String.self)
+            }
+            #expect(level == "repeatable read")
+            #expect(connection.roundTrips - before == 2)
+            #expect(!connection.isInTransaction)
+
+            #expect(throws: PostgresError.self) {
+                try connection.transaction { connection in
+                    try connection.query("INSERT INTO marks VALUES ($1)", Int32(-1))
+                    try connection.query("INSERT INTO marks VALUES ($1)", Int32(1))
+                }
+            }
+            #expect(!connection.isInTransaction)
+            // A body that sends nothing: nothing to roll back, and the connection goes on.
+            struct Refused: Error {}
+            #expect(throws: Refused.self) { try connection.transaction { _ in throw Refused() } }
+            #expect(!connection.isInTransaction)
+            try connection.transaction { connection in _ = try connection.execute("INSERT INTO marks VALUES (2)") }
+        }
+        #expect(try await db.client.query("SELECT id FROM marks ORDER BY id") { try $0.decode(Int32.self, at: 0) } == [2])
+    }
+
     @Test func aCopyGoesAfterTheStatementsHeldBeforeIt() async throws {
         let db = try await TestDatabase.make(migrated: false)
         defer { Task { await db.drop() } }
