@@ -441,9 +441,19 @@ struct AppendRequest: Sendable {
         if holdsPersonalData, let keys = PersonalDataKeys.current {
             let plan = try keyPlan ?? keys.plan(events, on: connection)
             // A person's first personal field makes their key: outside a transaction, the keys and
-            // the events then go in one, so the batch takes one commit, not two.
+            // the events then go in one, so the batch takes one commit, not two, and the keys made
+            // are cached once it has committed (the next batch of theirs need not read them).
             if !plan.unknown.isEmpty && !connection.isInTransaction {
-                return try connection.transaction { try run(on: $0, keyPlan: plan) }
+                var made: [String: [UInt8]?] = [:]
+                let appended = try connection.transaction { connection in
+                    made = try keys.makeKeys(plan.unknown, on: connection)
+                    var withKeys = plan
+                    withKeys.keys.merge(made) { _, made in made }
+                    withKeys.unknown = []
+                    return try run(on: connection, keyPlan: withKeys)
+                }
+                keys.remember(made, on: connection)
+                return appended
             }
             eventsJSON = try sealedJSON(keys, plan: plan, on: connection)
         }

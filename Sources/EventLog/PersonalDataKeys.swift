@@ -27,7 +27,7 @@ public final class PersonalDataKeys: Sendable {
     /// rotation is under way: data keys still wrapped by it open too (`rewrap` rewraps them).
     let previous: SecretsKey?
     /// Data keys already committed, for sealing, by database and person: a key made by an append
-    /// is not kept here (its transaction may still roll back).
+    /// is kept here once its transaction has committed (`remember`), never before.
     private let cache = Mutex<[String: [String: [UInt8]]]>([:])
     static let cacheLimit = 100_000
 
@@ -98,7 +98,7 @@ public final class PersonalDataKeys: Sendable {
     /// erasing takes the same lock, so no key is made for somebody being erased, and two appends
     /// making keys for the same new people take their locks in one order. The locks and the insert
     /// go in one round trip; a person who got a key meanwhile, or was erased, is read. A key made is
-    /// not cached: the transaction may roll back; the next append reads it.
+    /// not cached here: the transaction may roll back. Whoever commits it may `remember` it.
     func makeKeys(_ people: [String], on connection: PostgresConnection) throws -> [String: [UInt8]?] {
         let make = { () throws -> [String: [UInt8]?] in
             connection.executeWithNext(Self.locking(people))
@@ -149,11 +149,22 @@ public final class PersonalDataKeys: Sendable {
             case nil: unknown.append(person)
             }
         }
+        cache(found, database: database)
+        return (keys, unknown)
+    }
+
+    /// Caches keys that `makeKeys` returned, once the transaction that made them has committed (an
+    /// erased person's nil is not cached, as `storedKeys` does not).
+    func remember(_ made: [String: [UInt8]?], on connection: PostgresConnection) {
+        cache(made.compactMapValues { $0 }, database: connection.configuration.redactedDescription)
+    }
+
+    private func cache(_ found: [String: [UInt8]], database: String) {
+        if found.isEmpty { return }
         cache.withLock { cache in
             if cache.values.reduce(found.count, { $0 + $1.count }) > Self.cacheLimit { cache.removeAll() }
             cache[database, default: [:]].merge(found) { _, new in new }
         }
-        return (keys, unknown)
     }
 
     enum StoredKey {

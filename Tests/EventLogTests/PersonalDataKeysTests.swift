@@ -6,7 +6,8 @@ import PostgresClient
 import Testing
 
 /// The people's data keys as an append makes them: a batch's new people get theirs together, in one
-/// transaction, and appends racing over the same new people make each key once.
+/// transaction, and appends racing over the same new people make each key once; a key made is
+/// cached once its transaction commits, never before.
 @Suite struct PersonalDataKeysTests {
     static func message(_ index: Int, author: String, body: String) throws -> NewEvent {
         try NewEvent(
@@ -44,6 +45,40 @@ import Testing
             }
             // Nothing in the clear.
             #expect(try await db.scalar("SELECT count(*)::int FROM events WHERE payload::text LIKE '%words of%'", Int.self) == 0)
+        }
+    }
+
+    @Test func aKeyMadeIsCachedOnceItsAppendCommitsAndNotWhenItRollsBack() async throws {
+        try await withTestDatabase { db in
+            try await db.client.withConnection { connection in
+                // Made and committed by the append's own transaction: the person's next append is
+                // the append alone, one round trip, with no read of their key.
+                _ = try EventStore.append([try Self.message(1, author: "new-a", body: "first of a")], on: connection)
+                let before = connection.roundTrips
+                _ = try EventStore.append([try Self.message(2, author: "new-a", body: "second of a")], on: connection)
+                #expect(connection.roundTrips - before == 1)
+
+                // Made in the caller's transaction, which rolls back: nothing is cached, so the
+                // next append makes the key again (a key cached from the rollback would seal a
+                // field that nothing could open).
+                struct RolledBack: Error {}
+                #expect(throws: RolledBack.self) {
+                    try connection.transaction { connection in
+                        _ = try EventStore.append([try Self.message(3, author: "new-b", body: "lost words of b")], on: connection)
+                        throw RolledBack()
+                    }
+                }
+                // Made by an append that its own transaction rolls back (a stream at another version).
+                let refused = try Self.message(4, author: "new-c", body: "lost words of c")
+                #expect(throws: EventLogError.self) {
+                    _ = try EventStore.append([refused], expectedVersions: [refused.streamId: .exactly(7)], on: connection)
+                }
+                #expect(try connection.query("SELECT count(*)::int FROM person_data_keys WHERE person_id IN ('new-b', 'new-c')").scalar(Int.self) == 0)
+                _ = try EventStore.append([try Self.message(5, author: "new-b", body: "words of b"), try Self.message(6, author: "new-c", body: "words of c")], on: connection)
+            }
+            #expect(try await db.scalar("SELECT count(*)::int FROM person_data_keys WHERE person_id IN ('new-a', 'new-b', 'new-c')", Int.self) == 3)
+            let bodies = try await db.events().map { try $0.decode(InboxDomain.MessageSent.self, using: InboxCatalogue.registry).body }
+            #expect(bodies == [.text("first of a"), .text("second of a"), .text("words of b"), .text("words of c")])
         }
     }
 }
