@@ -44,6 +44,8 @@ public enum Hex {
     }
 
     /// The bytes `digits` spell, or nil when their count is odd or one is not a hex digit.
+    /// Inlinable, as `encode` is: every data key read for a replay's batch is a bytea in hex.
+    @inlinable
     public static func decode(_ digits: some Collection<UInt8>) -> [UInt8]? {
         guard digits.count % 2 == 0 else { return nil }
         var bytes: [UInt8] = []
@@ -62,6 +64,7 @@ public enum Hex {
     }
 
     /// `decode` of a text's UTF-8.
+    @inlinable
     public static func decode(_ text: some StringProtocol) -> [UInt8]? { decode(text.utf8) }
 
     /// Sixteen bytes as a UUID's text: lower case, `8-4-4-4-12` digits. The bytes are taken as they

@@ -429,7 +429,7 @@ public final class PersonalDataKeys: Sendable {
                 index += 1
             }
             guard index < bytes.count else { return nil }
-            return split(String(decoding: UnsafeBufferPointer(rebasing: bytes[begin..<index]), as: UTF8.self))
+            return split(UnsafeBufferPointer(rebasing: bytes[begin..<index]))
         }
     }
 
@@ -451,8 +451,19 @@ public final class PersonalDataKeys: Sendable {
     }
 
     private static func split(_ seal: String) -> (String, String)? {
-        guard let colon = seal.firstIndex(of: ":") else { return nil }
-        return (String(seal[..<colon]), String(seal[seal.index(after: colon)...]))
+        var seal = seal
+        return seal.withUTF8 { split($0) }
+    }
+
+    /// `<id>:<person>` at the first colon, in bytes: the id is base64url, so the first colon ends
+    /// it whatever the person's id holds (a Character search would miss a colon that a combining
+    /// mark follows, and walked the text grapheme by grapheme for every event read).
+    private static func split(_ seal: UnsafeBufferPointer<UInt8>) -> (String, String)? {
+        guard let colon = seal.firstIndex(of: UInt8(ascii: ":")) else { return nil }
+        return (
+            String(decoding: UnsafeBufferPointer(rebasing: seal[..<colon]), as: UTF8.self),
+            String(decoding: UnsafeBufferPointer(rebasing: seal[(colon + 1)...]), as: UTF8.self)
+        )
     }
 
     // MARK: Erasing

@@ -85,6 +85,12 @@ import Testing
         #expect(PersonalDataKeys.seal(in: #"{"body": {"$sealed": {"h": "x", "v": "y"}}, "$seal": "0a:person-1", "id": "$seal"}"#)! == ("0a", "person-1"))
         #expect(PersonalDataKeys.seal(in: #"{"body": "$seal", "id": "x"}"#) == nil)
         #expect(PersonalDataKeys.seal(in: #"{"$seal":"0a:p\"q"}"#)! == ("0a", #"p"q"#))
+        // The id ends at the first colon, in bytes: a person's id may hold colons, or start with a
+        // combining mark (which makes one grapheme of it and the colon before).
+        #expect(PersonalDataKeys.seal(in: #"{"$seal": "0a:shop:42"}"#)! == ("0a", "shop:42"))
+        #expect(PersonalDataKeys.seal(in: "{\"$seal\": \"0a:\u{301}x\"}")! == ("0a", "\u{301}x"))
+        #expect(PersonalDataKeys.seal(in: #"{"$seal":"0a:p\u0301:q"}"#)! == ("0a", "p\u{301}:q"))
+        #expect(PersonalDataKeys.seal(in: #"{"$seal": "no colon"}"#) == nil)
     }
 
     /// Opens every sealed value as `open(v + "/" + field)`, erased where `v` is "gone".
