@@ -58,11 +58,12 @@ public struct Route: Sendable {
     public let description: RouteDescription
     public let fromMemory: (@Sendable (RequestContext) throws -> HTTPResponse?)?
     public let handler: @Sendable (RequestContext) throws -> HTTPResponse
-    /// The pattern's segments, split once: a literal, or `{name}` taking any non-empty segment.
+    /// The pattern's segments, split once: a literal (its UTF-8 bytes), or `{name}` taking any
+    /// non-empty segment.
     let segments: [Segment]
 
     enum Segment: Sendable {
-        case literal(Substring)
+        case literal([UInt8])
         case parameter(String)
     }
 
@@ -81,7 +82,7 @@ public struct Route: Sendable {
         self.fromMemory = fromMemory
         self.handler = handler
         segments = pattern.split(separator: "/", omittingEmptySubsequences: false).map { segment in
-            segment.hasPrefix("{") && segment.hasSuffix("}") ? .parameter(String(segment.dropFirst().dropLast())) : .literal(segment)
+            segment.hasPrefix("{") && segment.hasSuffix("}") ? .parameter(String(segment.dropFirst().dropLast())) : .literal(Array(segment.utf8))
         }
     }
 
@@ -99,53 +100,82 @@ public struct Router: Sendable {
     }
 
     public let routes: [Route]
+    /// For each number of segments a path can have, the routes whose pattern has as many: their
+    /// index in `routes`, those with fewer parameters first, in table order among equals. Read
+    /// by index, so that a request copies no `Route` it does not answer with (a `Route` holds a
+    /// dozen references: copying each of the table's routes cost a request about as much as
+    /// its answer from memory).
+    private let candidates: [[Candidate]]
+
+    private struct Candidate: Sendable {
+        var index: Int
+        var method: HTTPMethod
+        var segments: [Route.Segment]
+        var parameterCount: Int
+    }
 
     public init(routes: [Route]) {
         self.routes = routes
+        var candidates: [[Candidate]] = Array(repeating: [], count: (routes.map(\.segments.count).max() ?? 0) + 1)
+        for (index, route) in routes.enumerated() {
+            let parameterCount = route.segments.count { if case .parameter = $0 { true } else { false } }
+            candidates[route.segments.count].append(
+                Candidate(index: index, method: route.method, segments: route.segments, parameterCount: parameterCount))
+        }
+        // A stable sort: among routes with as many parameters, the table's order stays.
+        self.candidates = candidates.map { bucket in
+            bucket.enumerated().sorted { ($0.element.parameterCount, $0.offset) < ($1.element.parameterCount, $1.offset) }.map(\.element)
+        }
     }
 
     /// A path that a pattern of literals matches is that pattern's alone: `/v1/me/notifications/read`
     /// answers only what its own routes do (405 with their methods, never a PATCH of the
     /// notification `read`), as the OpenAPI document lists it. Among the patterns matching a path,
-    /// those with the fewest parameters win.
+    /// those with the fewest parameters win; among those, the first in the table with the method.
     public func match(method: HTTPMethod, path: String) -> Match {
-        let requested = path.split(separator: "/", omittingEmptySubsequences: false)
+        // On bytes: splitting the String walks it a Character at a time, which cost as much as the
+        // rest of the match (and a "/" followed by a combining mark would not split there).
+        let requested = path.utf8.split(separator: UInt8(ascii: "/"), maxSplits: .max, omittingEmptySubsequences: false)
+        guard requested.count < candidates.count else { return .notFound }
         var allowed: [HTTPMethod] = []
-        var found: (route: Route, parameters: [String: String])?
-        var fewest = Int.max
-        for route in routes {
-            guard let parameters = Self.parameters(of: route.segments, in: requested), parameters.count <= fewest else { continue }
-            if parameters.count < fewest {
-                fewest = parameters.count
-                allowed = []
-                found = nil
+        var found: Candidate?
+        var fewest: Int?
+        for candidate in candidates[requested.count] {
+            // Sorted by parameters: past the fewest that matched, nothing else can win.
+            if let fewest, candidate.parameterCount > fewest { break }
+            guard Self.matches(candidate.segments, requested) else { continue }
+            fewest = candidate.parameterCount
+            if candidate.method == method && found == nil {
+                // Nothing has fewer parameters than none: the first such route is the answer (most
+                // requests, /healthz and the bell).
+                if candidate.parameterCount == 0 { return .found(routes[candidate.index], parameters: [:]) }
+                found = candidate
             }
-            if route.method == method && found == nil {
-                // Nothing has fewer parameters than none: the first such route is the answer, and
-                // the rest of the table need not be read (most requests, /healthz and the bell).
-                if parameters.isEmpty { return .found(route, parameters: parameters) }
-                found = (route, parameters)
-            }
-            allowed.append(route.method)
+            allowed.append(candidate.method)
         }
-        if let found { return .found(found.route, parameters: found.parameters) }
+        if let found { return .found(routes[found.index], parameters: Self.parameters(of: found.segments, in: requested)) }
         if allowed.isEmpty { return .notFound }
         // HEAD is answered wherever GET is; OPTIONS is not served.
         return .methodNotAllowed(allowed: Array(Set(allowed)).sorted())
     }
 
-    private static func parameters(of pattern: [Route.Segment], in path: [Substring]) -> [String: String]? {
-        guard pattern.count == path.count else { return nil }
-        var parameters: [String: String] = [:]
+    /// Whether `path` (as many segments as `pattern`) has `pattern`'s literals, and a non-empty
+    /// segment where it has a parameter.
+    private static func matches(_ pattern: [Route.Segment], _ path: [Substring.UTF8View]) -> Bool {
         for (expected, actual) in zip(pattern, path) {
             switch expected {
-            case .parameter(let name):
-                guard !actual.isEmpty else { return nil }
-                parameters[name] = String(actual)
+            case .parameter:
+                if actual.isEmpty { return false }
             case .literal(let literal):
-                guard literal == actual else { return nil }
+                if actual.count != literal.count || !actual.elementsEqual(literal) { return false }
             }
         }
+        return true
+    }
+
+    private static func parameters(of pattern: [Route.Segment], in path: [Substring.UTF8View]) -> [String: String] {
+        var parameters: [String: String] = [:]
+        for case (.parameter(let name), let actual) in zip(pattern, path) { parameters[name] = String(Substring(actual)) }
         return parameters
     }
 }
