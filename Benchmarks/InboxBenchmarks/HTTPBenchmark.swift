@@ -168,6 +168,11 @@ struct HTTPBenchmark: Benchmark {
         // so that the rate reached is about the target; what it reached is the row's figure.
         let buyerPaced = try write(tokens.map { WrkRequest(token: $0) }, pacedAt: Self.listingRate, answeredIn: 1)
         let sellerPaced = try write(sellerTokens.map { WrkRequest(token: $0) }, pacedAt: Self.listingRate, answeredIn: 2)
+        // A thread's page: its rate target is a quarter of /healthz (issue 37), about 12,000 a
+        // second on the 2-core machine; its p99 is read there, as the lists' is at theirs.
+        let messagesPaced = try write(
+            tokens.enumerated().map { WrkRequest(token: $1, path: "/v1/conversations/\(Self.conversationId(person: $0, thread: 0))/messages") },
+            pacedAt: Self.threadRate, answeredIn: 1)
         // A post waits for the group before its own to commit, then for its own.
         let postPaced = try write(posts, pacedAt: Self.postingRate, answeredIn: 12)
         let base = "http://127.0.0.1:\(server.port)"
@@ -301,6 +306,10 @@ struct HTTPBenchmark: Benchmark {
                 description: "The seller side's list as above, paced to about \(Self.listingRate) requests/s (\(Self.pacing)); buyers writing meanwhile.",
                 kind: .paced, script: sellerPaced, alongside: buyersWriting),
             wrkCase(
+                id: "thread-messages-paced", title: "GET /v1/conversations/{id}/messages at \(Self.threadRate)/s", path: "/",
+                description: "A thread's first page as above, paced to about \(Self.threadRate) requests/s (\(Self.pacing)); buyers writing in these threads meanwhile.",
+                kind: .paced, script: messagesPaced, alongside: buyersWriting),
+            wrkCase(
                 id: "message-post-paced", title: "POST /v1/conversations/{id}/messages \(Self.postingRate)/s", path: "/",
                 description: "Posting as above, paced to about \(Self.postingRate) requests/s (\(Self.pacing)).",
                 kind: .paced, script: postPaced,
@@ -390,11 +399,13 @@ struct HTTPBenchmark: Benchmark {
         progress("made \(preparedWALSegments) WAL segments for the checkpoint to recycle in \(String(format: "%.1f", (ContinuousClock.now - started).inSeconds)) s")
     }
 
-    /// The rates the paced rows aim at: issue 12's targets.
+    /// The rates the paced rows aim at: issue 12's targets, and a quarter of `/healthz` on the
+    /// 2-core machine for a thread's page (issue 37).
     static let listingRate = 5_000
     static let postingRate = 2_000
+    static let threadRate = 12_000
     static let pacing =
-        "each of the \(connections) connections waits a random 0.5 to 1.5 times connections/rate, less the expected answer time (1 ms for the buyer's list, 5 ms for the seller's, 12 ms for posts), after each answer; the rate reached is the row's figure. wrk 4.1 cannot send on a schedule, so an answer that is late delays that connection's next request (coordinated omission): a stall shows in fewer requests, not only in p99"
+        "each of the \(connections) connections waits a random 0.5 to 1.5 times connections/rate, less the expected answer time (1 ms for the buyer's list and a thread's page, 2 ms for the seller's, 12 ms for posts), after each answer; the rate reached is the row's figure. wrk 4.1 cannot send on a schedule, so an answer that is late delays that connection's next request (coordinated omission): a stall shows in fewer requests, not only in p99"
 
     /// wrk's Lua: every request is the next of `requests`, in turn; with `rate`, each connection
     /// waits after each answer (wrk's `delay`, whole milliseconds), so that the connections
