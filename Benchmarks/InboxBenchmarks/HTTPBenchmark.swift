@@ -154,8 +154,10 @@ struct HTTPBenchmark: Benchmark {
         let script = try write(tokens.map { WrkRequest(token: $0) })
         let sellerScript = try write(sellerTokens.map { WrkRequest(token: $0) })
         // Each person reads, and writes in, the first of their threads.
-        let messagesScript = try write(
-            tokens.enumerated().map { WrkRequest(token: $1, path: "/v1/conversations/\(Self.conversationId(person: $0, thread: 0))/messages") })
+        let messageReads = tokens.enumerated().map {
+            WrkRequest(token: $1, path: "/v1/conversations/\(Self.conversationId(person: $0, thread: 0))/messages")
+        }
+        let messagesScript = try write(messageReads)
         let posts = tokens.enumerated().map {
             WrkRequest(
                 method: "POST", token: $1, path: "/v1/conversations/\(Self.conversationId(person: $0, thread: 0))/messages",
@@ -170,9 +172,7 @@ struct HTTPBenchmark: Benchmark {
         let sellerPaced = try write(sellerTokens.map { WrkRequest(token: $0) }, pacedAt: Self.listingRate, answeredIn: 2)
         // A thread's page: its rate target is a quarter of /healthz (issue 37), about 12,000 a
         // second on the 2-core machine; its p99 is read there, as the lists' is at theirs.
-        let messagesPaced = try write(
-            tokens.enumerated().map { WrkRequest(token: $1, path: "/v1/conversations/\(Self.conversationId(person: $0, thread: 0))/messages") },
-            pacedAt: Self.threadRate, answeredIn: 1)
+        let messagesPaced = try write(messageReads, pacedAt: Self.threadRate, answeredIn: 1)
         // A post waits for the group before its own to commit, then for its own.
         let postPaced = try write(posts, pacedAt: Self.postingRate, answeredIn: 12)
         let base = "http://127.0.0.1:\(server.port)"

@@ -122,10 +122,8 @@ public struct Router: Sendable {
             candidates[route.segments.count].append(
                 Candidate(index: index, method: route.method, segments: route.segments, parameterCount: parameterCount))
         }
-        // A stable sort: among routes with as many parameters, the table's order stays.
-        self.candidates = candidates.map { bucket in
-            bucket.enumerated().sorted { ($0.element.parameterCount, $0.offset) < ($1.element.parameterCount, $1.offset) }.map(\.element)
-        }
+        // Among routes with as many parameters, the table's order.
+        self.candidates = candidates.map { bucket in bucket.sorted { ($0.parameterCount, $0.index) < ($1.parameterCount, $1.index) } }
     }
 
     /// A path that a pattern of literals matches is that pattern's alone: `/v1/me/notifications/read`
@@ -134,9 +132,12 @@ public struct Router: Sendable {
     /// those with the fewest parameters win; among those, the first in the table with the method.
     public func match(method: HTTPMethod, path: String) -> Match {
         // On bytes: splitting the String walks it a Character at a time, nearly half of the match's
-        // cost (and a "/" followed by a combining mark would not split there).
-        let requested = path.utf8.split(separator: UInt8(ascii: "/"), maxSplits: .max, omittingEmptySubsequences: false)
-        guard requested.count < candidates.count else { return .notFound }
+        // cost (and a "/" followed by a combining mark would not split there). Split no further
+        // than the longest pattern, plus the rest in one piece: a path of a thousand slashes costs
+        // no more than one segment too long.
+        let longest = candidates.count - 1
+        let requested = path.utf8.split(separator: UInt8(ascii: "/"), maxSplits: longest, omittingEmptySubsequences: false)
+        guard requested.count <= longest else { return .notFound }
         var allowed: [HTTPMethod] = []
         var found: Candidate?
         var fewest: Int?
