@@ -272,7 +272,7 @@ let package = Package(
             name: "ProjectionTests",
             dependencies: [
                 "Projections", "InboxSimulation", "InboxTesting", "EventLog", "InboxDomain", "PostgresClient", "Lifecycle", "JSONParsing",
-                "NotificationOutbox",
+                "NotificationOutbox", "Encodings",
             ],
             swiftSettings: swiftSettings),
         // The projections' folds, pure: no database, no InboxTesting. EventLog only for `RecordedEvent`.

@@ -1,3 +1,4 @@
+import Encodings
 import Foundation
 import InboxDomain
 import JSONParsing
@@ -33,9 +34,15 @@ public struct NewEvent: Sendable, Hashable {
     public init<P: EventPayload>(streamId: String, payload: P, metadata: EventMetadata, idempotencyKey: String? = nil) throws {
         self.init(
             streamId: streamId, type: P.eventType, schemaVersion: P.schemaVersion,
-            payloadJSON: String(decoding: try Self.encoder.encode(payload), as: UTF8.self), metadata: metadata,
-            idempotencyKey: idempotencyKey)
+            payloadJSON: try Self.text(of: payload), metadata: metadata, idempotencyKey: idempotencyKey)
         remembered = RememberedPayload(payload)
+    }
+
+    /// The payload's JSON text: written as it is encoded (`JSONStreamEncoder`), or by
+    /// `JSONEncoder` for a shape that one leaves to it (which then also throws any error).
+    static func text<P: Encodable>(of payload: P) throws -> String {
+        if let bytes = JSONStreamEncoder.encode(payload) { return String(decoding: bytes, as: UTF8.self) }
+        return String(decoding: try encoder.encode(payload), as: UTF8.self)
     }
 
     /// One encoder for every payload: its options never change after this, and encoding does not

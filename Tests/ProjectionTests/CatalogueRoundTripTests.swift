@@ -1,3 +1,4 @@
+import Encodings
 import EventLog
 import Foundation
 import InboxDomain
@@ -14,15 +15,7 @@ import Testing
         var simulation = MarketplaceSimulation(configuration: .init(people: 300, shops: 20, watches: 200, seed: 7))
         let registry = InboxCatalogue.registry
         var seen = Set<String>()
-        // The simulation writes every type but these.
-        let written = try [
-            NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
-            NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
-            NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")), NewEvent(RecoveryCodesRenewed(personId: "p1")), NewEvent(PersonErased(personId: "p1")),
-            NewEvent(SignInAttemptsFailed(personId: "p1", attempts: 5)), NewEvent(RefreshTokenReused(personId: "p1", signInId: "s-1")),
-            NewEvent(ConversationReopened(conversationId: "c1", personId: "p1")), NewEvent(ShopBlocked(blockerId: "p1", shopId: "s1")),
-            NewEvent(ShopUnblocked(blockerId: "p1", shopId: "s1")),
-        ]
+        let written = try Self.notInTheSimulation()
         for event in simulation.events(40_000) + written {
             let typed = try #require(event.typedPayload)
             #expect(registry.isCurrent(typed, as: event.type, schemaVersion: event.schemaVersion))
@@ -44,14 +37,7 @@ import Testing
     @Test func libjanssonsTreeGivesJSONDecodersValueForEveryCatalogueType() throws {
         var simulation = MarketplaceSimulation(configuration: .init(people: 300, shops: 20, watches: 200, seed: 7))
         let registry = InboxCatalogue.registry
-        let written = try [
-            NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
-            NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
-            NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")), NewEvent(RecoveryCodesRenewed(personId: "p1")), NewEvent(PersonErased(personId: "p1")),
-            NewEvent(SignInAttemptsFailed(personId: "p1", attempts: 5)), NewEvent(RefreshTokenReused(personId: "p1", signInId: "s-1")),
-            NewEvent(ConversationReopened(conversationId: "c1", personId: "p1")), NewEvent(ShopBlocked(blockerId: "p1", shopId: "s1")),
-            NewEvent(ShopUnblocked(blockerId: "p1", shopId: "s1")),
-        ]
+        let written = try Self.notInTheSimulation()
         var seen = Set<String>()
         var variantsTried = 0, variantsRead = 0, variantsLeft = 0
         var shapes = Set<String>()
@@ -82,6 +68,51 @@ import Testing
         // Both sides of the rule were exercised: variants read by libjansson, and variants left to JSONDecoder.
         #expect(variantsRead > 100 && variantsLeft > 100, "read \(variantsRead), left \(variantsLeft) of \(variantsTried)")
     }
+
+    /// A payload's text is written as it is encoded (`JSONStreamEncoder`), not by `JSONEncoder`:
+    /// for every type of the catalogue it writes the text (none is left to `JSONEncoder`), and that
+    /// text is `JSONEncoder`'s, member for member, what the log stores.
+    @Test func theStreamingEncoderWritesWhatJSONEncoderWritesForEveryCatalogueType() throws {
+        var simulation = MarketplaceSimulation(configuration: .init(people: 300, shops: 20, watches: 200, seed: 7))
+        let written = try Self.notInTheSimulation() + [
+            // A body with what JSON escapes, and a personal field erased.
+            NewEvent(MessageSent(conversationId: "c1", messageId: "m\"1", authorSide: .buyer, authorId: "p1", body: "a \"b\"\\ c/d\n\t\u{1}\u{7F} é ⌚️")),
+            {
+                var blocked = AccountBlocked(personId: "p1")
+                blocked.reason = .erased
+                return try NewEvent(blocked)
+            }(),
+        ]
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        var seen = Set<String>()
+        for event in simulation.events(40_000) + written {
+            let typed = try #require(event.typedPayload)
+            let bytes = Self.streamed(typed)
+            let streamed = try #require(bytes, "\(event.type) was left to JSONEncoder")
+            let text = String(decoding: streamed, as: UTF8.self)
+            #expect(text == event.payloadJSON)
+            let foundation = String(decoding: try encoder.encode(typed), as: UTF8.self)
+            #expect(try JSONValue(parsing: text) == JSONValue(parsing: foundation), "\(event.type): \(text) against \(foundation)")
+            #expect(text.utf8.count == foundation.utf8.count, "\(event.type): \(text) against \(foundation)")
+            seen.insert(event.type)
+        }
+        #expect(Set(InboxCatalogue.eventTypes.map { $0.eventType }).subtracting(seen).sorted() == [])
+    }
+
+    /// One event of each type the simulation does not write (it writes every other).
+    static func notInTheSimulation() throws -> [NewEvent] {
+        try [
+            NewEvent(ShopMemberRemoved(shopId: "s1", personId: "p2")), NewEvent(PersonUnblocked(blockerId: "p1", blockedId: "p2")),
+            NewEvent(SignedOut(personId: "p1", signInIds: ["3f1c", "9a0b"])), NewEvent(SignInLinked(personId: "p1", provider: "google")),
+            NewEvent(SignInUnlinked(personId: "p1", provider: "google")), NewEvent(AccountClosed(personId: "p1")), NewEvent(RecoveryCodesRenewed(personId: "p1")), NewEvent(PersonErased(personId: "p1")),
+            NewEvent(SignInAttemptsFailed(personId: "p1", attempts: 5)), NewEvent(RefreshTokenReused(personId: "p1", signInId: "s-1")),
+            NewEvent(ConversationReopened(conversationId: "c1", personId: "p1")), NewEvent(ShopBlocked(blockerId: "p1", shopId: "s1")),
+            NewEvent(ShopUnblocked(blockerId: "p1", shopId: "s1")),
+        ]
+    }
+
+    static func streamed<P: Encodable>(_ payload: P) -> [UInt8]? { JSONStreamEncoder.encode(payload) }
 
     static func same(_ one: any EventPayload, _ other: any EventPayload) -> Bool {
         guard let one = one as? any Hashable, let other = other as? any Hashable else { return false }
