@@ -145,8 +145,8 @@ struct AppendBenchmark: Benchmark {
         BenchmarkCase(
             id: id, title: title,
             description:
-                "One appender: build \(formatGrouped(Double(batchSize))) NewEvent value(s) (JSONEncoder payload, metadata, "
-                + "idempotency key), then EventStore.append them as one batch; repeated \(formatGrouped(Double(batches))) times.",
+                "One appender: build \(formatGrouped(Double(batchSize))) NewEvent value(s) (the payload encoded as the API's are, metadata, "
+                + "a random idempotency key), then EventStore.append them as one batch; repeated \(formatGrouped(Double(batches))) times.",
             kind: .client, batchSize: batchSize, appenders: 1, eventsPerRound: batchSize * batches,
             run: { round in
                 var factory = EventFactory(seed: UInt64(round) << 32 | UInt64(batchSize))

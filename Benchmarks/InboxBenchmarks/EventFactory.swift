@@ -1,3 +1,4 @@
+import Crypto
 import EventLog
 import Foundation
 import InboxDomain
@@ -68,7 +69,7 @@ struct EventFactory: Sendable {
 
     /// One request's worth of events.
     mutating func batch(size: Int) throws -> [NewEvent] {
-        let correlationId = UUID().uuidString.lowercased()
+        let correlationId = RandomUUID.string()
         var events: [NewEvent] = []
         events.reserveCapacity(size)
         for _ in 0..<size { events.append(try next(correlationId: correlationId)) }
@@ -81,7 +82,7 @@ struct EventFactory: Sendable {
         let conversation = "conversation-\(appender + appenders * Int.random(in: 0..<slots, using: &random))"
         let user = "user-\(Int.random(in: 100_000..<1_000_000, using: &random))"
         let metadata = EventMetadata(origin: .appIOS, appVersion: "2.4.0", actor: user, correlationId: correlationId, service: "inbox")
-        let key = UUID().uuidString.lowercased()
+        let key = RandomUUID.string()
         if counter % 20 == 0 {
             let read = ConversationRead(conversationId: conversation, readerId: user, side: "seller", readUpTo: Int64(counter))
             return try NewEvent(streamId: conversation, payload: read, metadata: metadata, idempotencyKey: key)
@@ -101,7 +102,7 @@ struct EventFactory: Sendable {
 
     /// One `conversation_started` for each of the conversations, to be appended before measuring.
     static func seedEvents(batch: Range<Int>) throws -> [NewEvent] {
-        let correlationId = UUID().uuidString.lowercased()
+        let correlationId = RandomUUID.string()
         return try batch.map { number in
             let conversation = "conversation-\(number)"
             let started = ConversationStarted(
@@ -110,7 +111,7 @@ struct EventFactory: Sendable {
             return try NewEvent(
                 streamId: conversation, payload: started,
                 metadata: EventMetadata(origin: .appIOS, appVersion: "2.4.0", actor: "user-\(100_000 + number)", correlationId: correlationId, service: "inbox"),
-                idempotencyKey: UUID().uuidString.lowercased())
+                idempotencyKey: RandomUUID.string())
         }
     }
 }
