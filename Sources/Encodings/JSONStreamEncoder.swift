@@ -32,10 +32,8 @@ private struct Unsupported: Error {}
 
 private final class Writer {
     var bytes: [UInt8] = []
-    /// The containers open, innermost last: true for an object, false for an array.
-    var open: [Bool] = []
-    /// Whether the innermost open container has had a member yet.
-    var hasMembers: [Bool] = []
+    /// The containers open, innermost last: an object or an array, and whether it has a member yet.
+    var open: [(object: Bool, hasMembers: Bool)] = []
     /// A value is due at depth `open.count` and nothing has been written of it yet.
     var pending = false
     /// Something unsupported was asked of a call that cannot throw: the result is not used.
@@ -43,16 +41,20 @@ private final class Writer {
 
     /// Writes `value` at the current position (after a key, an array's comma, or at the top).
     func encode<T: Encodable>(_ value: T, depth: Int, codingPath: [any CodingKey]) throws {
-        if T.self == Date.self || T.self == Data.self || T.self == URL.self || T.self == Decimal.self || T.self == Float.self {
-            throw Unsupported()
-        }
+        try Self.refuseFoundationsOwn(T.self)
         pending = true
         try value.encode(to: SlotEncoder(writer: self, depth: depth, codingPath: codingPath))
         // It wrote nothing (JSONEncoder writes `{}` then), or left more than its own container open.
         if pending || failed || open.count > depth + 1 { throw Unsupported() }
         if open.count == depth + 1 {
-            bytes.append(open.removeLast() ? UInt8(ascii: "}") : UInt8(ascii: "]"))
-            hasMembers.removeLast()
+            bytes.append(open.removeLast().object ? UInt8(ascii: "}") : UInt8(ascii: "]"))
+        }
+    }
+
+    /// The types `JSONEncoder` writes its own way (and `Float`, left to it rather than matched).
+    static func refuseFoundationsOwn<T>(_ type: T.Type) throws {
+        if T.self == Date.self || T.self == Data.self || T.self == URL.self || T.self == Decimal.self || T.self == Float.self {
+            throw Unsupported()
         }
     }
 
@@ -68,26 +70,25 @@ private final class Writer {
 
     func openContainer(object: Bool) {
         bytes.append(object ? UInt8(ascii: "{") : UInt8(ascii: "["))
-        open.append(object)
-        hasMembers.append(false)
+        open.append((object, false))
     }
 
     /// Before a member of the container at `level` (its index in `open`): the comma, and the key
     /// for an object. Throws when a container inside it is still open or it was closed.
     func member(level: Int, key: (any CodingKey)?) throws {
         guard !failed, !pending, open.count == level + 1 else { throw Unsupported() }
-        if hasMembers[level] { bytes.append(UInt8(ascii: ",")) } else { hasMembers[level] = true }
+        if open[level].hasMembers { bytes.append(UInt8(ascii: ",")) } else { open[level].hasMembers = true }
         if let key {
             JSONString.append(key.stringValue, to: &bytes)
             bytes.append(UInt8(ascii: ":"))
         }
     }
 
-    func write(_ value: Bool) { bytes.append(contentsOf: value ? Array("true".utf8) : Array("false".utf8)) }
+    func write(_ value: Bool) { bytes.append(contentsOf: value ? "true".utf8 : "false".utf8) }
 
     func write(_ value: String) { JSONString.append(value, to: &bytes) }
 
-    func writeNull() { bytes.append(contentsOf: [110, 117, 108, 108]) }
+    func writeNull() { bytes.append(contentsOf: "null".utf8) }
 
     func write<I: BinaryInteger>(_ value: I) { bytes.append(contentsOf: String(value).utf8) }
 
@@ -299,9 +300,7 @@ private struct SingleValue: SingleValueEncodingContainer {
     /// The value's own `encode(to:)`, in this same place.
     mutating func encode<T: Encodable>(_ value: T) throws {
         guard writer.pending, writer.open.count == depth, !writer.failed else { throw Unsupported() }
-        if T.self == Date.self || T.self == Data.self || T.self == URL.self || T.self == Decimal.self || T.self == Float.self {
-            throw Unsupported()
-        }
+        try Writer.refuseFoundationsOwn(T.self)
         try value.encode(to: SlotEncoder(writer: writer, depth: depth, codingPath: codingPath))
     }
 
